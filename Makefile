@@ -1,0 +1,89 @@
+# Two commands do all set-up on a fresh machine (as root):
+#   make demo   bring the lab fleet up and run the main job on it
+#   make test   lint, unit tests, molecule scenarios and playbook tests against the lab
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha256sum requirements.txt | cut -c1-12)
+# Development and CI machines never reach the real fleet (see roles/preflight).
+export DSV41_LAB_ONLY := 1
+export PATH := $(abspath $(BIN)):$(PATH)
+export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+export ANSIBLE_ROLES_PATH := $(abspath roles)
+export ANSIBLE_LIBRARY := $(abspath library)
+export ANSIBLE_MODULE_UTILS := $(abspath module_utils)
+export ANSIBLE_FILTER_PLUGINS := $(abspath filter_plugins)
+export ANSIBLE_FORCE_COLOR := 0
+
+.PHONY: help setup apt lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status \
+        test lint argspecs unit lab-tests molecule playbook-tests bench
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+apt: ## install the Debian packages the lab needs (podman, runc, debootstrap)
+	@command -v podman >/dev/null && command -v debootstrap >/dev/null && command -v runc >/dev/null \
+	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	       podman runc debootstrap uidmap slirp4netns netavark aardvark-dns openssh-client make >/dev/null; }
+
+$(STAMP): requirements.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	rm -f $(VENV)/.installed-* && touch $@
+
+setup: apt $(STAMP) ## the project virtual environment (pinned requirements.txt) and apt packages
+
+lab-image: setup ## build the lab image if its inputs changed
+	python3 lab/labctl.py build
+
+lab-up: setup ## start spark1..spark3 in the report's state (replaces a stale lab)
+	python3 lab/labctl.py up
+
+lab-ensure: setup
+	python3 lab/labctl.py ensure
+
+lab-down: ## remove the lab hosts, network, keys and connection files
+	python3 lab/labctl.py down
+
+lab-purge: ## lab-down, then also the lab images and generated checkpoints
+	python3 lab/labctl.py purge
+
+lab-status:
+	python3 lab/labctl.py status
+
+status: lab-ensure ## fleet status on the lab (read-only)
+	$(BIN)/ansible-playbook playbooks/fleet_status.yml
+
+demo: lab-up ## bring the lab up and run the main job on it
+	$(BIN)/ansible-playbook playbooks/fleet_status.yml
+
+lint: setup ## yamllint and ansible-lint (production profile)
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint --offline
+
+argspecs: setup ## every role's meta/argument_specs.yml matches its defaults
+	$(PY) tests/check_argument_specs.py
+
+unit: setup ## pytest: modules, module_utils, filters, stand-ins
+	$(BIN)/pytest -q tests/unit tests/lab
+
+lab-tests: lab-up ## testinfra: the lab reproduces the report's fleet
+	$(BIN)/pytest -q tests/testinfra --hosts=ansible://dsv41_ranks --ansible-inventory=inventory/lab --connection=ansible
+
+molecule: setup ## molecule scenarios of every role (each brings the lab up in the report state)
+	set -e; for scenario in roles/*/molecule/*/; do \
+	  role=$$(basename $$(dirname $$(dirname $$scenario))); name=$$(basename $$scenario); \
+	  echo "== molecule $$role/$$name"; (cd roles/$$role && $(BIN)/molecule test -s $$name); done
+
+playbook-tests: setup ## stage and check-mode tests of the playbooks on the lab
+	$(BIN)/pytest -q tests/playbooks
+
+test: lint argspecs unit lab-tests molecule playbook-tests ## everything CI runs
+
+bench: setup ## benchmarks (ratios against a baseline in the same run)
+	$(PY) bench/bench_plan.py
+	$(PY) bench/bench_pack.py
+	$(PY) bench/bench_engram_packed.py

@@ -1,0 +1,134 @@
+"""Filters for the TP fleet: inventory validation and small formatting helpers.
+
+The inventory is validated on the control node before any task reaches a host, so every rule lives
+here as plain Python (unit-tested in tests/unit/test_fleet_filters.py) and the preflight role fails
+in one task with every problem listed.
+"""
+import posixpath
+import re
+
+# Per-host variables every rank host must define, with the check each value must pass.
+USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _abs_path(value):
+    return isinstance(value, str) and value.startswith("/") and posixpath.normpath(value) == value.rstrip("/") \
+        and ".." not in value.split("/")
+
+
+REQUIRED_HOST_VARS = {
+    "dsv41_rank": ("a non-negative integer", lambda v: _is_int(v) and v >= 0),
+    "dsv41_login_user": ("a login name like 'mia'", lambda v: isinstance(v, str) and bool(USER_RE.match(v))),
+    "dsv41_launcher_dir": ("an absolute path", _abs_path),
+    "dsv41_engram_dir": ("an absolute path", _abs_path),
+    "dsv41_checkpoint_dir": ("an absolute path", _abs_path),
+    "dsv41_tp_size": ("a positive integer", lambda v: _is_int(v) and v >= 1),
+    "dsv41_head_container": ("a container name", lambda v: isinstance(v, str) and bool(NAME_RE.match(v))),
+    "dsv41_worker_container": ("a container name", lambda v: isinstance(v, str) and bool(NAME_RE.match(v))),
+}
+
+
+def dsv41_inventory_errors(hostvars, groups, rank_group="dsv41_ranks", head_group="head", worker_group="workers"):
+    """Return a list of messages, one per inventory problem; empty when the fleet is consistent.
+
+    Rules: exactly one head and it has rank 0; every rank host is in the head or worker group;
+    ranks 0..tp-1 each exactly once; the declared TP size equals the number of rank hosts; every
+    required per-host variable present and well-typed.
+    """
+    errors = []
+    ranks_hosts = list(groups.get(rank_group, []))
+    heads = list(groups.get(head_group, []))
+    workers = list(groups.get(worker_group, []))
+    if not ranks_hosts:
+        return [f"group '{rank_group}' has no hosts"]
+
+    for host in ranks_hosts:
+        hv = hostvars.get(host, {})
+        for var, (want, ok) in REQUIRED_HOST_VARS.items():
+            if var not in hv:
+                errors.append(f"{host}: {var} is not set (want {want})")
+            elif not ok(hv[var]):
+                errors.append(f"{host}: {var}={hv[var]!r} is not {want}")
+
+    if len(heads) != 1:
+        errors.append(f"group '{head_group}' must hold exactly one host, has {len(heads)}: {', '.join(heads) or 'none'}")
+    for host in heads:
+        rank = hostvars.get(host, {}).get("dsv41_rank")
+        if _is_int(rank) and rank != 0:
+            errors.append(f"{host}: is the head but dsv41_rank={rank} (the head is rank 0)")
+    for host in set(heads) & set(workers):
+        errors.append(f"{host}: is in both '{head_group}' and '{worker_group}'")
+    for host in ranks_hosts:
+        if host not in heads and host not in workers:
+            errors.append(f"{host}: is in '{rank_group}' but in neither '{head_group}' nor '{worker_group}'")
+
+    tp_values = {hostvars.get(h, {}).get("dsv41_tp_size") for h in ranks_hosts}
+    tp_values = {v for v in tp_values if _is_int(v)}
+    if len(tp_values) > 1:
+        errors.append(f"hosts disagree on dsv41_tp_size: {sorted(tp_values)}")
+    for tp in tp_values:
+        if tp != len(ranks_hosts):
+            errors.append(f"dsv41_tp_size={tp} but '{rank_group}' has {len(ranks_hosts)} hosts "
+                          f"({', '.join(ranks_hosts)})")
+
+    by_rank = {}
+    for host in ranks_hosts:
+        rank = hostvars.get(host, {}).get("dsv41_rank")
+        if _is_int(rank):
+            by_rank.setdefault(rank, []).append(host)
+    for rank, hosts in sorted(by_rank.items()):
+        if len(hosts) > 1:
+            errors.append(f"rank {rank} is held by more than one host: {', '.join(sorted(hosts))}")
+        if rank >= len(ranks_hosts):
+            errors.append(f"{', '.join(hosts)}: dsv41_rank={rank} is outside 0..{len(ranks_hosts) - 1}")
+    missing = [r for r in range(len(ranks_hosts)) if r not in by_rank]
+    if missing:
+        errors.append(f"no host holds rank {', '.join(str(r) for r in missing)}")
+    return errors
+
+
+def dsv41_bytes_gib(value, digits=3):
+    """Bytes to GiB (2**30) rounded, the unit the report uses (62.944 GiB)."""
+    return round(int(value) / (1 << 30), digits)
+
+
+def dsv41_meminfo(text):
+    """Parse /proc/meminfo text into {key: bytes}."""
+    result = {}
+    for line in str(text).splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if not key or not parts or not parts[0].isdigit():
+            continue
+        factor = 1024 if len(parts) > 1 and parts[1].lower() == "kb" else 1
+        result[key.strip()] = int(parts[0]) * factor
+    return result
+
+
+def dsv41_table(rows, columns):
+    """Render a list of dicts as a fixed-width text table (one string per line) for play output."""
+    header = [title for _, title in columns]
+    body = [[str(row.get(key, "")) for key, _ in columns] for row in rows]
+    widths = [max(len(cell) for cell in col) for col in zip(header, *body)]
+
+    def fmt(cells):
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
+
+    return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body]
+
+
+class FilterModule:
+    """Fleet filters."""
+
+    def filters(self):
+        return {
+            "dsv41_inventory_errors": dsv41_inventory_errors,
+            "dsv41_bytes_gib": dsv41_bytes_gib,
+            "dsv41_meminfo": dsv41_meminfo,
+            "dsv41_table": dsv41_table,
+        }

@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""Bring the local lab fleet (spark1..spark3) up or down.
+
+    labctl.py build    build the base root filesystem and the lab image, only if their inputs changed
+    labctl.py up       build if needed, replace any lab host left from earlier runs, start and seed them
+    labctl.py ensure   up, unless the three hosts already run and answer ssh
+    labctl.py down     remove the lab hosts, their network, the lab ssh keys and connection files
+    labctl.py purge    down, then also remove the lab images and generated checkpoints
+    labctl.py status   one line per lab host
+
+The hosts are podman containers with systemd as PID 1 and sshd published on a random 127.0.0.1
+port; Ansible reaches them over its builtin ssh connection exactly as it reaches the real fleet.
+Every name this script creates carries the label ``dsv41-lab=1`` so ``down`` can find what an
+interrupted run left behind. Paths and figures: lab/README.md.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LAB = Path(__file__).resolve().parent
+REPO = LAB.parent
+STATE = LAB / ".state"
+SSH_DIR = STATE / "ssh"
+INVENTORY = REPO / "inventory" / "lab"
+
+NETWORK = "dsv41-lab"
+SUBNET = "172.29.33.0/24"
+LABEL = "dsv41-lab=1"
+BASE_REPO = "localhost/dsv41-lab-base"
+IMAGE_REPO = "localhost/dsv41-lab"
+SUITE = "bookworm"
+MIRROR = os.environ.get("LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+PACKAGES = ["systemd", "systemd-sysv", "dbus", "openssh-server", "openssh-client", "python3",
+            "sudo", "iproute2", "procps", "iputils-ping", "ca-certificates", "curl", "less"]
+PODMAN_RUN = ["podman", "--runtime", "runc"]
+
+GIB = 1 << 30
+# Per host: login user, the tmpfs volumes whose size is the free space the report saw (or a lab
+# choice where the report is silent), and the meminfo figures (kB) for MemAvailable 3.07/7.55/4.13 GiB.
+HOSTS = {
+    "spark1": {
+        "ip": "172.29.33.11", "user": "mia", "models": "rw",
+        "tmpfs": {"/home/mia/dsv41-engram": 384 * GIB},
+        "mem_available_kb": round(3.07 * 1024 * 1024),
+    },
+    "spark2": {
+        "ip": "172.29.33.12", "user": "zurih", "models": "ro",
+        "tmpfs": {"/home/zurih/dsv41-3x-spark/engram": 64_906_600_448, "/data": 256 * GIB},
+        "mem_available_kb": round(7.55 * 1024 * 1024),
+    },
+    "spark3": {
+        "ip": "172.29.33.13", "user": "zurih", "models": "ro",
+        "tmpfs": {"/home/zurih/dsv41-3x-spark/engram": 448 * GIB},
+        "mem_available_kb": round(4.13 * 1024 * 1024),
+    },
+}
+MEM_TOTAL_KB = 124_603_392  # a GB10's unified memory as the kernel reports it (about 118.8 GiB)
+
+
+def log(msg):
+    print(f"[lab] {msg}", flush=True)
+
+
+def run(cmd, check=True, capture=False, **kw):
+    if capture:
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.PIPE)
+    res = subprocess.run(cmd, check=False, text=True, **kw)
+    if check and res.returncode != 0:
+        detail = (res.stderr or "").strip() if capture else ""
+        raise SystemExit(f"[lab] command failed ({res.returncode}): {' '.join(cmd)}\n{detail}")
+    return res
+
+
+def container(host):
+    return f"dsv41-lab-{host}"
+
+
+def image_exists(ref):
+    return run(["podman", "image", "exists", ref], check=False).returncode == 0
+
+
+def digest(*parts):
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else str(part).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def tree_digest(paths):
+    """Hash file names, modes and contents, so any edit to an image input changes the tag."""
+    h = hashlib.sha256()
+    for root in paths:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()
+                                                      and "__pycache__" not in p.parts)
+        for f in files:
+            h.update(str(f.relative_to(LAB)).encode() + b"\0")
+            h.update(oct(f.stat().st_mode & 0o111).encode() + b"\0")
+            h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------- build
+def base_ref():
+    return f"{BASE_REPO}:{digest(SUITE, MIRROR, *PACKAGES)}"
+
+
+def build_base():
+    ref = base_ref()
+    if image_exists(ref):
+        log(f"base image {ref} is current")
+        return ref
+    log(f"building base root filesystem {ref} with debootstrap")
+    with tempfile.TemporaryDirectory(prefix="dsv41-rootfs-", dir=os.environ.get("TMPDIR")) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), MIRROR],
+            stdout=subprocess.DEVNULL)
+        shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        run(["podman", "import", "-", ref], stdin=tar.stdout, stdout=subprocess.DEVNULL)
+        if tar.wait() != 0:
+            raise SystemExit("[lab] tar of the root filesystem failed")
+    return ref
+
+
+def image_inputs():
+    return [LAB / "Containerfile", LAB / "units", LAB / "standins", LAB / "seed"]
+
+
+def image_ref(base):
+    return f"{IMAGE_REPO}:{digest(base, tree_digest(image_inputs()))}"
+
+
+def build():
+    base = build_base()
+    ref = image_ref(base)
+    if image_exists(ref):
+        log(f"lab image {ref} is current (inputs unchanged), not rebuilding")
+        return ref
+    log(f"building lab image {ref}")
+    with tempfile.TemporaryDirectory(prefix="dsv41-ctx-") as ctx:
+        for src in image_inputs():
+            dst = Path(ctx) / src.name
+            if src.is_dir():
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                shutil.copy2(src, dst)
+        run(PODMAN_RUN + ["build", "--quiet", "--label", LABEL, "--build-arg", f"BASE={base}",
+                          "-t", ref, "-f", str(Path(ctx) / "Containerfile"), ctx], stdout=subprocess.DEVNULL)
+    return ref
+
+
+# ------------------------------------------------------------------------------------------ down/up
+def lab_containers():
+    out = run(["podman", "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}"],
+              capture=True, check=False).stdout or ""
+    names = set(out.split())
+    # Records left by a killed run may have lost their label; catch them by name too.
+    out = run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture=True, check=False).stdout or ""
+    names |= {n for n in out.split() if n in {container(h) for h in HOSTS}}
+    return sorted(names)
+
+
+def down(purge=False):
+    for name in lab_containers():
+        log(f"removing {name}")
+        run(["podman", "rm", "-f", "-t", "2", name], check=False, stdout=subprocess.DEVNULL)
+    if run(["podman", "network", "exists", NETWORK], check=False).returncode == 0:
+        run(["podman", "network", "rm", "-f", NETWORK], check=False, stdout=subprocess.DEVNULL)
+    for host in HOSTS:
+        (INVENTORY / "host_vars" / host / "lab_connection.yml").unlink(missing_ok=True)
+    shutil.rmtree(SSH_DIR, ignore_errors=True)
+    for f in STATE.glob("meminfo-*"):
+        f.unlink()
+    if purge:
+        out = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture=True).stdout
+        for ref in out.split():
+            if ref.startswith((BASE_REPO + ":", IMAGE_REPO + ":")):
+                run(["podman", "rmi", "-f", ref], check=False, stdout=subprocess.DEVNULL)
+        shutil.rmtree(STATE, ignore_errors=True)
+    log("lab is down")
+
+
+def ensure_keys():
+    SSH_DIR.mkdir(parents=True, exist_ok=True)
+    os.chmod(SSH_DIR, 0o700)
+    for name, comment in (("id_ed25519", "ansible@dsv41-lab"), ("fleet_ed25519", "mia@spark1-launcher")):
+        key = SSH_DIR / name
+        if not key.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)])
+    return SSH_DIR / "id_ed25519"
+
+
+def ensure_models():
+    run([sys.executable, str(LAB / "tools" / "make_checkpoint.py"), "--out", str(STATE / "models")])
+
+
+def write_meminfo(host, spec):
+    path = STATE / f"meminfo-{host}"
+    avail = spec["mem_available_kb"]
+    free = avail // 3
+    path.write_text(
+        f"MemTotal:       {MEM_TOTAL_KB} kB\n"
+        f"MemFree:        {free} kB\n"
+        f"MemAvailable:   {avail} kB\n"
+        f"Buffers:          12288 kB\n"
+        f"Cached:         {avail - free} kB\n"
+        f"SwapCached:           0 kB\n"
+        f"Active:         {MEM_TOTAL_KB // 2} kB\n"
+        f"Inactive:       {MEM_TOTAL_KB // 8} kB\n"
+        f"SwapTotal:            0 kB\n"
+        f"SwapFree:             0 kB\n"
+        f"Dirty:              128 kB\n"
+        f"Shmem:           262144 kB\n"
+    )
+    os.chmod(path, 0o444)
+    return path
+
+
+def ensure_network():
+    if run(["podman", "network", "exists", NETWORK], check=False).returncode == 0:
+        info = json.loads(run(["podman", "network", "inspect", NETWORK], capture=True).stdout)
+        subnets = [s.get("subnet") for s in info[0].get("subnets", [])]
+        if SUBNET in subnets:
+            return
+        run(["podman", "network", "rm", "-f", NETWORK], stdout=subprocess.DEVNULL)
+    run(["podman", "network", "create", "--label", LABEL, "--subnet", SUBNET, NETWORK], stdout=subprocess.DEVNULL)
+
+
+def start_host(host, spec, ref):
+    args = PODMAN_RUN + [
+        "run", "-d", "--name", container(host), "--hostname", host, "--label", LABEL,
+        "--systemd=always", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096",
+        "--network", NETWORK, "--ip", spec["ip"], "-p", "127.0.0.1::22",
+        "-v", f"{write_meminfo(host, spec)}:/proc/meminfo:ro",
+        "-v", f"{STATE / 'models'}:/srv/models:{spec['models']}",
+    ]
+    for other, ospec in HOSTS.items():
+        args += ["--add-host", f"{other}:{ospec['ip']}"]
+    for path, size in spec["tmpfs"].items():
+        args += ["--tmpfs", f"{path}:rw,size={size},mode=0755"]
+    run(args + [ref], stdout=subprocess.DEVNULL)
+
+
+def pexec(host, *cmd, user=None, check=True, capture=False):
+    args = ["podman", "exec"]
+    if user:
+        args += ["--user", user, "--workdir", f"/home/{user}"]
+    return run(args + [container(host), *cmd], check=check, capture=capture)
+
+
+def wait_running(host, timeout=90):
+    deadline = time.time() + timeout
+    state = ""
+    while time.time() < deadline:
+        res = pexec(host, "systemctl", "is-system-running", check=False, capture=True)
+        state = res.stdout.strip()
+        if state in ("running", "degraded"):
+            break
+        time.sleep(1)
+    if state != "running":
+        failed = pexec(host, "systemctl", "--failed", "--no-legend", check=False, capture=True).stdout
+        raise SystemExit(f"[lab] {host}: systemd is '{state}', not running. Failed units:\n{failed}")
+
+
+def setup_users(host, spec):
+    user = spec["user"]
+    pub = (SSH_DIR / "id_ed25519.pub").read_text()
+    fleet_pub = (SSH_DIR / "fleet_ed25519.pub").read_text()
+    keys = pub + (fleet_pub if host != "spark1" else "")
+    script = f"""
+set -e
+id -u {user} >/dev/null 2>&1 || useradd -u 1000 -U -s /bin/bash -d /home/{user} -m -k /etc/skel {user}
+chown {user}:{user} /home/{user}
+echo '{user} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/90-{user}
+chmod 0440 /etc/sudoers.d/90-{user}
+install -d -m 0700 -o {user} -g {user} /home/{user}/.ssh
+printf '%s' '{keys}' > /home/{user}/.ssh/authorized_keys
+chown {user}:{user} /home/{user}/.ssh/authorized_keys
+chmod 0600 /home/{user}/.ssh/authorized_keys
+"""
+    pexec(host, "bash", "-c", script)
+    if host == "spark1":
+        # The launcher on the head reaches the workers as their login user over ssh.
+        priv = (SSH_DIR / "fleet_ed25519").read_text()
+        script = f"""
+set -e
+umask 077
+printf '%s' '{priv}' > /home/{user}/.ssh/id_ed25519
+printf '%s' '{fleet_pub}' > /home/{user}/.ssh/id_ed25519.pub
+printf 'Host spark2 spark3\\n  StrictHostKeyChecking accept-new\\n  BatchMode yes\\n' > /home/{user}/.ssh/config
+chown -R {user}:{user} /home/{user}/.ssh
+"""
+        pexec(host, "bash", "-c", script)
+
+
+def write_connection(host, spec, key):
+    port = run(["podman", "port", container(host), "22/tcp"], capture=True).stdout.strip().rsplit(":", 1)[1]
+    path = INVENTORY / "host_vars" / host / "lab_connection.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "---\n# Written by `make lab-up` (lab/labctl.py); never committed. Where Ansible reaches this lab host.\n"
+        f"ansible_host: 127.0.0.1\nansible_port: {port}\n"
+        f"ansible_ssh_private_key_file: {key}\n"
+        "ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR\n"
+    )
+    return int(port)
+
+
+def wait_ssh(host, spec, port, key, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        res = run(["ssh", "-i", str(key), "-p", str(port), "-o", "StrictHostKeyChecking=no",
+                   "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+                   "-o", "ConnectTimeout=3", f"{spec['user']}@127.0.0.1", "hostname"],
+                  check=False, capture=True)
+        if res.returncode == 0 and res.stdout.strip() == host:
+            return
+        time.sleep(1)
+    raise SystemExit(f"[lab] {host}: ssh on 127.0.0.1:{port} did not answer as {host} within {timeout}s")
+
+
+def seed(host):
+    pexec(host, "python3", "/usr/local/lib/dsv41-lab/seed/host_seed.py", "--host", host)
+
+
+def serve():
+    """Start the engines through the lab launcher, as the operator would: workers first, then the head."""
+    pexec("spark1", "/home/mia/dsv41-3x-spark/start.sh", "serve", user="mia")
+
+
+def up(skip_serve=False):
+    t0 = time.time()
+    ref = build()
+    key = ensure_keys()
+    ensure_models()
+    for name in lab_containers():
+        log(f"replacing {name} left from an earlier run")
+        run(["podman", "rm", "-f", "-t", "2", name], check=False, stdout=subprocess.DEVNULL)
+    ensure_network()
+    for host, spec in HOSTS.items():
+        start_host(host, spec, ref)
+    for host, spec in HOSTS.items():
+        wait_running(host)
+        setup_users(host, spec)
+        port = write_connection(host, spec, key)
+        wait_ssh(host, spec, port, key)
+        seed(host)
+        log(f"{host} is up on 127.0.0.1:{port}")
+    if not skip_serve:
+        serve()
+    log(f"lab up in {time.time() - t0:.1f}s")
+
+
+def is_up():
+    """True when all three hosts run, answer ssh as themselves and have their connection files."""
+    key = SSH_DIR / "id_ed25519"
+    if not key.exists():
+        return False
+    for host, spec in HOSTS.items():
+        res = run(["podman", "inspect", "--format", "{{.State.Status}}", container(host)], check=False, capture=True)
+        conn = INVENTORY / "host_vars" / host / "lab_connection.yml"
+        if res.returncode != 0 or res.stdout.strip() != "running" or not conn.exists():
+            return False
+        port = run(["podman", "port", container(host), "22/tcp"], capture=True, check=False).stdout.strip()
+        if f"ansible_port: {port.rsplit(':', 1)[-1]}" not in conn.read_text():
+            return False
+        try:
+            wait_ssh(host, spec, port.rsplit(":", 1)[-1], key, timeout=5)
+        except SystemExit:
+            return False
+    return True
+
+
+def status():
+    for host in HOSTS:
+        res = run(["podman", "inspect", "--format", "{{.State.Status}}", container(host)], check=False, capture=True)
+        state = res.stdout.strip() if res.returncode == 0 else "absent"
+        print(f"{host:7} {container(host):18} {state}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["build", "up", "ensure", "down", "purge", "status"])
+    parser.add_argument("--no-serve", action="store_true", help="up: seed the hosts but do not start the engines")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("[lab] run as root (podman with runc and tmpfs volumes of exact sizes)")
+    if args.action == "build":
+        build()
+    elif args.action == "up":
+        up(skip_serve=args.no_serve)
+    elif args.action == "ensure":
+        if is_up():
+            log("lab is up")
+        else:
+            up(skip_serve=args.no_serve)
+    elif args.action == "down":
+        down()
+    elif args.action == "purge":
+        down(purge=True)
+    else:
+        status()
+
+
+if __name__ == "__main__":
+    main()
