@@ -57,8 +57,10 @@ lab-status:
 status: lab-ensure ## fleet status on the lab (read-only)
 	$(BIN)/ansible-playbook playbooks/fleet_status.yml
 
-demo: lab-up ## bring the lab up and run the main job on it
+demo: lab-up ## bring the lab up and run the main job on it (stage A in check mode)
 	$(BIN)/ansible-playbook playbooks/fleet_status.yml
+	@# In the report's state the preflight stops at spark2 (short of space): that verdict is the demo.
+	-$(BIN)/ansible-playbook playbooks/stage_a_pack.yml --check
 
 lint: setup ## yamllint and ansible-lint (production profile)
 	$(BIN)/yamllint -s .

@@ -1,0 +1,127 @@
+"""Helpers shared by the lab-level tests: run playbooks, reach lab hosts, snapshot their files.
+
+Lab hosts are reached through podman (`podman exec`) for inspection only; everything under test goes
+through Ansible exactly as an operator runs it.
+"""
+import hashlib
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB_INVENTORY = ROOT / "inventory" / "lab"
+HOSTS = ("spark1", "spark2", "spark3")
+MODELS = ROOT / "lab" / ".state" / "models"
+FULL_CHECKPOINT = "/srv/models/DeepSeek-V4.1-Flash"
+MINI_CHECKPOINT = "/srv/models/DeepSeek-V4.1-Flash-mini"
+
+
+def env():
+    e = dict(os.environ)
+    venv_bin = str(ROOT / ".venv" / "bin")
+    e["PATH"] = venv_bin + os.pathsep + e.get("PATH", "")
+    e.update({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0", "DSV41_LAB_ONLY": "1",
+              "ANSIBLE_NOCOLOR": "1"})
+    return e
+
+
+def lab(action):
+    subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), action], check=True, cwd=ROOT)
+
+
+def playbook(name, *args, inventories=(LAB_INVENTORY,)):
+    """Run a playbook; return (returncode, combined output)."""
+    cmd = ["ansible-playbook", str(ROOT / "playbooks" / name)]
+    for inv in inventories:
+        cmd += ["-i", str(inv)]
+    res = subprocess.run(cmd + list(args), cwd=ROOT, env=env(), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+    return res.returncode, res.stdout
+
+
+def recap(output):
+    """{host: {ok, changed, failed, ...}} from the PLAY RECAP (summed over plays)."""
+    result = {}
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
+        counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
+        result[host] = counts
+    return result
+
+
+def sh(host, script, user=None, check=True):
+    cmd = ["podman", "exec"]
+    if user:
+        cmd += ["--user", user]
+    res = subprocess.run(cmd + [f"dsv41-lab-{host}", "bash", "-c", script], text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{host}: {script!r} failed ({res.returncode}): {res.stderr}")
+    return res.stdout
+
+
+def read_bytes(host, path):
+    res = subprocess.run(["podman", "exec", f"dsv41-lab-{host}", "cat", path], stdout=subprocess.PIPE, check=True)
+    return res.stdout
+
+
+SNAPSHOT_SCRIPT = r"""
+import hashlib, json, os, sys
+out = {}
+for root in sys.argv[1:]:
+    if not os.path.exists(root):
+        continue
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(d, name)
+            st = os.lstat(p)
+            h = ""
+            if os.path.isfile(p) and not os.path.islink(p):
+                # Hash every data extent with its offset (SEEK_DATA/SEEK_HOLE): exact for the sparse
+                # full-scale checkpoint and TP2 files without reading hundreds of GB of holes.
+                hd = hashlib.sha256()
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    off = 0
+                    while off < st.st_size:
+                        try:
+                            start = os.lseek(fd, off, os.SEEK_DATA)
+                        except OSError:
+                            break
+                        end = os.lseek(fd, start, os.SEEK_HOLE)
+                        hd.update(str(start).encode())
+                        pos = start
+                        while pos < end:
+                            chunk = os.pread(fd, min(1 << 22, end - pos), pos)
+                            if not chunk:
+                                break
+                            hd.update(chunk)
+                            pos += len(chunk)
+                        off = end
+                finally:
+                    os.close(fd)
+                h = hd.hexdigest()
+            out[p] = [st.st_size, oct(st.st_mode), h]
+print(json.dumps(out, sort_keys=True))
+"""
+
+
+def snapshot(paths_by_host):
+    """{host: {path: [size, mode, sha256]}} for every file and directory under the given roots."""
+    snap = {}
+    for host, roots in paths_by_host.items():
+        out = subprocess.run(["podman", "exec", f"dsv41-lab-{host}", "python3", "-c", SNAPSHOT_SCRIPT, *roots],
+                             check=True, text=True, stdout=subprocess.PIPE).stdout
+        snap[host] = json.loads(out)
+    return snap
+
+
+def set_launcher_env(**settings):
+    """Set keys in the head's launcher .env (a lab fixture step standing in for container_env)."""
+    lines = "".join(f"sed -i '/^{k}=/d' .env; echo '{k}={v}' >> .env; " for k, v in settings.items())
+    sh("spark1", f"cd /home/mia/dsv41-3x-spark && {lines}", user="mia")
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,95 @@
+"""Inventories: production is parsed only (never connected to); preflight catches broken ones first."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from labhelpers import LAB_INVENTORY, ROOT, env, playbook
+
+sys.path.insert(0, str(ROOT / "filter_plugins"))
+import fleet  # noqa: E402  (filter plugin under test, from the repo)
+
+
+def inventory(path):
+    out = subprocess.run(["ansible-inventory", "-i", str(path), "--list"], env=env(), cwd=ROOT,
+                         check=True, text=True, stdout=subprocess.PIPE).stdout
+    data = json.loads(out)
+    hostvars = data["_meta"]["hostvars"]
+    groups = {}
+
+    def hosts_of(group):
+        node = data.get(group, {})
+        found = list(node.get("hosts", []))
+        for child in node.get("children", []):
+            found += hosts_of(child)
+        return found
+
+    for group in ("dsv41_ranks", "head", "workers"):
+        groups[group] = hosts_of(group)
+    return hostvars, groups
+
+
+def test_production_inventory_is_consistent_and_points_at_the_real_fleet():
+    hostvars, groups = inventory(ROOT / "inventory" / "production")
+    # Variables are templates until Ansible renders them; the raw values are what the rules check here.
+    assert fleet.dsv41_inventory_errors(hostvars, groups) == []
+    assert {h: hostvars[h]["ansible_host"] for h in groups["dsv41_ranks"]} == {
+        "spark1": "10.0.0.1", "spark2": "10.0.0.2", "spark3": "10.0.0.3"}
+    assert groups["head"] == ["spark1"] and sorted(groups["workers"]) == ["spark2", "spark3"]
+
+
+def test_lab_and_production_share_groups_and_host_variables():
+    lab_vars, lab_groups = inventory(LAB_INVENTORY)
+    prod_vars, prod_groups = inventory(ROOT / "inventory" / "production")
+    assert lab_groups == prod_groups
+    for host in prod_groups["dsv41_ranks"]:
+        for var in ("dsv41_rank", "dsv41_login_user", "dsv41_launcher_dir", "dsv41_engram_dir"):
+            assert lab_vars[host][var] == prod_vars[host][var], (host, var)
+
+
+def test_ansible_cfg_defaults_to_the_lab():
+    cfg = (ROOT / "ansible.cfg").read_text()
+    assert "inventory = inventory/lab" in cfg
+
+
+@pytest.fixture
+def broken_inventory(tmp_path):
+    inv = tmp_path / "inventory"
+    shutil.copytree(LAB_INVENTORY, inv, ignore=shutil.ignore_patterns("lab_connection.yml"))
+    return inv
+
+
+def test_two_hosts_at_rank_one_fail_in_the_first_task(broken_inventory):
+    main = broken_inventory / "host_vars" / "spark3" / "main.yml"
+    main.write_text(main.read_text().replace("dsv41_rank: 2", "dsv41_rank: 1"))
+    rc, out = playbook("fleet_status.yml", inventories=(broken_inventory,))
+    assert rc != 0
+    assert "rank 1 is held by more than one host: spark2, spark3" in out
+    # The first task failed: no other task ran, no host was contacted.
+    tasks = [t for t in re.findall(r"TASK \[([^\]]+)\]", out) if "Validating arguments against arg spec" not in t]
+    assert tasks == ["preflight : Validate the inventory (ranks, head, TP size, per-host variables)"], out
+    assert "UNREACHABLE" not in out
+
+
+def test_missing_and_mistyped_variables_are_named(broken_inventory):
+    main = broken_inventory / "host_vars" / "spark2" / "main.yml"
+    text = main.read_text().replace("dsv41_rank: 1", "dsv41_rank: one")
+    main.write_text("\n".join(line for line in text.splitlines() if not line.startswith("dsv41_engram_dir")))
+    rc, out = playbook("fleet_status.yml", inventories=(broken_inventory,))
+    assert rc != 0
+    assert "spark2: dsv41_rank='one' is not a non-negative integer" in out
+    assert "spark2: dsv41_engram_dir is not set" in out
+
+
+def test_an_inventory_named_production_is_refused_from_a_lab_only_machine(broken_inventory):
+    # A copy of the lab inventory (lab addresses only) that calls itself production: the real
+    # production inventory is never handed to ansible-playbook on this machine.
+    group_vars = broken_inventory / "group_vars" / "dsv41_ranks.yml"
+    group_vars.write_text(group_vars.read_text().replace("dsv41_fleet_name: lab", "dsv41_fleet_name: production"))
+    rc, out = playbook("fleet_status.yml", inventories=(broken_inventory,))
+    assert rc != 0
+    assert "This control node is lab-only" in out
+    assert "UNREACHABLE" not in out

@@ -1,0 +1,220 @@
+"""Build synthetic safetensors checkpoints (and run Ansible modules) for tests and benchmarks.
+
+Written straight from the format description (8-byte LE header length, JSON header, data), not
+from module_utils/engram_format.py, so tests that use it check that code independently.
+
+Two flavours:
+- data checkpoints: small real Engram tables filled with random bytes, for packing;
+- header-only checkpoints (``sparse=True``): full-size shapes, the data area is a hole made with
+  ``truncate``, so a 98 GB table costs no disk. Used for the space arithmetic.
+"""
+import contextlib
+import io
+import json
+import os
+import struct
+import sys
+
+FULL_SCALE_ROWS = {1: 384006168, 14: 384016684}  # the real DeepSeek-V4.1-Flash tables
+INDEX_NAME = "model.safetensors.index.json"
+
+# Unrelated tensors so the Engram data never starts at data offset 0.
+FILLER_TENSORS = (
+    ("embed.weight", "BF16", [64, 32]),
+    ("layers.0.attn.wq.weight", "BF16", [32, 32]),
+)
+_DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1, "F8_E8M0": 1, "U8": 1}
+
+
+def tensor_bytes(dtype, shape):
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count * _DTYPE_BYTES[dtype]
+
+
+def write_safetensors(path, tensors, sparse=False, chunk=64 << 20):
+    """Write a safetensors file. ``tensors``: list of (name, dtype, shape[, data]).
+
+    ``data`` (bytes) is optional; without it the tensor is filled with random bytes, or left as
+    a hole when ``sparse``. Returns the header dict written.
+    """
+    header, offset = {}, 0
+    for entry in tensors:
+        name, dtype, shape = entry[:3]
+        size = tensor_bytes(dtype, shape)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    write_raw_safetensors(path, header)
+    with open(path, "r+b") as handle:
+        base = handle.seek(0, os.SEEK_END)
+        if sparse:
+            handle.truncate(base + offset)
+            return header
+        for entry in tensors:
+            size = tensor_bytes(entry[1], entry[2])
+            if len(entry) > 3 and entry[3] is not None:
+                assert len(entry[3]) == size, entry[0]
+                handle.write(entry[3])
+                continue
+            while size:
+                step = min(size, chunk)
+                handle.write(os.urandom(step))
+                size -= step
+    return header
+
+
+def write_raw_safetensors(path, header, pad_to=8):
+    """Write only the length prefix and the JSON header (space-padded like safetensors does)."""
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % pad_to)
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(raw)) + raw)
+
+
+def read_header(path):
+    """Return (header, data_start) of a safetensors file, written independently of engram_format."""
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        return json.loads(handle.read(length)), 8 + length
+
+
+def rewrite_header(path, mutate):
+    """Apply ``mutate(header)`` to a safetensors file's header in place, keeping its data bytes."""
+    header, start = read_header(path)
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        data = handle.read()
+    mutate(header)
+    write_raw_safetensors(path, header)
+    with open(path, "ab") as handle:
+        handle.write(data)
+
+
+def engram_tensors(layer, rows):
+    return [("layers.%d.engram.embed.weight" % layer, "F8_E4M3", [rows, 256]),
+            ("layers.%d.engram.embed.scale" % layer, "F8_E8M0", [rows, 8])]
+
+
+def make_checkpoint(root, rows=None, sparse=False, split=True, scale_first=(14,)):
+    """Create a checkpoint directory ``root`` with Engram tables for ``rows`` ({layer: N}).
+
+    With ``split`` layer 1 goes in shard 1 and every other layer in shard 2 (each with filler
+    tensors around it); otherwise all live in one file. Layers in ``scale_first`` store the scale
+    tensor before the weight tensor, so readers cannot assume an order. Returns a dict with
+    ``dir``, ``index`` and ``shards`` ({layer: shard path}).
+    """
+    rows = dict(FULL_SCALE_ROWS if rows is None else rows)
+    os.makedirs(root, exist_ok=True)
+    names = (["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"] if split
+             else ["model.safetensors"])
+    contents = {name: [] for name in names}
+    contents[names[0]].append(FILLER_TENSORS[0])
+    for layer, count in sorted(rows.items()):
+        name = names[0] if (layer == 1 or not split) else names[-1]
+        pair = engram_tensors(layer, count)
+        contents[name].extend(reversed(pair) if layer in scale_first else pair)
+    contents[names[-1]].append(FILLER_TENSORS[1])
+    weight_map, shards = {}, {}
+    for name, tensors in contents.items():
+        write_safetensors(os.path.join(root, name), tensors, sparse=sparse)
+        for tensor in tensors:
+            weight_map[tensor[0]] = name
+    for layer in rows:
+        shards[layer] = os.path.join(root, weight_map["layers.%d.engram.embed.weight" % layer])
+    index = os.path.join(root, INDEX_NAME)
+    with open(index, "w") as handle:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, handle, indent=1)
+    return {"dir": root, "index": index, "shards": shards}
+
+
+def edit_index(checkpoint_dir, mutate):
+    """Apply ``mutate(index_dict)`` to the checkpoint's index file."""
+    path = os.path.join(checkpoint_dir, INDEX_NAME)
+    with open(path) as handle:
+        index = json.load(handle)
+    mutate(index)
+    with open(path, "w") as handle:
+        json.dump(index, handle)
+
+
+def expected_shard(checkpoint_dir, layer, rank, tp_size):
+    """Bytes of a packed shard built straight from the SPEC format (independent reader)."""
+    with open(os.path.join(checkpoint_dir, INDEX_NAME)) as handle:
+        weight_map = json.load(handle)["weight_map"]
+    wname = "layers.%d.engram.embed.weight" % layer
+    sname = "layers.%d.engram.embed.scale" % layer
+    path = os.path.join(checkpoint_dir, weight_map[wname])
+    header, start = read_header(path)
+    n_rows = header[wname]["shape"][0]
+    lo, hi = n_rows * rank // tp_size, n_rows * (rank + 1) // tp_size
+    out = io.BytesIO()
+    out.write(struct.pack("<6Q", 0x31344E4531565344, layer, lo, hi, n_rows, 264).ljust(4096, b"\0"))
+    with open(path, "rb") as handle:
+        handle.seek(start + header[wname]["data_offsets"][0] + lo * 256)
+        weights = handle.read((hi - lo) * 256)
+        handle.seek(start + header[sname]["data_offsets"][0] + lo * 8)
+        scales = handle.read((hi - lo) * 8)
+    for i in range(hi - lo):
+        out.write(weights[i * 256:(i + 1) * 256])
+        out.write(scales[i * 8:(i + 1) * 8])
+    return out.getvalue()
+
+
+def snapshot(directory):
+    """{name: (size, mtime_ns, sha256)} of the regular files in ``directory``."""
+    import hashlib
+    state = {}
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                digest = hashlib.sha256(handle.read()).hexdigest()
+            st = os.stat(path)
+            state[name] = (st.st_size, st.st_mtime_ns, digest)
+    return state
+
+
+def run_module(main, args, check_mode=False, capsys=None):
+    """Run an Ansible module's ``main()`` with ``args``; return its result JSON (dict).
+
+    Patches ``ansible.module_utils.basic`` args the community.general way and catches the
+    SystemExit that exit_json/fail_json raise. ``failed`` is set in the result on failure.
+    """
+    from ansible.module_utils import basic
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    module_args = dict(args)
+    if check_mode:
+        module_args["_ansible_check_mode"] = True
+    payload = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": module_args}))
+    stdout = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_patched(basic, "_ANSIBLE_ARGS", payload))
+        if hasattr(basic, "_ANSIBLE_PROFILE"):  # ansible-core >= 2.19 needs a serialization profile
+            stack.enter_context(_patched(basic, "_ANSIBLE_PROFILE", "legacy"))
+        stack.enter_context(contextlib.redirect_stdout(stdout))
+        try:
+            main()
+        except SystemExit:
+            pass
+    return json.loads(stdout.getvalue())
+
+
+@contextlib.contextmanager
+def _patched(obj, name, value):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def python_with_module_utils():
+    """sys.executable plus a PYTHONPATH-free bootstrap snippet that makes
+    ``ansible.module_utils.engram_format`` importable in a subprocess."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    bootstrap = ("import ansible.module_utils as _m; _m.__path__.append(%r)\n"
+                 % os.path.join(root, "module_utils"))
+    return sys.executable, bootstrap
