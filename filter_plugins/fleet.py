@@ -55,6 +55,11 @@ def dsv41_inventory_errors(hostvars, groups, rank_group="dsv41_ranks", head_grou
             elif not ok(hv[var]):
                 errors.append(f"{host}: {var}={hv[var]!r} is not {want}")
 
+    for host in ranks_hosts:
+        hv = hostvars.get(host, {})
+        if "ansible_user" in hv and "dsv41_login_user" in hv and hv["ansible_user"] != hv["dsv41_login_user"]:
+            errors.append(f"{host}: ansible_user={hv['ansible_user']!r} differs from dsv41_login_user={hv['dsv41_login_user']!r}")
+
     if len(heads) != 1:
         errors.append(f"group '{head_group}' must hold exactly one host, has {len(heads)}: {', '.join(heads) or 'none'}")
     for host in heads:

@@ -218,3 +218,133 @@ def python_with_module_utils():
     bootstrap = ("import ansible.module_utils as _m; _m.__path__.append(%r)\n"
                  % os.path.join(root, "module_utils"))
     return sys.executable, bootstrap
+
+
+# --------------------------------------------------------------------------- malformed inputs
+# Each builder makes a broken checkpoint under ``root`` and returns what a reader must report:
+# {"dir", "rank", "tp_size", "file" (the path the message must name), "message" (a substring)}.
+SMALL_ROWS = {1: 40, 14: 30}
+
+
+def _broken(root, mutate, rows=None, rank=1, tp_size=3):
+    ckpt = make_checkpoint(root, rows=rows or SMALL_ROWS)
+    file, message = mutate(ckpt)
+    return {"dir": ckpt["dir"], "rank": rank, "tp_size": tp_size, "file": file, "message": message}
+
+
+def _set(path, data):
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return path
+
+
+def _edit_tensor(path, name, **fields):
+    rewrite_header(path, lambda header: header[name].update(fields))
+
+
+def _m_truncated_header(c):
+    return _set(c["shards"][14], b"\x10\x00\x00"), "truncated safetensors header"
+
+
+def _m_header_past_eof(c):
+    return _set(c["shards"][14], struct.pack("<Q", 10 ** 6) + b"{}"), "runs past the end of the file"
+
+
+def _m_invalid_json(c):
+    return _set(c["shards"][14], struct.pack("<Q", 9) + b"{not json"), "not valid JSON"
+
+
+def _m_header_not_object(c):
+    return _set(c["shards"][14], struct.pack("<Q", 2) + b"[]"), "not an object"
+
+
+def _m_missing_in_index(c):
+    edit_index(c["dir"], lambda index: index["weight_map"].pop("layers.14.engram.embed.scale"))
+    return c["index"], "layers.14.engram.embed.scale is missing from weight_map"
+
+
+def _m_missing_in_header(c):
+    rewrite_header(c["shards"][14], lambda header: header.pop("layers.14.engram.embed.weight"))
+    return c["shards"][14], "missing from the safetensors header"
+
+
+def _m_wrong_dtype(c):
+    _edit_tensor(c["shards"][1], "layers.1.engram.embed.weight", dtype="BF16")
+    return c["shards"][1], "dtype 'BF16', expected F8_E4M3"
+
+
+def _m_wrong_scale_dtype(c):
+    _edit_tensor(c["shards"][14], "layers.14.engram.embed.scale", dtype="U8")
+    return c["shards"][14], "expected F8_E8M0"
+
+
+def _m_wrong_shape(c):
+    _edit_tensor(c["shards"][1], "layers.1.engram.embed.weight", shape=[80, 128])
+    return c["shards"][1], "shape [80, 128], expected [N, 256]"
+
+
+def _m_scale_rows_differ(c):
+    path = os.path.join(c["dir"], "model-00001-of-00002.safetensors")
+    write_safetensors(path, [FILLER_TENSORS[0], *engram_tensors(1, 40)[:1],
+                             ("layers.1.engram.embed.scale", "F8_E8M0", [39, 8])])
+    return path, "layers.1.engram.embed.scale has 39 rows but layers.1.engram.embed.weight has 40"
+
+
+def _m_different_files(c):
+    edit_index(c["dir"], lambda index: index["weight_map"].update(
+        {"layers.14.engram.embed.scale": "model-00001-of-00002.safetensors"}))
+    return c["index"], "both must be in the same file"
+
+
+def _m_missing_index(c):
+    os.unlink(c["index"])
+    return c["index"], "checkpoint index not found"
+
+
+def _m_index_invalid_json(c):
+    return _set(c["index"], b"{\"weight_map\": "), "checkpoint index is not valid JSON"
+
+
+def _m_no_weight_map(c):
+    edit_index(c["dir"], lambda index: index.pop("weight_map"))
+    return c["index"], "has no weight_map"
+
+
+def _m_offsets_outside(c):
+    _edit_tensor(c["shards"][14], "layers.0.attn.wq.weight", data_offsets=[0, 10 ** 9])
+    return c["shards"][14], "past the end of the file"
+
+
+def _m_length_mismatch(c):
+    _edit_tensor(c["shards"][1], "layers.1.engram.embed.weight", shape=[39, 256])
+    return c["shards"][1], "holds 10240 data bytes but shape [39, 256] needs 9984"
+
+
+def _m_fewer_rows_than_ranks(c):
+    return c["shards"][14], "fewer than tp_size 3"
+
+
+def _m_rank_out_of_range(c):
+    return c["dir"], "rank 3 is outside 0..2 for tp_size 3"
+
+
+MALFORMED_CASES = {
+    "truncated_header": lambda root: _broken(root, _m_truncated_header),
+    "header_length_past_eof": lambda root: _broken(root, _m_header_past_eof),
+    "invalid_json_header": lambda root: _broken(root, _m_invalid_json),
+    "header_not_object": lambda root: _broken(root, _m_header_not_object),
+    "missing_tensor_in_index": lambda root: _broken(root, _m_missing_in_index),
+    "missing_tensor_in_shard": lambda root: _broken(root, _m_missing_in_header),
+    "wrong_weight_dtype": lambda root: _broken(root, _m_wrong_dtype),
+    "wrong_scale_dtype": lambda root: _broken(root, _m_wrong_scale_dtype),
+    "wrong_shape": lambda root: _broken(root, _m_wrong_shape),
+    "scale_rows_differ": lambda root: _broken(root, _m_scale_rows_differ),
+    "weight_scale_different_files": lambda root: _broken(root, _m_different_files),
+    "missing_index": lambda root: _broken(root, _m_missing_index),
+    "index_invalid_json": lambda root: _broken(root, _m_index_invalid_json),
+    "index_without_weight_map": lambda root: _broken(root, _m_no_weight_map),
+    "data_offsets_outside_file": lambda root: _broken(root, _m_offsets_outside),
+    "data_length_not_shape": lambda root: _broken(root, _m_length_mismatch),
+    "fewer_rows_than_ranks": lambda root: _broken(root, _m_fewer_rows_than_ranks, rows={1: 40, 14: 2}),
+    "rank_out_of_range": lambda root: _broken(root, _m_rank_out_of_range, rank=3),
+}

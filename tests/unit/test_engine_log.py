@@ -59,6 +59,7 @@ def reference_scan(lines, kinds=E.ALL_KINDS):
     """Naive per-line implementation: parse_line + the state machine, line by line."""
     st = E._State("<ref>", frozenset(kinds))
     for line in lines:
+        st.saw_text = True
         ev = E.parse_line(line)
         if ev is None:
             continue

@@ -1,0 +1,512 @@
+"""Tests for the lab stand-ins (docker, nvidia-smi), the host seeder and the checkpoint maker.
+
+They run on the control machine: every stand-in is pointed at a temporary state directory
+through its environment variables, and the engine is replaced by a tiny fake script.
+"""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = ROOT / "lab"
+DOCKER = LAB / "standins" / "docker"
+NVSMI = LAB / "standins" / "nvidia-smi"
+SEED = LAB / "seed" / "host_seed.py"
+MAKE_CKPT = LAB / "tools" / "make_checkpoint.py"
+
+FAKE_ENGINE = r'''
+import os, sys, time, json
+print("fake engine argv=%s name=%s mounts=%s secret=%s mode=%s" % (
+    json.dumps(sys.argv[1:]), os.environ.get("LAB_CONTAINER_NAME"), os.environ.get("LAB_MOUNTS"),
+    os.environ.get("CALLER_SECRET", "-"), os.environ.get("DSV41_MODE", "-")), flush=True)
+print("Ready: API on port 8888", flush=True)
+if "--exit-3" in sys.argv:
+    sys.exit(3)
+while True:
+    time.sleep(0.1)
+'''
+
+
+def load(path, name):
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def dk(tmp_path):
+    """Run the docker stand-in against a private state dir and a fake engine."""
+    engine = tmp_path / "fake_engine.py"
+    engine.write_text(FAKE_ENGINE)
+    state = tmp_path / "docker-state"
+    env = dict(os.environ, LAB_DOCKER_STATE_DIR=str(state), LAB_DOCKER_ENGINE=str(engine),
+               CALLER_SECRET="must-not-leak")
+
+    def run(*args, check=True, extra_env=None):
+        e = dict(env, **(extra_env or {}))
+        p = subprocess.run([sys.executable, str(DOCKER)] + list(args), env=e, text=True,
+                           capture_output=True, timeout=60)
+        if check and p.returncode != 0:
+            raise AssertionError("docker %s failed (%d): %s" % (args, p.returncode, p.stderr))
+        return p
+
+    run.state = state
+    run.env = env
+    yield run
+    # stop whatever engines the test left running (by their recorded process group)
+    try:
+        data = json.loads((state / "containers.json").read_text())
+    except (OSError, ValueError):
+        data = []
+    for c in data:
+        pgid = c.get("Lab", {}).get("pgid")
+        if pgid:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def wait_for(pred, timeout=10.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+# --------------------------------------------------------------------------------------------
+# docker stand-in
+# --------------------------------------------------------------------------------------------
+def test_docker_engine_lifecycle(dk, tmp_path):
+    engram = tmp_path / "engram"
+    engram.mkdir()
+    out = dk("run", "-d", "--name", "dsv41-head", "--network", "host", "-v", "%s:/engram" % engram,
+             "-v", "/srv/models:/srv/models:ro", "-e", "DSV41_MODE", "-e", "NOT_SET_ANYWHERE", "-e", "A=1",
+             "--label", "owner=mia", "dsv41-sglang:tp3", "--tp", "3",
+             extra_env={"DSV41_MODE": "from-caller"}).stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", out)
+    log = dk.state / "logs" / "dsv41-head.log"
+    assert wait_for(lambda: log.exists() and "Ready: API on port 8888" in log.read_text())
+    text = log.read_text()
+    assert 'argv=["--tp", "3"]' in text and "name=dsv41-head" in text
+    assert '"/engram": "%s"' % engram in text
+    assert "secret=-" in text, "the caller's environment must not reach the engine"
+    assert "mode=from-caller" in text, "-e K takes K from the caller's environment"
+
+    env = json.loads(dk("inspect", "-f", "{{json .Config.Env}}", "dsv41-head").stdout)
+    assert "DSV41_MODE=from-caller" in env and "A=1" in env
+    assert not any(e.startswith("NOT_SET_ANYWHERE") for e in env)
+    src = dk("inspect", "--format",
+             '{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{end}}{{end}}', "dsv41-head").stdout
+    assert src.strip() == str(engram)
+    assert dk("inspect", "-f", '{{index .Config.Labels "owner"}} {{.Name}} {{.State.Status}} {{.HostConfig.NetworkMode}}',
+              "dsv41-head").stdout.strip() == "mia /dsv41-head running host"
+
+    # conflict, like docker
+    p = dk("run", "-d", "--name", "dsv41-head", "dsv41-sglang:tp3", check=False)
+    assert p.returncode == 125 and 'Conflict. The container name "/dsv41-head" is already in use' in p.stderr
+
+    # pause / unpause signal the process group
+    pid = int(dk("inspect", "-f", "{{.State.Pid}}", "dsv41-head").stdout)
+    assert dk("pause", "dsv41-head").stdout == "dsv41-head\n"
+    assert wait_for(lambda: open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "T")
+    assert "(Paused)" in dk("ps", "--format", "{{.Status}}").stdout
+    dk("unpause", "dsv41-head")
+    assert dk("ps", "--format", "{{.State}}").stdout.strip() == "running"
+
+    # restart appends a second boot to the log
+    dk("restart", "-t", "2", "dsv41-head")
+    assert wait_for(lambda: log.read_text().count("Ready: API on port 8888") == 2)
+
+    # stop: SIGTERM, recorded exit
+    assert dk("stop", "-t", "5", "dsv41-head").stdout == "dsv41-head\n"
+    st = json.loads(dk("inspect", "-f", "{{json .State}}", "dsv41-head").stdout)
+    assert st["Status"] == "exited" and not st["Running"] and st["ExitCode"] == 143
+    assert dk("ps", "-q").stdout == ""
+    assert re.match(r"Exited \(143\) ", dk("ps", "-a", "--format", "{{.Status}}").stdout)
+
+    # rm deletes the container and its log; rm -f of a missing name is quiet
+    assert dk("rm", "dsv41-head").stdout == "dsv41-head\n"
+    assert not log.exists()
+    p = dk("rm", "-f", "dsv41-head")
+    assert p.returncode == 0 and p.stdout == ""
+
+
+def test_docker_engine_exit_code_recorded(dk):
+    dk("run", "-d", "--name", "dsv41-worker", "--network", "host", "dsv41-sglang:tp3", "--exit-3")
+
+    def exited():
+        return dk("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", "dsv41-worker").stdout.strip() == "exited 3"
+    assert wait_for(exited)
+    assert "Ready" in dk("logs", "--tail", "1", "dsv41-worker").stdout
+
+
+def test_docker_rm_force_kills_running_engine(dk):
+    dk("run", "-d", "--name", "dsv41-head", "dsv41-sglang:tp3")
+    pid = int(dk("inspect", "-f", "{{.State.Pid}}", "dsv41-head").stdout)
+    assert dk("rm", "-f", "dsv41-head").stdout == "dsv41-head\n"
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % pid) or
+                    open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "Z")
+    assert dk("ps", "-a", "-q").stdout == ""
+
+
+def test_docker_ps_table_json_and_filters(dk):
+    dk("run", "-d", "--name", "grafana", "-p", "3000:3000", "--label", "owner=ops", "grafana/grafana:11.2.0")
+    dk("run", "-d", "--name", "redis", "redis:7.4-alpine", "redis-server")
+    dk("stop", "redis")
+    table = dk("ps").stdout.splitlines()
+    assert re.match(r"CONTAINER ID\s{3}IMAGE\s+COMMAND\s+CREATED\s+STATUS\s+PORTS\s+NAMES$", table[0])
+    assert len(table) == 2 and table[1].endswith("grafana") and "0.0.0.0:3000->3000/tcp" in table[1]
+    rows = [json.loads(ln) for ln in dk("ps", "-a", "--format", "{{json .}}").stdout.splitlines()]
+    assert {r["Names"] for r in rows} == {"grafana", "redis"}
+    keys = {"ID", "Names", "Image", "Command", "CreatedAt", "RunningFor", "Status", "State", "Labels",
+            "Mounts", "Ports", "Networks", "Size", "LocalVolumes"}
+    assert keys <= set(rows[0])
+    by = {r["Names"]: r for r in rows}
+    assert by["grafana"]["Labels"] == "owner=ops" and by["grafana"]["State"] == "running"
+    assert by["redis"]["Command"] == '"redis-server"' and by["redis"]["Status"].startswith("Exited (0)")
+    assert dk("ps", "-a", "--filter", "label=owner=ops", "--format", "{{.Names}}").stdout == "grafana\n"
+    assert dk("ps", "-a", "--filter", "status=exited", "--format", "{{.Names}}").stdout == "redis\n"
+    assert dk("ps", "-a", "--filter", "name=^red", "--format", '{{.Names}}:{{.Label "owner"}}').stdout == "redis:\n"
+    assert len(dk("ps", "-q", "--no-trunc").stdout.strip()) == 64
+    # inspect of unknown names
+    p = dk("inspect", "grafana", "nope", check=False)
+    assert p.returncode == 1 and "Error: No such object: nope" in p.stderr
+    assert json.loads(p.stdout)[0]["Name"] == "/grafana"
+    # stats
+    st = dk("stats", "--no-stream", "--format", "{{json .}}", "grafana").stdout
+    rec = json.loads(st)
+    assert set(rec) >= {"Container", "Name", "ID", "CPUPerc", "MemUsage", "MemPerc", "NetIO", "BlockIO", "PIDs"}
+    assert re.fullmatch(r"\d+\.\d\d%", rec["CPUPerc"]) and " / " in rec["MemUsage"]
+    assert dk("stats", "--no-stream").stdout.startswith("CONTAINER ID   NAME")
+    assert dk("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.count("\n") == 2
+    assert dk("version", "--format", "{{.Server.Version}}").stdout.strip()
+
+
+def test_docker_non_root_member(dk, tmp_path):
+    """A non-root user with write access to the state dir (group docker on the lab) can use it."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to switch user")
+    dk("ps")  # creates the state dir
+    for p in [dk.state] + list(dk.state.rglob("*")):
+        os.chmod(p, 0o2777 if p.is_dir() else 0o666)
+    os.chmod(tmp_path, 0o755)
+    cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+           sys.executable, str(DOCKER), "run", "-d", "--name", "web", "nginx:1.27"]
+    p = subprocess.run(cmd, env=dk.env, text=True, capture_output=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert dk("ps", "--format", "{{.Names}}").stdout == "web\n"
+
+
+def test_template_evaluator():
+    mod = load(DOCKER, "lab_docker_t")
+    T = mod.Template
+    data = {"Name": "/x", "Config": {"Labels": {"owner": "mia", "b": "2"}, "Env": ["A=1", "B=2"]},
+            "Mounts": [{"Destination": "/engram", "Source": "/s1"}, {"Destination": "/d", "Source": "/s2"}],
+            "State": {"Running": True, "Pid": 12}}
+    assert T('{{index .Config.Labels "owner"}}').execute(data) == "mia"
+    assert T('{{index .Config.Labels "none"}}').execute(data) == ""
+    assert T("{{.Config.Labels.none}}").execute(data) == "<no value>"
+    assert T('{{range .Mounts}}{{.Source}}{{println}}{{end}}').execute(data) == "/s1\n/s2\n"
+    assert T('{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{else}}-{{end}}{{end}}').execute(data) == "/s1-"
+    assert T("{{range $k, $v := .Config.Labels}}{{$k}}={{$v}};{{end}}").execute(data) == "b=2;owner=mia;"
+    assert T("{{json .Config.Env}}").execute(data) == '["A=1","B=2"]'
+    assert T("{{.State.Pid}} {{.State.Running}} {{len .Mounts}}").execute(data) == "12 true 2"
+    assert T('{{if and .State.Running (eq .Name "/x")}}yes{{end}}').execute(data) == "yes"
+    assert T('{{join .Config.Env ","}}|{{upper "a"}}|{{printf "%s-%d" "a" 3}}').execute(data) == "A=1,B=2|A|a-3"
+    assert T("{{- .Name -}}  x").execute(data) == "/xx"
+    for bad in ("{{template \"x\"}}", "{{.Name", "{{if .Name}}x", "{{nosuchfunc .Name}}", "{{.Name ~ 1}}"):
+        with pytest.raises(mod.TemplateError):
+            T(bad).execute(data)
+    ctx = mod.Ctx("*formatter.ContainerContext", {"ID": "abc"})
+    with pytest.raises(mod.TemplateError, match="can't evaluate field Nope"):
+        T("{{.Nope}}").execute(ctx)
+    # table rendering as docker's tabwriter: min width 10, padding 3
+    out = mod.render_list("table {{.ID}}\\t{{.Name}}", [mod.Ctx("c", {"ID": "abc", "Name": "n"})],
+                          mod.Ctx("h", {"ID": "CONTAINER ID", "Name": "NAMES"}))
+    assert out == "CONTAINER ID   NAMES\nabc            n\n"
+    assert mod.human_duration(3 * 86400) == "3 days" and mod.human_duration(300) == "5 minutes"
+    assert mod.bytes_size(int(119.7 * 1024 ** 3)) == "119.7GiB"
+
+
+# --------------------------------------------------------------------------------------------
+# nvidia-smi stand-in
+# --------------------------------------------------------------------------------------------
+@pytest.fixture
+def smi(tmp_path):
+    env = dict(os.environ, LAB_NVIDIA_STATE_DIR=str(tmp_path / "nv"))
+
+    def run(*args, check=True, extra_env=None, timeout=30):
+        p = subprocess.run([sys.executable, str(NVSMI)] + list(args), env=dict(env, **(extra_env or {})),
+                           text=True, capture_output=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError("nvidia-smi %s failed (%d): %s" % (args, p.returncode, p.stderr))
+        return p
+
+    run.state = tmp_path / "nv" / "state.json"
+    run.env = env
+    return run
+
+
+LOCK_RE = re.compile(r"^\s*GPU Clock (Min|Max)\s*:\s*(?:(\d+) MHz|N/A)\s*$", re.M)
+
+
+def test_nvidia_lock_query_reset(smi):
+    out = smi("-lgc", "0,2200").stdout
+    assert out == 'GPU clocks set to "(gpcClkMin 0, gpcClkMax 2200)" for GPU 00000000:01:00.0\nAll done.\n'
+    st = json.loads(smi.state.read_text())
+    assert st["locked_clocks"] == {"min": 0, "max": 2200}
+    assert st["history"][-1]["argv"] == ["nvidia-smi", "-lgc", "0,2200"]
+    q = smi("--query-gpu=name,driver_version,clocks.max.sm,memory.used,memory.total", "--format=csv").stdout
+    head, row = q.splitlines()
+    assert head == "name, driver_version, clocks.max.sm [MHz], memory.used [MiB], memory.total [MiB]"
+    assert row == "NVIDIA GB10, 580.95.05, 2200 MHz, [N/A], [N/A]"
+    assert smi("--query-gpu=clocks.max.sm,clocks.sm", "--format=csv,noheader,nounits").stdout.startswith("2200, ")
+    found = dict((m.group(1), m.group(2)) for m in LOCK_RE.finditer(smi("-q", "-d", "CLOCK").stdout))
+    assert found == {"Min": "0", "Max": "2200"}
+    assert "Clocks Event Reasons" in smi("-q").stdout
+    assert smi("--reset-gpu-clocks").stdout == "All done.\n"
+    found = dict((m.group(1), m.group(2)) for m in LOCK_RE.finditer(smi("-q", "-d", "CLOCK").stdout))
+    assert found == {"Min": None, "Max": None}
+    assert smi("--query-gpu=clocks.max.sm", "--format=csv,noheader").stdout == "3003 MHz\n"
+    assert smi("--lock-gpu-clocks=0,1800").returncode == 0
+    assert json.loads(smi.state.read_text())["locked_clocks"] == {"min": 0, "max": 1800}
+    assert "NVIDIA GB10" in smi().stdout
+
+
+def test_nvidia_non_root_cannot_change_clocks(smi):
+    smi("-lgc", "0,2200")
+    p = smi("-rgc", check=False, extra_env={"LAB_NVIDIA_EUID": "1000"})
+    assert p.returncode == 4 and "Insufficient Permissions" in p.stderr
+    assert json.loads(smi.state.read_text())["locked_clocks"] == {"min": 0, "max": 2200}
+    # queries work for anyone
+    assert smi("--query-gpu=clocks.max.sm", "--format=csv,noheader", extra_env={"LAB_NVIDIA_EUID": "1000"}).stdout == "2200 MHz\n"
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        os.chmod(smi.state.parent.parent, 0o755)
+        p = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                            sys.executable, str(NVSMI), "-lgc", "0,1000"], env=smi.env, text=True,
+                           capture_output=True, timeout=30)
+        assert p.returncode == 4 and "Insufficient Permissions" in p.stderr
+
+
+def test_nvidia_bad_field_and_loop(smi):
+    p = smi("--query-gpu=bogus", "--format=csv", check=False)
+    assert p.returncode == 2 and 'Field "bogus" is not a valid field to query.' in p.stderr
+    proc = subprocess.Popen([sys.executable, str(NVSMI), "--query-gpu=utilization.gpu,clocks.sm,temperature.gpu",
+                             "--format=csv,noheader", "-l", "0.2"], env=smi.env, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert all(re.fullmatch(r"\d+ %, \d+ MHz, \d+\n", ln) for ln in lines)
+
+
+def test_nvidia_history_bounded(smi):
+    st = {"gpu_name": "NVIDIA GB10", "driver_version": "580.95.05", "locked_clocks": None,
+          "history": [{"ts": "x", "argv": ["nvidia-smi", "-rgc"], "uid": 0}] * 200}
+    smi.state.parent.mkdir(parents=True)
+    smi.state.write_text(json.dumps(st))
+    smi("-lgc", "0,2200")
+    hist = json.loads(smi.state.read_text())["history"]
+    assert len(hist) == 200 and hist[-1]["argv"][1] == "-lgc"
+
+
+# --------------------------------------------------------------------------------------------
+# make_checkpoint
+# --------------------------------------------------------------------------------------------
+def read_st(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n)), 8 + n
+
+
+def test_make_checkpoint_mini(tmp_path):
+    out = tmp_path / "models"
+    subprocess.run([sys.executable, str(MAKE_CKPT), "--out", str(out), "--only", "mini"], check=True,
+                   capture_output=True)
+    ck = out / "DeepSeek-V4.1-Flash-mini"
+    index = json.loads((ck / "model.safetensors.index.json").read_text())["weight_map"]
+    for layer, n in ((1, 4099), (14, 3001)):
+        w, s = "layers.%d.engram.embed.weight" % layer, "layers.%d.engram.embed.scale" % layer
+        assert index[w] == index[s]
+        hdr, start = read_st(ck / index[w])
+        assert hdr["__metadata__"] == {"format": "pt"}
+        assert hdr[w]["dtype"] == "F8_E4M3" and hdr[w]["shape"] == [n, 256]
+        assert hdr[s]["dtype"] == "F8_E8M0" and hdr[s]["shape"] == [n, 8]
+        assert hdr[w]["data_offsets"][1] - hdr[w]["data_offsets"][0] == n * 256
+        assert hdr[w]["data_offsets"][0] > 0, "an unrelated tensor precedes the table"
+        size = (ck / index[w]).stat().st_size
+        assert size == start + max(v["data_offsets"][1] for k, v in hdr.items() if k != "__metadata__")
+        with open(ck / index[w], "rb") as f:
+            f.seek(start + hdr[w]["data_offsets"][0])
+            assert len(set(f.read(4096))) > 200, "real (random) bytes"
+    assert any(f != index["layers.1.engram.embed.weight"] for f in set(index.values()))
+    marker = json.loads((ck / ".complete").read_text())
+    assert marker["version"] >= 1
+    # idempotent and deterministic
+    mtime = (ck / ".complete").stat().st_mtime_ns
+    r = subprocess.run([sys.executable, str(MAKE_CKPT), "--out", str(out), "--only", "mini"], check=True,
+                       capture_output=True, text=True)
+    assert "already present" in r.stdout and (ck / ".complete").stat().st_mtime_ns == mtime
+    out2 = tmp_path / "again"
+    subprocess.run([sys.executable, str(MAKE_CKPT), "--out", str(out2), "--only", "mini"], check=True,
+                   capture_output=True)
+    assert json.loads((out2 / ck.name / ".complete").read_text())["sha256"] == marker["sha256"]
+    # a damaged checkpoint is rebuilt
+    (ck / index["layers.14.engram.embed.weight"]).write_bytes(b"x")
+    r = subprocess.run([sys.executable, str(MAKE_CKPT), "--out", str(out), "--only", "mini"], check=True,
+                       capture_output=True, text=True)
+    assert "created" in r.stdout
+
+
+def test_make_checkpoint_full_sparse_arithmetic(tmp_path):
+    out = tmp_path / "models"
+    subprocess.run([sys.executable, str(MAKE_CKPT), "--out", str(out), "--only", "full"], check=True,
+                   capture_output=True)
+    ck = out / "DeepSeek-V4.1-Flash"
+    index = json.loads((ck / "model.safetensors.index.json").read_text())["weight_map"]
+    assert index["layers.1.engram.embed.weight"] == "model-00002-of-00046.safetensors"
+    assert index["layers.14.engram.embed.scale"] == "model-00014-of-00046.safetensors"
+    assert index["layers.1.mlp.experts.0.w1.weight"] == "model-00001-of-00046.safetensors"
+    rows = {}
+    for layer in (1, 14):
+        f = ck / index["layers.%d.engram.embed.weight" % layer]
+        hdr, start = read_st(f)
+        rows[layer] = hdr["layers.%d.engram.embed.weight" % layer]["shape"][0]
+        assert hdr["layers.%d.engram.embed.scale" % layer]["shape"] == [rows[layer], 8]
+        end = max(v["data_offsets"][1] for k, v in hdr.items() if k != "__metadata__")
+        assert f.stat().st_size == start + end
+        assert f.stat().st_blocks * 512 < 1 << 20, "sparse"
+    assert rows == {1: 384006168, 14: 384016684}
+
+    def shard(n, r, tp):
+        lo, hi = n * r // tp, n * (r + 1) // tp
+        return 4096 + (hi - lo) * 264
+    assert sum(shard(n, 1, 3) for n in rows.values()) == 67_586_019_080
+    assert sum(shard(n, 1, 2) for n in rows.values()) == 101_379_024_656
+    assert round(sum(shard(n, 1, 3) for n in rows.values()) / 2 ** 30, 3) == 62.944
+
+
+# --------------------------------------------------------------------------------------------
+# host_seed (--root test mode: files and docker/nvidia state; no users, units or journal)
+# --------------------------------------------------------------------------------------------
+def seed(host, root):
+    return subprocess.run([sys.executable, str(SEED), "--host", host, "--root", str(root)], check=True,
+                          capture_output=True, text=True)
+
+
+def test_host_seed_spark1(tmp_path, dk):
+    root = tmp_path / "spark1"
+    seed("spark1", root)
+    co = root / "home/mia/dsv41-3x-spark"
+    assert (co / ".env").read_text() == (LAB / "seed/launcher.env").read_text()
+    assert (co / ".env").stat().st_mode & 0o777 == 0o600
+    assert (co / "adapter").is_dir() and (root / "home/mia/dsv41-engram").is_dir()
+    assert not any((root / "home/mia/dsv41-engram").iterdir())
+    assert (co / "logs/dsv41.log").read_text() == (LAB / "seed/dsv41.log").read_text()
+    caches = list((root / "home/mia/.cache/sglang/flashinfer/autotune/0.6.1/sm121").glob("*/rank_tp0_pp0_dp0.json"))
+    assert len(caches) == 1
+    nv = json.loads((root / "var/lib/lab-nvidia/state.json").read_text())
+    assert nv["locked_clocks"] == {"min": 0, "max": 2200}
+    unit = (root / "etc/systemd/system/nvidia-clock-lock.service").read_text()
+    assert "ExecStart=/usr/bin/nvidia-smi -lgc 0,2200" in unit and "Type=oneshot" in unit
+    state = str(root / "var/lib/lab-docker")
+    names = dk("ps", "-a", "--format", "{{.Names}} {{.State}}", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout
+    assert "dsv41-head exited" in names and len(names.splitlines()) <= 3
+    src = dk("inspect", "-f", '{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{end}}{{end}}',
+             "dsv41-head", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout.strip()
+    assert src == "/home/mia/dsv41-engram"
+    assert "Ready: API on port 8888" in dk("logs", "dsv41-head", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout
+
+
+def test_host_seed_spark2_tp2_shards(tmp_path):
+    root = tmp_path / "spark2"
+    seed("spark2", root)
+    d = root / "home/zurih/dsv41-engram"
+    total = 0
+    for layer, n in ((1, 384006168), (14, 384016684)):
+        f = d / ("engram-l%d-r1of2.bin" % layer)
+        with open(f, "rb") as fh:
+            magic, lay, lo, hi, rows, rb = struct.unpack("<6Q", fh.read(48))
+            rest = fh.read(4096 - 48)
+        assert (magic, lay, lo, hi, rows, rb) == (0x31344E4531565344, layer, n // 2, n, n, 264)
+        assert rest == b"\0" * (4096 - 48)
+        assert f.stat().st_size == 4096 + (hi - lo) * 264
+        total += f.stat().st_size
+    assert total == 101_379_024_656
+    assert (root / "home/zurih/dsv41-3x-spark/engram").is_dir()
+    assert (root / "data/dsv41-engram").is_dir()
+    assert list((root / "home/zurih/.cache").rglob("rank_tp1_pp0_dp0.json"))
+    # idempotent: the second run leaves the shards (same inode, same content)
+    ino = (d / "engram-l1-r1of2.bin").stat().st_ino
+    seed("spark2", root)
+    assert (d / "engram-l1-r1of2.bin").stat().st_ino == ino
+
+
+def test_host_seed_spark3_and_reseed(tmp_path, dk):
+    root = tmp_path / "spark3"
+    seed("spark3", root)
+    state = {"LAB_DOCKER_STATE_DIR": str(root / "var/lib/lab-docker")}
+    running = dk("ps", "--format", "{{.Names}}", extra_env=state).stdout.split()
+    assert len(running) == 19 and "dsv41-worker" not in running
+    owners = dk("ps", "--filter", "label=owner", "--format", '{{.Label "owner"}}', extra_env=state).stdout.split()
+    assert len(owners) == 12 and set(owners) <= {"mia", "zurih", "ops"}
+    for rec in map(json.loads, dk("ps", "-a", "--format", "{{json .}}", extra_env=state).stdout.splitlines()):
+        assert rec["CreatedAt"] < "2026-09-24"
+    src = dk("inspect", "-f", '{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{end}}{{end}}',
+             "dsv41-worker", extra_env=state).stdout.strip()
+    assert src == "/home/zurih/dsv41-3x-spark/engram"
+    units = root / "etc/systemd/system"
+    assert "Alias=display-manager.service" in (units / "gdm.service").read_text()
+    assert "User=zurih" in (units / "gpu-dashboard.service").read_text()
+    tactics = json.loads(next((root / "home/zurih/.cache").rglob("rank_tp2_pp0_dp0.json")).read_text())["tactics"]
+    assert tactics
+    # a role paused a container, added its own and the launcher runs the worker; re-seeding restores
+    # the seeded containers and leaves the rest alone
+    dk("pause", "jupyterlab", extra_env=state)
+    dk("run", "-d", "--name", "extra", "busybox:1", extra_env=state)
+    dk("rm", "-f", "dsv41-worker", extra_env=state)
+    dk("run", "-d", "--name", "dsv41-worker", "--network", "host", "dsv41-sglang:tp3", extra_env=state)
+    (root / "home/zurih/dsv41-3x-spark/engram/engram-l1-r2of3.bin").write_bytes(b"packed")
+    seed("spark3", root)
+    states = dict(ln.split() for ln in dk("ps", "-a", "--format", "{{.Names}} {{.State}}", extra_env=state).stdout.splitlines())
+    assert states["jupyterlab"] == "running" and states["extra"] == "running"
+    assert states["dsv41-worker"] == "running"
+    assert (root / "home/zurih/dsv41-3x-spark/engram/engram-l1-r2of3.bin").read_bytes() == b"packed"
+    dk("rm", "-f", "dsv41-worker", extra_env=state)
+
+
+def test_saved_boot_log_latest_boot():
+    text = (LAB / "seed/dsv41.log").read_text()
+    boots = text.split("server_args=ServerArgs(")
+    assert len(boots) == 3, "two boots"
+    latest, earlier = boots[2], boots[1]
+    dis = "FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch so all ranks agree on the tactics."
+    assert latest.count(dis) == 2 and earlier.count(dis) == 1
+    assert latest.count("DSV4 pool sizes: full=491520, swa=61440, c128=3840") == 2
+    assert ("DSV4 memory calculation: bytes_per_full_token=1670.75, available_bytes=1.04 GB, "
+            "c128_state_fixed=0.00 GB, swa_fixed=0.30 GB, full_token=0.82 GB") in latest
+    assert ("max_total_num_tokens=491520, chunked_prefill_size=1024, max_prefill_tokens=16384, "
+            "max_running_requests=4, context_len=1048576, available_gpu_mem=2.81 GB") in latest
+    assert "Exact nvme Engram layer=1 rank=0 rows=[0,128002056) " in latest
+    assert "Exact nvme Engram layer=14 rank=0 rows=[0,128005561) " in latest
+    assert latest.count("Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/0.6.1/sm121/") == 2
+    assert latest.count("FlashInfer autotune completed.") == 2
+    assert "Ready: API on port 8888" in latest
+    assert "packed=True" not in text

@@ -1,0 +1,146 @@
+"""Inventory validation and launcher .env parsing (filter_plugins/fleet.py)."""
+import copy
+
+import pytest
+
+import fleet
+
+GOOD_HOSTVARS = {
+    "spark1": {"dsv41_rank": 0, "dsv41_login_user": "mia", "dsv41_launcher_dir": "/home/mia/dsv41-3x-spark",
+               "dsv41_engram_dir": "/home/mia/dsv41-engram"},
+    "spark2": {"dsv41_rank": 1, "dsv41_login_user": "zurih", "dsv41_launcher_dir": "/home/zurih/dsv41-3x-spark",
+               "dsv41_engram_dir": "/home/zurih/dsv41-3x-spark/engram"},
+    "spark3": {"dsv41_rank": 2, "dsv41_login_user": "zurih", "dsv41_launcher_dir": "/home/zurih/dsv41-3x-spark",
+               "dsv41_engram_dir": "/home/zurih/dsv41-3x-spark/engram"},
+}
+for hv in GOOD_HOSTVARS.values():
+    hv.update({"dsv41_tp_size": 3, "dsv41_checkpoint_dir": "/srv/models/DeepSeek-V4.1-Flash",
+               "dsv41_head_container": "dsv41-head", "dsv41_worker_container": "dsv41-worker"})
+GOOD_GROUPS = {"dsv41_ranks": ["spark1", "spark2", "spark3"], "head": ["spark1"], "workers": ["spark2", "spark3"]}
+
+
+def errors(mutate=None, groups=None):
+    hostvars = copy.deepcopy(GOOD_HOSTVARS)
+    if mutate:
+        mutate(hostvars)
+    return fleet.dsv41_inventory_errors(hostvars, groups or GOOD_GROUPS)
+
+
+def test_the_report_fleet_is_valid():
+    assert errors() == []
+
+
+def test_two_hosts_at_rank_one_are_both_named():
+    found = errors(lambda hv: hv["spark3"].update(dsv41_rank=1))
+    assert "rank 1 is held by more than one host: spark2, spark3" in found
+    assert "no host holds rank 2" in found
+
+
+def test_head_must_be_rank_zero():
+    found = errors(lambda hv: (hv["spark1"].update(dsv41_rank=2), hv["spark3"].update(dsv41_rank=0)))
+    assert "spark1: is the head but dsv41_rank=2 (the head is rank 0)" in found
+
+
+def test_exactly_one_head():
+    groups = dict(GOOD_GROUPS, head=["spark1", "spark2"], workers=["spark3"])
+    found = errors(groups=groups)
+    assert any(e.startswith("group 'head' must hold exactly one host, has 2: spark1, spark2") for e in found)
+
+
+def test_tp_size_must_equal_host_count():
+    found = errors(lambda hv: [h.update(dsv41_tp_size=4) for h in hv.values()])
+    assert "dsv41_tp_size=4 but 'dsv41_ranks' has 3 hosts (spark1, spark2, spark3)" in found
+
+
+def test_rank_outside_range():
+    found = errors(lambda hv: hv["spark3"].update(dsv41_rank=3))
+    assert "spark3: dsv41_rank=3 is outside 0..2" in found
+    assert "no host holds rank 2" in found
+
+
+@pytest.mark.parametrize("var,value,message", [
+    ("dsv41_rank", "1", "spark2: dsv41_rank='1' is not a non-negative integer"),
+    ("dsv41_rank", True, "spark2: dsv41_rank=True is not a non-negative integer"),
+    ("dsv41_login_user", "Zu rih", "spark2: dsv41_login_user='Zu rih' is not a login name like 'mia'"),
+    ("dsv41_engram_dir", "engram", "spark2: dsv41_engram_dir='engram' is not an absolute path"),
+    ("dsv41_engram_dir", "/home/zurih/../mia", "spark2: dsv41_engram_dir='/home/zurih/../mia' is not an absolute path"),
+    ("dsv41_launcher_dir", None, "spark2: dsv41_launcher_dir=None is not an absolute path"),
+])
+def test_mistyped_variables_are_named(var, value, message):
+    assert message in errors(lambda hv: hv["spark2"].update({var: value}))
+
+
+def test_missing_variable_is_named():
+    found = errors(lambda hv: hv["spark3"].pop("dsv41_engram_dir"))
+    assert "spark3: dsv41_engram_dir is not set (want an absolute path)" in found
+
+
+def test_host_in_neither_head_nor_workers():
+    groups = dict(GOOD_GROUPS, workers=["spark2"])
+    assert "spark3: is in 'dsv41_ranks' but in neither 'head' nor 'workers'" in errors(groups=groups)
+
+
+def test_four_node_fleet_is_an_inventory_change():
+    def add_spark4(hv):
+        hv["spark4"] = dict(hv["spark3"], dsv41_rank=3)
+        for h in hv.values():
+            h["dsv41_tp_size"] = 4
+    groups = {"dsv41_ranks": ["spark1", "spark2", "spark3", "spark4"], "head": ["spark1"],
+              "workers": ["spark2", "spark3", "spark4"]}
+    assert errors(add_spark4, groups) == []
+
+
+ENV = """# launcher settings
+MODEL_PATH=/srv/models/DeepSeek-V4.1-Flash
+WORKER_USER=zurih
+WORKER_DIR=/home/zurih/dsv41-3x-spark
+ENGRAM_DIR=/home/mia/dsv41-engram
+export API_KEY="sk-secret"
+QUOTED='literal $HOME'
+REF=${WORKER_DIR}/x
+DEFAULTED=${UNSET_THING:-fallback}
+"""
+
+
+def test_env_parse_handles_quotes_exports_and_references():
+    env = fleet.dsv41_env_parse(ENV, {"HOME": "/home/mia"})
+    assert env["API_KEY"] == "sk-secret"
+    assert env["QUOTED"] == "literal $HOME"
+    assert env["REF"] == "/home/zurih/dsv41-3x-spark/x"
+    assert env["DEFAULTED"] == "fallback"
+
+
+@pytest.mark.parametrize("extra,host,is_head,user,expected", [
+    ("", "spark1", True, "mia", "/home/mia/dsv41-engram"),
+    ("", "spark2", False, "zurih", "/home/zurih/dsv41-3x-spark/engram"),
+    ("WORKER_ENGRAM_DIR=/srv/engram\n", "spark3", False, "zurih", "/srv/engram"),
+    ("WORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n", "spark2", False, "zurih", "/data/dsv41-engram"),
+    ("WORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n", "spark3", False, "zurih", "/home/zurih/dsv41-3x-spark/engram"),
+])
+def test_launcher_engram_dir_follows_launcher_rules(extra, host, is_head, user, expected):
+    assert fleet.dsv41_launcher_engram_dir(ENV + extra, host, is_head, user) == expected
+
+
+def test_head_engram_dir_defaults_to_home():
+    assert fleet.dsv41_launcher_engram_dir("WORKER_USER=zurih\n", "spark1", True, "mia") == "/home/mia/dsv41-engram"
+
+
+def test_worker_dir_defaults_from_worker_user():
+    assert fleet.dsv41_launcher_engram_dir("WORKER_USER=bob\n", "spark2", False, "zurih") == "/home/bob/dsv41-3x-spark/engram"
+
+
+def test_meminfo_and_gib():
+    mem = fleet.dsv41_meminfo("MemTotal: 100 kB\nMemAvailable:    3219128 kB\nHugePages_Total: 0\n")
+    assert mem["MemAvailable"] == 3219128 * 1024
+    assert fleet.dsv41_bytes_gib(mem["MemAvailable"], 2) == 3.07
+    assert fleet.dsv41_bytes_gib(67_586_019_080) == 62.944
+
+
+def test_table_aligns_columns():
+    lines = fleet.dsv41_table([{"a": "x", "b": 12345}], [("a", "host"), ("b", "n")])
+    assert lines == ["host  n", "----  -----", "x     12345"]
+
+
+def test_ansible_user_must_be_the_login_user():
+    found = errors(lambda hv: hv["spark2"].update(ansible_user="root"))
+    assert "spark2: ansible_user='root' differs from dsv41_login_user='zurih'" in found
