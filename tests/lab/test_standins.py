@@ -198,19 +198,26 @@ def test_docker_ps_table_json_and_filters(dk):
     assert dk("version", "--format", "{{.Server.Version}}").stdout.strip()
 
 
-def test_docker_non_root_member(dk, tmp_path):
+def test_docker_non_root_member(dk):
     """A non-root user with write access to the state dir (group docker on the lab) can use it."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to switch user")
-    dk("ps")  # creates the state dir
-    for p in [dk.state] + list(dk.state.rglob("*")):
-        os.chmod(p, 0o2777 if p.is_dir() else 0o666)
-    os.chmod(tmp_path, 0o755)
-    cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-           sys.executable, str(DOCKER), "run", "-d", "--name", "web", "nginx:1.27"]
-    p = subprocess.run(cmd, env=dk.env, text=True, capture_output=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    assert dk("ps", "--format", "{{.Names}}").stdout == "web\n"
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="lab-docker-nonroot-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        state = base / "state"
+        state.mkdir(mode=0o2777)
+        os.chmod(state, 0o2777)
+        env = dict(dk.env, LAB_DOCKER_STATE_DIR=str(state))
+        cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+               sys.executable, str(DOCKER), "run", "-d", "--name", "web", "nginx:1.27"]
+        p = subprocess.run(cmd, env=env, text=True, capture_output=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        assert dk("ps", "--format", "{{.Names}}", extra_env={"LAB_DOCKER_STATE_DIR": str(state)}).stdout == "web\n"
+        assert (state / "containers.json").stat().st_mode & 0o060 == 0o060, "group-writable state"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_template_evaluator():
@@ -467,8 +474,8 @@ def test_host_seed_spark3_and_reseed(tmp_path, dk):
     assert len(running) == 19 and "dsv41-worker" not in running
     owners = dk("ps", "--filter", "label=owner", "--format", '{{.Label "owner"}}', extra_env=state).stdout.split()
     assert len(owners) == 12 and set(owners) <= {"mia", "zurih", "ops"}
-    for rec in map(json.loads, dk("ps", "-a", "--format", "{{json .}}", extra_env=state).stdout.splitlines()):
-        assert rec["CreatedAt"] < "2026-09-24"
+    for rec in map(json.loads, dk("ps", "--format", "{{json .}}", extra_env=state).stdout.splitlines()):
+        assert rec["CreatedAt"] < "2026-09-24" and rec["State"] == "running"
     src = dk("inspect", "-f", '{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{end}}{{end}}',
              "dsv41-worker", extra_env=state).stdout.strip()
     assert src == "/home/zurih/dsv41-3x-spark/engram"

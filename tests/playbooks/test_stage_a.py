@@ -62,6 +62,7 @@ def test_destination_the_engine_does_not_read_is_refused(roomy_inventory):
                        inventories=lab_inventories(roomy_inventory))
     assert rc != 0
     assert f"spark2 (rank 1): the inventory destination {ROOMY_DEST} is not where the engine will look" in out
+    assert "Nothing was written on any rank." in out
     assert "WORKER_ENGRAM_DIR_SPARK2" in out
     assert snapshot(WATCHED) == before
 

@@ -222,14 +222,16 @@ def python_with_module_utils():
 
 # --------------------------------------------------------------------------- malformed inputs
 # Each builder makes a broken checkpoint under ``root`` and returns what a reader must report:
-# {"dir", "rank", "tp_size", "file" (the path the message must name), "message" (a substring)}.
+# {"dir", "rank", "tp_size", "layer" (a layer whose reading fails), "file" (the path the message
+# must name), "message" (a substring of it)}.
 SMALL_ROWS = {1: 40, 14: 30}
 
 
-def _broken(root, mutate, rows=None, rank=1, tp_size=3):
+def _broken(root, mutate, rows=None, rank=1, tp_size=3, layer=14):
     ckpt = make_checkpoint(root, rows=rows or SMALL_ROWS)
     file, message = mutate(ckpt)
-    return {"dir": ckpt["dir"], "rank": rank, "tp_size": tp_size, "file": file, "message": message}
+    return {"dir": ckpt["dir"], "rank": rank, "tp_size": tp_size, "layer": layer, "file": file,
+            "message": message}
 
 
 def _set(path, data):
@@ -335,16 +337,16 @@ MALFORMED_CASES = {
     "header_not_object": lambda root: _broken(root, _m_header_not_object),
     "missing_tensor_in_index": lambda root: _broken(root, _m_missing_in_index),
     "missing_tensor_in_shard": lambda root: _broken(root, _m_missing_in_header),
-    "wrong_weight_dtype": lambda root: _broken(root, _m_wrong_dtype),
+    "wrong_weight_dtype": lambda root: _broken(root, _m_wrong_dtype, layer=1),
     "wrong_scale_dtype": lambda root: _broken(root, _m_wrong_scale_dtype),
-    "wrong_shape": lambda root: _broken(root, _m_wrong_shape),
-    "scale_rows_differ": lambda root: _broken(root, _m_scale_rows_differ),
+    "wrong_shape": lambda root: _broken(root, _m_wrong_shape, layer=1),
+    "scale_rows_differ": lambda root: _broken(root, _m_scale_rows_differ, layer=1),
     "weight_scale_different_files": lambda root: _broken(root, _m_different_files),
     "missing_index": lambda root: _broken(root, _m_missing_index),
     "index_invalid_json": lambda root: _broken(root, _m_index_invalid_json),
     "index_without_weight_map": lambda root: _broken(root, _m_no_weight_map),
     "data_offsets_outside_file": lambda root: _broken(root, _m_offsets_outside),
-    "data_length_not_shape": lambda root: _broken(root, _m_length_mismatch),
+    "data_length_not_shape": lambda root: _broken(root, _m_length_mismatch, layer=1),
     "fewer_rows_than_ranks": lambda root: _broken(root, _m_fewer_rows_than_ranks, rows={1: 40, 14: 2}),
     "rank_out_of_range": lambda root: _broken(root, _m_rank_out_of_range, rank=3),
 }

@@ -1,0 +1,178 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module engram_pack: write one packed Engram shard for one tensor-parallel rank."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: engram_pack
+short_description: Pack one DeepSeek-V4.1 Engram layer for one tensor-parallel rank
+description:
+  - Computes this rank's rows from the checkpoint's safetensors headers and writes
+    C(engram-l{layer}-r{rank}of{tp_size}.bin) into I(dest), a 4096-byte header followed by each
+    row's 256 weight bytes and its 8 scale bytes.
+  - Idempotent; a complete, valid shard is left alone (C(changed=false)). A missing, partial or
+    stale shard is rewritten through C(.partial), fsync, rename and a directory fsync, so a
+    final-named file is always complete. Any failure removes the C(.partial).
+  - Takes an exclusive lock on C(dest/.engram-pack.lock) and re-checks free space before writing.
+    Written and read pages are dropped from the page cache as it goes (unified-memory nodes).
+  - Loads the disks and the checkpoint's NFS export; run it in a maintenance window, usually
+    with C(async) and I(progress_file) to poll.
+  - Never touches other files in I(dest), such as shards of another TP size.
+options:
+  checkpoint:
+    description: Checkpoint directory holding C(model.safetensors.index.json) and the shards.
+    type: path
+    required: true
+  dest:
+    description: Engram directory of this node (the source of the container's C(/engram)). Must exist.
+    type: path
+    required: true
+  layer:
+    description: Engram layer to pack.
+    type: int
+    required: true
+  rank:
+    description: Tensor-parallel rank of this node.
+    type: int
+    required: true
+  tp_size:
+    description: Tensor-parallel size of the fleet.
+    type: int
+    required: true
+  margin_bytes:
+    description: Free space that must remain after packing; checked before anything is written.
+    type: int
+    default: 0
+  chunk_rows:
+    description: Rows read and written per chunk. Mutually exclusive with I(chunk_bytes).
+    type: int
+  chunk_bytes:
+    description: Approximate output bytes per chunk (rounded down to whole rows); default 8 MiB.
+    type: int
+  lock_timeout:
+    description: Seconds to wait for the destination lock; 0 refuses at once if another pack holds it.
+    type: float
+    default: 0
+  progress_file:
+    description: File rewritten with JSON C({done_bytes, total_bytes, percent}) while packing.
+    type: path
+  owner:
+    description: Owner of the shard file.
+    type: str
+  group:
+    description: Group of the shard file.
+    type: str
+  mode:
+    description: Mode of the shard file (octal string or number).
+    type: raw
+author:
+  - DSV41 fleet team
+"""
+
+EXAMPLES = r"""
+- name: Pack both Engram layers for this rank
+  engram_pack:
+    checkpoint: /models/DeepSeek-V4.1-Flash
+    dest: /home/zurih/dsv41-3x-spark/engram
+    layer: "{{ item }}"
+    rank: "{{ engram_rank }}"
+    tp_size: 3
+    margin_bytes: "{{ 2 * 1024 ** 3 }}"
+    progress_file: /tmp/engram-pack-l{{ item }}.json
+    owner: zurih
+    mode: "0644"
+  loop: [1, 14]
+  async: 7200
+  poll: 30
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the shard was (or in check mode would be) written.
+  returned: always
+  type: bool
+path:
+  description: Final shard path.
+  returned: success
+  type: str
+  sample: /engram/engram-l1-r1of3.bin
+bytes:
+  description: Shard size, 4096 + rows * 264.
+  returned: success
+  type: int
+rows:
+  description: Rows in the shard (hi - lo).
+  returned: success
+  type: int
+lo:
+  description: First row owned by this rank.
+  returned: success
+  type: int
+hi:
+  description: One past the last row owned by this rank.
+  returned: success
+  type: int
+seconds:
+  description: Wall time of the write (0 when nothing was written).
+  returned: success
+  type: float
+throughput_mib_s:
+  description: Written MiB per second (0 when nothing was written).
+  returned: success
+  type: float
+state_before:
+  description: complete, missing, partial or stale, before this run.
+  returned: success
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engram_format import DEFAULT_CHUNK_BYTES, EngramError, pack_layer
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            checkpoint=dict(type="path", required=True),
+            dest=dict(type="path", required=True),
+            layer=dict(type="int", required=True),
+            rank=dict(type="int", required=True),
+            tp_size=dict(type="int", required=True),
+            margin_bytes=dict(type="int", default=0),
+            chunk_rows=dict(type="int"),
+            chunk_bytes=dict(type="int"),
+            lock_timeout=dict(type="float", default=0),
+            progress_file=dict(type="path"),
+            owner=dict(type="str"),
+            group=dict(type="str"),
+            mode=dict(type="raw"),
+        ),
+        mutually_exclusive=[("chunk_rows", "chunk_bytes")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        result = pack_layer(
+            params["checkpoint"], params["dest"], params["layer"], params["rank"], params["tp_size"],
+            margin_bytes=params["margin_bytes"], check_mode=module.check_mode,
+            progress_path=params["progress_file"],
+            chunk_bytes=params["chunk_bytes"] or DEFAULT_CHUNK_BYTES, chunk_rows=params["chunk_rows"],
+            lock_timeout=params["lock_timeout"])
+    except EngramError as exc:
+        module.fail_json(msg=str(exc))
+    # Ownership and mode apply to the final file once it exists (in check mode only if it
+    # already does; the set_*_if_different helpers then only report).
+    if os.path.exists(result["path"]):
+        changed = result["changed"]
+        changed = module.set_owner_if_different(result["path"], params["owner"], changed)
+        changed = module.set_group_if_different(result["path"], params["group"], changed)
+        changed = module.set_mode_if_different(result["path"], params["mode"], changed)
+        result["changed"] = changed
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: did this rank's engine start with packed Engram shards?"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: engram_packed
+short_description: Check from the engine log that each Engram layer runs from a packed shard
+description:
+  - Reads the latest boot of an SGLang engine log (a saved log file or C(docker logs) of the
+    rank's container) and reports, for each Engram layer, the C(packed=) flag and the row range of
+    the C(Exact nvme Engram layer=L ...) start-up line, plus the periodic C(Engram layer=L ...
+    packed=) lines of the same boot and any fatal packed-shard errors.
+  - Only the latest boot counts (from the last C(server_args=ServerArgs() marker to the end); earlier
+    boots in the same log are counted in C(boots_seen) and otherwise ignored.
+  - Compares each layer's rows with the rank's expected range, rows N*r//tp up to N*(r+1)//tp
+    (exclusive), when the layer's row count N is known (I(rows_total) or I(checkpoint)).
+  - Read-only; a log file is read in bounded memory whatever its size. Parsing is done by
+    C(module_utils/engine_log.py), the project's one engine-log parser.
+version_added: "0.1.0"
+author: TP3 fleet config repo
+options:
+  log_path:
+    description:
+      - Engine log file to read. Mutually exclusive with I(container).
+    type: path
+  container:
+    description:
+      - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
+        C(dsv41-worker). stdout and stderr are merged back into log order by timestamp.
+      - Mutually exclusive with I(log_path). The whole C(docker logs) output is held in memory;
+        for very large logs point I(log_path) at a saved file instead.
+    type: str
+  docker_bin:
+    description: Docker client to run for I(container).
+    type: str
+    default: docker
+  docker_timestamps:
+    description:
+      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Set false for
+        a docker stand-in that does not support it (then stdout is followed by stderr).
+    type: bool
+    default: true
+  rank:
+    description: This node's tensor-parallel rank.
+    type: int
+    required: true
+  tp_size:
+    description: Tensor-parallel size of the fleet (3 for the TP3 fleet).
+    type: int
+    required: true
+  layers:
+    description: Engram layers that must be reported.
+    type: list
+    elements: int
+    default: [1, 14]
+  rows_total:
+    description:
+      - Total rows N per layer (mapping layer -> N), to check each layer's logged row range.
+      - Mutually exclusive with I(checkpoint).
+    type: dict
+  checkpoint:
+    description:
+      - Checkpoint directory; N per layer is read from its C(model.safetensors.index.json) and
+        safetensors headers (header only) with C(engram_format.read_engram_tables).
+      - Mutually exclusive with I(rows_total).
+    type: path
+  require_packed:
+    description:
+      - Fail unless every layer is C(packed=True) in the latest boot (start-up line and every
+        periodic line), its logged rank and rows match the expected ones, and no fatal packed-shard
+        error was logged. The message names the host, the rank and each failing layer.
+    type: bool
+    default: false
+  host_label:
+    description: Name used in messages (default the node's hostname).
+    type: str
+notes:
+  - Supports check mode; the module never changes anything (C(changed) is always false).
+  - A missing C(Exact nvme Engram layer=L) line for a requested layer always fails, naming the log
+    source and the layer.
+"""
+
+EXAMPLES = r"""
+- name: Require packed shards on this rank (stage A acceptance)
+  engram_packed:
+    container: "{{ 'dsv41-head' if rank == 0 else 'dsv41-worker' }}"
+    rank: "{{ rank }}"
+    tp_size: "{{ groups['ranks'] | length }}"
+    layers: [1, 14]
+    checkpoint: /srv/models/DeepSeek-V4.1-Flash
+    require_packed: true
+
+- name: Report only, from a saved boot log, with known row counts
+  engram_packed:
+    log_path: /var/log/dsv41/dsv41.log
+    rank: 1
+    tp_size: 3
+    rows_total: {1: 128002056, 14: 128002056}
+  register: packed
+
+- ansible.builtin.debug:
+    msg: "all packed: {{ packed.all_packed }} ({{ packed.boots_seen }} boots in the log)"
+"""
+
+RETURN = r"""
+layers:
+  description: One entry per requested layer, in the order requested.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    layer: {description: Engram layer, type: int}
+    packed: {description: C(packed=) of the start-up line (None if the line has no flag), type: bool}
+    periodic_packed:
+      description: C(packed=) of the last periodic line of the boot, None if there was none.
+      type: bool
+    periodic_lines: {description: Number of periodic lines for the layer in the boot, type: int}
+    periodic_unpacked: {description: Periodic lines with C(packed=False), type: int}
+    lo: {description: First row of the logged range, type: int}
+    hi: {description: End (exclusive) of the logged range, type: int}
+    rank: {description: Rank printed on the start-up line, type: int}
+    rank_ok: {description: Logged rank equals I(rank), type: bool}
+    expected_lo: {description: Expected first row (None when N is unknown), type: int}
+    expected_hi: {description: Expected end row (None when N is unknown), type: int}
+    rows_ok: {description: Logged rows equal the expected ones (None when N is unknown), type: bool}
+    rows_total: {description: N used for the expectation, type: int}
+    shard: {description: Expected packed shard file name, e.g. engram-l14-r1of3.bin, type: str}
+    io_threads: {description: io_threads of the start-up line, type: int}
+    cache_gib: {description: Row cache size printed on the start-up line, type: float}
+    line: {description: The start-up line (prefix and colours removed), type: str}
+all_packed:
+  description: Every requested layer is packed at start-up and no periodic line says otherwise.
+  returned: always
+  type: bool
+all_ok:
+  description: I(all_packed), every rank/rows check that could be made passed, and no fatal error.
+  returned: always
+  type: bool
+boots_seen:
+  description: Number of boots found in the log; only the latest is evaluated.
+  returned: always
+  type: int
+fatal:
+  description: Fatal packed-shard errors of the latest boot (path, shard, reason, layer, rank, line).
+  returned: always
+  type: list
+  elements: dict
+problems:
+  description: Human-readable list of what is not packed or not matching (empty when all_ok).
+  returned: always
+  type: list
+  elements: str
+source:
+  description: The log that was read (a path or C(docker logs <container>)).
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import engine_log
+from ansible.module_utils.engine_log import EngineLogError
+
+try:
+    from ansible.module_utils import engram_format
+    HAS_ENGRAM_FORMAT = True
+except ImportError:  # pragma: no cover - the repo ships it
+    engram_format = None
+    HAS_ENGRAM_FORMAT = False
+
+
+def _rows_total_map(rows_total, checkpoint, layers):
+    """{layer: N or None}."""
+    if checkpoint:
+        if not HAS_ENGRAM_FORMAT:
+            raise RuntimeError("module_utils/engram_format.py is required for checkpoint=")
+        tables = engram_format.read_engram_tables(checkpoint, layers)
+        return dict((layer, tables[layer].rows) for layer in layers)
+    out = dict((layer, None) for layer in layers)
+    for key, value in (rows_total or {}).items():
+        try:
+            layer, n = int(key), int(value)
+        except (TypeError, ValueError):
+            raise ValueError("rows_total: %r: %r is not an integer layer -> row count" % (key, value))
+        if layer in out:
+            out[layer] = n
+    return out
+
+
+def _expected_range(n_rows, rank, tp_size):
+    if n_rows is None:
+        return None, None
+    if HAS_ENGRAM_FORMAT:
+        return engram_format.rank_row_range(n_rows, rank, tp_size)
+    return n_rows * rank // tp_size, n_rows * (rank + 1) // tp_size  # pragma: no cover
+
+
+def _shard_name(layer, rank, tp_size):
+    if HAS_ENGRAM_FORMAT:
+        return engram_format.shard_name(layer, rank, tp_size)
+    return "engram-l%d-r%dof%d.bin" % (layer, rank, tp_size)  # pragma: no cover
+
+
+def evaluate(facts, rank, tp_size, layers, rows_total):
+    """Turn :class:`engine_log.BootFacts` into the module result (without ``changed``).
+
+    Raises :class:`EngineLogError` when a requested layer has no start-up line.
+    """
+    out_layers = []
+    problems = []        # not-packed layers first, then rank/row mismatches, then fatal errors
+    mismatches = []
+    all_packed = True
+    all_ok = True
+    for layer in layers:
+        f = facts.require_engram(layer)
+        per = facts.periodic.get(layer)
+        periodic_packed = per["last"]["packed"] if per and per["last"] else None
+        periodic_unpacked = per["packed_false"] if per else 0
+        exp_lo, exp_hi = _expected_range(rows_total.get(layer), rank, tp_size)
+        rows_ok = None if exp_lo is None else (f["lo"], f["hi"]) == (exp_lo, exp_hi)
+        rank_ok = f["rank"] == rank
+        packed = f["packed"]
+        entry = {
+            "layer": layer, "packed": packed, "periodic_packed": periodic_packed,
+            "periodic_lines": per["count"] if per else 0, "periodic_unpacked": periodic_unpacked,
+            "lo": f["lo"], "hi": f["hi"], "rank": f["rank"], "rank_ok": rank_ok,
+            "expected_lo": exp_lo, "expected_hi": exp_hi, "rows_ok": rows_ok,
+            "rows_total": rows_total.get(layer), "shard": _shard_name(layer, rank, tp_size),
+            "io_threads": f["io_threads"], "cache_gib": f["cache_gib"], "line": f["line"],
+        }
+        out_layers.append(entry)
+        layer_packed = packed is True and periodic_unpacked == 0
+        if not layer_packed:
+            all_packed = False
+            all_ok = False
+            msg = "layer %d packed=%s" % (layer, packed)
+            if packed is True and periodic_unpacked:
+                msg += " at start but %d periodic line(s) packed=False" % periodic_unpacked
+            problems.append(msg)
+        if not rank_ok:
+            all_ok = False
+            mismatches.append("layer %d logged rank=%s, expected %d" % (layer, f["rank"], rank))
+        if rows_ok is False:
+            all_ok = False
+            mismatches.append("layer %d rows [%s,%s) expected [%d,%d)"
+                            % (layer, f["lo"], f["hi"], exp_lo, exp_hi))
+    problems.extend(mismatches)
+    for fatal in facts.fatal:
+        all_ok = False
+        problems.append("fatal: %s" % fatal["line"])
+    return {
+        "source": facts.source,
+        "layers": out_layers,
+        "all_packed": all_packed,
+        "all_ok": all_ok,
+        "boots_seen": facts.boots_seen,
+        "fatal": [dict(x) for x in facts.fatal],
+        "problems": problems,
+    }
+
+
+def read_facts(module):
+    p = module.params
+    if p["log_path"]:
+        return engine_log.scan_file(p["log_path"], kinds=engine_log.ENGRAM_KINDS)
+    return engine_log.scan_docker(module.run_command, p["container"], kinds=engine_log.ENGRAM_KINDS,
+                                  docker=p["docker_bin"], timestamps=p["docker_timestamps"])
+
+
+def run_module():
+    module = AnsibleModule(
+        argument_spec=dict(
+            log_path=dict(type="path"),
+            container=dict(type="str"),
+            docker_bin=dict(type="str", default="docker"),
+            docker_timestamps=dict(type="bool", default=True),
+            rank=dict(type="int", required=True),
+            tp_size=dict(type="int", required=True),
+            layers=dict(type="list", elements="int", default=[1, 14]),
+            rows_total=dict(type="dict"),
+            checkpoint=dict(type="path"),
+            require_packed=dict(type="bool", default=False),
+            host_label=dict(type="str"),
+        ),
+        mutually_exclusive=[("log_path", "container"), ("rows_total", "checkpoint")],
+        required_one_of=[("log_path", "container")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    label = p["host_label"] or (engram_format.hostname() if HAS_ENGRAM_FORMAT else "this host")
+    who = "%s rank %d" % (label, p["rank"])
+    if p["tp_size"] < 1 or not 0 <= p["rank"] < p["tp_size"]:
+        module.fail_json(msg="%s: rank %d is outside 0..%d for tp_size %d"
+                         % (who, p["rank"], p["tp_size"] - 1, p["tp_size"]), changed=False)
+    layers = list(p["layers"])
+    if not layers:
+        module.fail_json(msg="%s: layers is empty" % who, changed=False)
+    try:
+        rows_total = _rows_total_map(p["rows_total"], p["checkpoint"], layers)
+    except Exception as exc:  # engram_format errors name the file
+        module.fail_json(msg="%s: cannot get the Engram row counts: %s" % (who, exc), changed=False)
+    try:
+        facts = read_facts(module)
+        result = evaluate(facts, p["rank"], p["tp_size"], layers, rows_total)
+    except EngineLogError as exc:
+        module.fail_json(msg="%s: %s" % (who, exc), changed=False, source=exc.source,
+                         boots_seen=exc.boots_seen)
+    except ValueError as exc:
+        module.fail_json(msg="%s: %s" % (who, exc), changed=False)
+    result["changed"] = False
+    if p["require_packed"] and not result["all_ok"]:
+        module.fail_json(msg="%s: %s (%s, latest of %d boot(s))"
+                         % (who, "; ".join(result["problems"]), result["source"], result["boots_seen"]),
+                         **result)
+    module.exit_json(**result)
+
+
+def main():
+    run_module()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module engram_plan: read-only free-space verdict for packing Engram shards."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: engram_plan
+short_description: Plan packing of DeepSeek-V4.1 Engram shards for one tensor-parallel rank
+description:
+  - Reads the checkpoint index and safetensors headers (never table data) to find the Engram
+    tables, computes the rows this rank owns, inspects the packed shards already in I(dest) and
+    returns how many bytes packing needs and whether they fit.
+  - Read-only; runs the same way in check mode. A shortfall is a verdict (C(fits=false)), not a
+    failure. Malformed checkpoints fail with a message naming the file.
+options:
+  checkpoint:
+    description: Checkpoint directory holding C(model.safetensors.index.json) and the shards.
+    type: path
+    required: true
+  dest:
+    description: Engram directory of this node (the source of the container's C(/engram)). Must exist.
+    type: path
+    required: true
+  rank:
+    description: Tensor-parallel rank of this node.
+    type: int
+    required: true
+  tp_size:
+    description: Tensor-parallel size of the fleet.
+    type: int
+    required: true
+  layers:
+    description: Engram layers to plan.
+    type: list
+    elements: int
+    default: [1, 14]
+  margin_bytes:
+    description: Free space that must remain after packing.
+    type: int
+    default: 0
+author:
+  - DSV41 fleet team
+"""
+
+EXAMPLES = r"""
+- name: Free-space preflight for this rank
+  engram_plan:
+    checkpoint: /models/DeepSeek-V4.1-Flash
+    dest: /home/zurih/dsv41-3x-spark/engram
+    rank: "{{ engram_rank }}"
+    tp_size: "{{ groups['ranks'] | length }}"
+    margin_bytes: "{{ 2 * 1024 ** 3 }}"
+  register: engram_plan
+
+- name: Refuse to pack when it cannot fit
+  ansible.builtin.assert:
+    that: engram_plan.fits
+    fail_msg: "short by {{ engram_plan.deficit_gib }} GiB"
+"""
+
+RETURN = r"""
+required_bytes:
+  description: Bytes of all planned shards, headers included (sum of 4096 + rows * 264).
+  returned: success
+  type: int
+  sample: 67586019080
+shards:
+  description: One entry per layer.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    layer: {description: Engram layer., type: int}
+    path: {description: Final shard path., type: str}
+    lo: {description: First row owned by this rank., type: int}
+    hi: {description: One past the last row owned by this rank., type: int}
+    rows: {description: hi - lo., type: int}
+    bytes: {description: Exact shard size., type: int}
+    state: {description: complete, missing, partial (only a .partial exists) or stale., type: str}
+    stale_reason: {description: Why the existing file is unusable (only when stale)., type: str}
+to_write_bytes:
+  description: Bytes of the shards that are not complete.
+  returned: success
+  type: int
+reclaimable_bytes:
+  description: Space of .partial and stale files that packing replaces (allocated size, at most the file size).
+  returned: success
+  type: int
+free_bytes:
+  description: Free bytes of the destination filesystem (statvfs f_bavail * f_frsize).
+  returned: success
+  type: int
+margin_bytes:
+  description: The margin asked for.
+  returned: success
+  type: int
+fits:
+  description: free_bytes + reclaimable_bytes >= to_write_bytes + margin_bytes.
+  returned: success
+  type: bool
+deficit_bytes:
+  description: Bytes missing for the plan to fit; 0 when it fits.
+  returned: success
+  type: int
+required_gib:
+  description: required_bytes in GiB (2**30), three decimals.
+  returned: success
+  type: float
+  sample: 62.944
+to_write_gib:
+  description: to_write_bytes in GiB.
+  returned: success
+  type: float
+free_gib:
+  description: free_bytes in GiB.
+  returned: success
+  type: float
+deficit_gib:
+  description: deficit_bytes in GiB.
+  returned: success
+  type: float
+reclaimable_gib:
+  description: reclaimable_bytes in GiB.
+  returned: success
+  type: float
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engram_format import ENGRAM_LAYERS, EngramError, plan
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            checkpoint=dict(type="path", required=True),
+            dest=dict(type="path", required=True),
+            rank=dict(type="int", required=True),
+            tp_size=dict(type="int", required=True),
+            layers=dict(type="list", elements="int", default=list(ENGRAM_LAYERS)),
+            margin_bytes=dict(type="int", default=0),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        result = plan(params["checkpoint"], params["dest"], params["rank"], params["tp_size"],
+                      layers=params["layers"], margin_bytes=params["margin_bytes"])
+    except EngramError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

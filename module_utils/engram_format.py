@@ -1,0 +1,609 @@
+# -*- coding: utf-8 -*-
+"""Engram tables in a safetensors checkpoint and the packed per-rank shard files.
+
+Shared by the ``engram_plan`` and ``engram_pack`` modules (and anything else that needs the
+format). Standard library only: Ansible ships this file to the target host next to the module.
+
+Checkpoint side: ``model.safetensors.index.json`` maps ``layers.{L}.engram.embed.weight``
+(``F8_E4M3``, ``[N, 256]``) and ``layers.{L}.engram.embed.scale`` (``F8_E8M0``, ``[N, 8]``) to one
+safetensors file. Only the index and the safetensors headers are read to plan; table bytes are
+read only by :func:`pack_layer`.
+
+Packed side: ``engram-l{L}-r{r}of{tp}.bin`` holds a 4096-byte header (six little-endian u64:
+magic ``0x31344E4531565344``, layer, lo, hi, N, 264; zero padding) and then rows ``lo..hi-1``, each 256
+weight bytes followed by the row's 8 scale bytes. It is published by writing ``.partial``,
+fsyncing, renaming and fsyncing the directory, so a final-named file is always complete.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import struct
+import time
+from collections import namedtuple
+
+ENGRAM_LAYERS = (1, 14)
+WEIGHT_BYTES = 256
+SCALE_BYTES = 8
+ROW_BYTES = WEIGHT_BYTES + SCALE_BYTES  # 264
+HEADER_BYTES = 4096
+# The SPEC's magic value. Its little-endian bytes spell b"DSV1EN41" (the SPEC's prose says
+# "DSV41EN1"); the number is what is written and compared, so the number is kept.
+MAGIC = 0x31344E4531565344
+INDEX_NAME = "model.safetensors.index.json"
+LOCK_NAME = ".engram-pack.lock"
+WEIGHT_DTYPE = "F8_E4M3"
+SCALE_DTYPE = "F8_E8M0"
+GIB = 2 ** 30
+MIB = 2 ** 20
+
+DEFAULT_CHUNK_BYTES = 8 * MIB
+# Dirty pages are forced out and dropped from the page cache at least this often: host RAM is
+# GPU memory on a DGX Spark, so a multi-GiB pack must not sit in the cache.
+DEFAULT_SYNC_BYTES = 128 * MIB
+PROGRESS_INTERVAL_S = 0.5
+
+# The safetensors reference reader refuses headers above 100 MB; so do we, before allocating.
+MAX_SAFETENSORS_HEADER = 100 * 1000 * 1000
+_SHARD_HEADER = struct.Struct("<6Q")
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+EngramTable = namedtuple("EngramTable", "layer rows shard_path weight_offset scale_offset")
+EngramTable.__doc__ = """One layer's Engram table: row count and absolute byte offsets of the
+weight and scale data inside ``shard_path``."""
+
+ShardStatus = namedtuple(
+    "ShardStatus", "state reason path partial_path lo hi bytes reclaimable_bytes")
+ShardStatus.__doc__ = """What is on disk for one packed shard. ``state`` is complete, missing,
+partial or stale; ``reason`` explains stale; ``reclaimable_bytes`` is the allocated size of the
+files a pack would replace (a left-over .partial and/or a stale final file)."""
+
+
+class EngramError(Exception):
+    """Base class of every error this module raises on purpose."""
+
+
+class EngramFormatError(EngramError):
+    """A checkpoint, index or shard is malformed; the message names the file and the value."""
+
+
+class EngramPackError(EngramError):
+    """An operation on the destination failed (missing directory, lock held, no space, I/O);
+    the message names the host, the path and the cause."""
+
+
+def hostname():
+    """Node name used in messages: a module cannot know its inventory name."""
+    return os.uname().nodename
+
+
+def weight_tensor_name(layer):
+    return "layers.%d.engram.embed.weight" % layer
+
+
+def scale_tensor_name(layer):
+    return "layers.%d.engram.embed.scale" % layer
+
+
+def shard_name(layer, rank, tp_size):
+    return "engram-l%d-r%dof%d.bin" % (layer, rank, tp_size)
+
+
+def partial_name(layer, rank, tp_size):
+    return "engram-l%d-r%dof%d.partial" % (layer, rank, tp_size)
+
+
+def shard_bytes(lo, hi):
+    """Exact size of a packed shard holding rows [lo, hi)."""
+    return HEADER_BYTES + (hi - lo) * ROW_BYTES
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_rank(rank, tp_size):
+    """Raise ValueError unless 0 <= rank < tp_size and tp_size >= 1."""
+    if not _is_int(tp_size) or tp_size < 1:
+        raise ValueError("tp_size must be an integer >= 1, got %r" % (tp_size,))
+    if not _is_int(rank) or not 0 <= rank < tp_size:
+        raise ValueError("rank %r is outside 0..%d for tp_size %d" % (rank, tp_size - 1, tp_size))
+
+
+def rank_row_range(n_rows, rank, tp_size):
+    """Rows [lo, hi) of an N-row table owned by ``rank`` of ``tp_size``: [N*r//tp, N*(r+1)//tp)."""
+    check_rank(rank, tp_size)
+    if not _is_int(n_rows) or n_rows < tp_size:
+        raise ValueError("table has %r rows, fewer than tp_size %d: every rank needs at least one row"
+                         % (n_rows, tp_size))
+    return n_rows * rank // tp_size, n_rows * (rank + 1) // tp_size
+
+
+# --------------------------------------------------------------------------- checkpoint side
+
+def _pread_exact(fd, length, offset, path):
+    data = os.pread(fd, length, offset)
+    if len(data) != length:
+        raise EngramFormatError("%s: is truncated: wanted %d bytes at offset %d, got %d"
+                                % (path, length, offset, len(data)))
+    return data
+
+
+def read_safetensors_header(path):
+    """Return ``(header_dict, data_start)`` of a safetensors file, validated against its size.
+
+    Checks the 8-byte length prefix, that the JSON header fits in the file and parses to an
+    object, and that every tensor's ``data_offsets`` lie inside the file (by ``os.stat`` size:
+    files may be sparse). Never reads tensor data.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise EngramFormatError("%s: cannot open safetensors file: %s" % (path, exc.strerror))
+    try:
+        size = os.fstat(fd).st_size
+        if size < 8:
+            raise EngramFormatError("%s: truncated safetensors header: file is %d bytes, shorter than "
+                                    "the 8-byte header length" % (path, size))
+        (length,) = struct.unpack("<Q", _pread_exact(fd, 8, 0, path))
+        if length > size - 8:
+            raise EngramFormatError("%s: safetensors header length %d runs past the end of the file "
+                                    "(%d bytes)" % (path, length, size))
+        if length > MAX_SAFETENSORS_HEADER:
+            raise EngramFormatError("%s: safetensors header length %d exceeds the %d-byte limit"
+                                    % (path, length, MAX_SAFETENSORS_HEADER))
+        raw = _pread_exact(fd, length, 8, path)
+    finally:
+        os.close(fd)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # includes UnicodeDecodeError and JSONDecodeError
+        raise EngramFormatError("%s: safetensors header is not valid JSON: %s" % (path, exc))
+    if not isinstance(header, dict):
+        raise EngramFormatError("%s: safetensors header is a JSON %s, not an object"
+                                % (path, type(header).__name__))
+    data_start = 8 + length
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1]):
+            raise EngramFormatError("%s: tensor %s has invalid data_offsets %r"
+                                    % (path, name, offsets))
+        if data_start + offsets[1] > size:
+            raise EngramFormatError("%s: tensor %s data_offsets %r end at byte %d, past the end of "
+                                    "the file (%d bytes)" % (path, name, offsets,
+                                                            data_start + offsets[1], size))
+    return header, data_start
+
+
+def _table_rows(path, header, name, dtype, width):
+    """Validate one Engram tensor entry and return its row count."""
+    info = header.get(name)
+    if not isinstance(info, dict):
+        raise EngramFormatError("%s: tensor %s is missing from the safetensors header" % (path, name))
+    if info.get("dtype") != dtype:
+        raise EngramFormatError("%s: tensor %s has dtype %r, expected %s"
+                                % (path, name, info.get("dtype"), dtype))
+    shape = info.get("shape")
+    if (not isinstance(shape, list) or len(shape) != 2 or not all(_is_int(d) for d in shape)
+            or shape[0] < 1 or shape[1] != width):
+        raise EngramFormatError("%s: tensor %s has shape %r, expected [N, %d] with N >= 1"
+                                % (path, name, shape, width))
+    begin, end = info["data_offsets"]
+    if end - begin != shape[0] * width:
+        raise EngramFormatError("%s: tensor %s holds %d data bytes but shape %r needs %d"
+                                % (path, name, end - begin, shape, shape[0] * width))
+    return shape[0]
+
+
+def _load_index(checkpoint_dir):
+    index_path = os.path.join(checkpoint_dir, INDEX_NAME)
+    try:
+        with open(index_path, "rb") as handle:
+            index = json.loads(handle.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise EngramFormatError("%s: checkpoint index not found" % index_path)
+    except OSError as exc:
+        raise EngramFormatError("%s: cannot read checkpoint index: %s" % (index_path, exc.strerror))
+    except ValueError as exc:
+        raise EngramFormatError("%s: checkpoint index is not valid JSON: %s" % (index_path, exc))
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise EngramFormatError("%s: checkpoint index has no weight_map object" % index_path)
+    return index_path, weight_map
+
+
+def read_engram_tables(checkpoint_dir, layers=ENGRAM_LAYERS):
+    """Return ``{layer: EngramTable}`` read from the index and the safetensors headers only."""
+    index_path, weight_map = _load_index(checkpoint_dir)
+    headers = {}  # one header read per shard file, however many layers live in it
+    tables = {}
+    for layer in layers:
+        if not _is_int(layer):
+            raise EngramFormatError("%s: Engram layer %r is not an integer" % (index_path, layer))
+        wname, sname = weight_tensor_name(layer), scale_tensor_name(layer)
+        for name in (wname, sname):
+            if not isinstance(weight_map.get(name), str) or not weight_map[name]:
+                raise EngramFormatError("%s: tensor %s is missing from weight_map" % (index_path, name))
+        if weight_map[wname] != weight_map[sname]:
+            raise EngramFormatError("%s: %s is in %s but %s is in %s; both must be in the same file"
+                                    % (index_path, wname, weight_map[wname], sname, weight_map[sname]))
+        shard_path = os.path.join(checkpoint_dir, weight_map[wname])
+        if shard_path not in headers:
+            headers[shard_path] = read_safetensors_header(shard_path)
+        header, data_start = headers[shard_path]
+        rows = _table_rows(shard_path, header, wname, WEIGHT_DTYPE, WEIGHT_BYTES)
+        scale_rows = _table_rows(shard_path, header, sname, SCALE_DTYPE, SCALE_BYTES)
+        if scale_rows != rows:
+            raise EngramFormatError("%s: %s has %d rows but %s has %d"
+                                    % (shard_path, sname, scale_rows, wname, rows))
+        tables[layer] = EngramTable(layer, rows, shard_path,
+                                    data_start + header[wname]["data_offsets"][0],
+                                    data_start + header[sname]["data_offsets"][0])
+    return tables
+
+
+def table_rank_range(table, rank, tp_size):
+    """rank_row_range for a table, with errors naming the checkpoint file."""
+    try:
+        return rank_row_range(table.rows, rank, tp_size)
+    except ValueError as exc:
+        raise EngramFormatError("%s: layer %d: %s" % (table.shard_path, table.layer, exc))
+
+
+# --------------------------------------------------------------------------- packed side
+
+def encode_shard_header(layer, lo, hi, n_rows):
+    """The 4096-byte header of a packed shard holding rows [lo, hi) of an N-row layer."""
+    fields = _SHARD_HEADER.pack(MAGIC, layer, lo, hi, n_rows, ROW_BYTES)
+    return fields + bytes(HEADER_BYTES - len(fields))
+
+
+def shard_stale_reason(path, layer, lo, hi, n_rows):
+    """Why the existing final shard at ``path`` is unusable for rows [lo, hi), or None if valid."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        head = handle.read(HEADER_BYTES)
+    if len(head) < HEADER_BYTES:
+        return "has no header: file is %d bytes, shorter than the %d-byte header" % (size, HEADER_BYTES)
+    got = _SHARD_HEADER.unpack_from(head)
+    want = (MAGIC, layer, lo, hi, n_rows, ROW_BYTES)
+    labels = ("magic", "layer", "lo", "hi", "total rows N", "row bytes")
+    for label, have, expected in zip(labels, got, want):
+        if have != expected:
+            if label == "magic":
+                return "bad magic 0x%016X, expected 0x%016X" % (have, expected)
+            return "header %s is %d, expected %d" % (label, have, expected)
+    if head.count(0, _SHARD_HEADER.size) != HEADER_BYTES - _SHARD_HEADER.size:
+        return "header padding after byte %d is not zero" % _SHARD_HEADER.size
+    expected_size = shard_bytes(lo, hi)
+    if size < expected_size:
+        return "is truncated: %d bytes, expected %d" % (size, expected_size)
+    if size > expected_size:
+        return "has %d trailing bytes: %d bytes, expected %d" % (size - expected_size, size, expected_size)
+    return None
+
+
+def _allocated_bytes(path):
+    """Space freed by deleting/truncating ``path``: allocated blocks, never more than its size
+    (a sparse file frees only what it occupies)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return 0
+    return min(st.st_size, st.st_blocks * 512)
+
+
+def describe_shard(dest, layer, rank, tp_size, n_rows):
+    """ShardStatus of ``engram-l{L}-r{r}of{tp}`` in directory ``dest``.
+
+    complete: the final file is valid for this rank's range; missing: nothing there;
+    partial: only a .partial exists (a killed run); stale: the final file exists but is wrong.
+    """
+    lo, hi = rank_row_range(n_rows, rank, tp_size)
+    path = os.path.join(dest, shard_name(layer, rank, tp_size))
+    partial_path = os.path.join(dest, partial_name(layer, rank, tp_size))
+    partial_exists = os.path.exists(partial_path)
+    if os.path.exists(path):
+        reason = shard_stale_reason(path, layer, lo, hi, n_rows)
+        state = "complete" if reason is None else "stale"
+    else:
+        reason = None
+        state = "partial" if partial_exists else "missing"
+    reclaimable = 0
+    if state != "complete":
+        reclaimable = _allocated_bytes(partial_path) + (_allocated_bytes(path) if state == "stale" else 0)
+    return ShardStatus(state, reason, path, partial_path, lo, hi, shard_bytes(lo, hi), reclaimable)
+
+
+def inspect_shard(path, layer, rank, tp_size, n_rows):
+    """State of one packed shard: "complete", "missing", "partial" or "stale".
+
+    ``path`` is the destination directory, or the shard's final path inside it.
+    """
+    if os.path.basename(path) == shard_name(layer, rank, tp_size):
+        path = os.path.dirname(path)
+    return describe_shard(path, layer, rank, tp_size, n_rows).state
+
+
+# --------------------------------------------------------------------------- planning
+
+def _gib(value):
+    return round(value / GIB, 3)
+
+
+def check_dest(dest):
+    if not os.path.isdir(dest):
+        what = "is not a directory" if os.path.exists(dest) else "does not exist"
+        raise EngramPackError("host %s: Engram destination %s %s" % (hostname(), dest, what))
+
+
+def free_bytes(dest):
+    st = os.statvfs(dest)
+    return st.f_bavail * st.f_frsize
+
+
+def _check_params(checkpoint, rank, tp_size, margin_bytes):
+    try:
+        check_rank(rank, tp_size)
+    except ValueError as exc:
+        raise EngramFormatError("%s: %s" % (checkpoint, exc))
+    if not _is_int(margin_bytes) or margin_bytes < 0:
+        raise EngramFormatError("%s: margin_bytes must be an integer >= 0, got %r" % (checkpoint, margin_bytes))
+
+
+def plan(checkpoint, dest, rank, tp_size, layers=ENGRAM_LAYERS, margin_bytes=0):
+    """Read-only space verdict for packing ``layers`` for one rank into ``dest``.
+
+    A shortfall is a verdict (``fits: False``), not an error; malformed input raises
+    EngramFormatError and a missing ``dest`` raises EngramPackError.
+    """
+    check_dest(dest)
+    _check_params(checkpoint, rank, tp_size, margin_bytes)
+    layers = list(layers)
+    if not layers or len(set(layers)) != len(layers):
+        raise EngramFormatError("%s: layers must be a non-empty list without duplicates, got %r"
+                                % (checkpoint, layers))
+    tables = read_engram_tables(checkpoint, layers)
+    shards = []
+    required = to_write = reclaimable = 0
+    for layer in layers:
+        table = tables[layer]
+        table_rank_range(table, rank, tp_size)
+        status = describe_shard(dest, layer, rank, tp_size, table.rows)
+        entry = {"layer": layer, "path": status.path, "lo": status.lo, "hi": status.hi,
+                 "rows": status.hi - status.lo, "bytes": status.bytes, "state": status.state}
+        if status.state == "stale":
+            entry["stale_reason"] = status.reason
+        shards.append(entry)
+        required += status.bytes
+        if status.state != "complete":
+            to_write += status.bytes
+            reclaimable += status.reclaimable_bytes
+    free = free_bytes(dest)
+    deficit = max(0, to_write + margin_bytes - free - reclaimable)
+    return {
+        "required_bytes": required,
+        "shards": shards,
+        "to_write_bytes": to_write,
+        "reclaimable_bytes": reclaimable,
+        "free_bytes": free,
+        "margin_bytes": margin_bytes,
+        "fits": deficit == 0,
+        "deficit_bytes": deficit,
+        "required_gib": _gib(required),
+        "to_write_gib": _gib(to_write),
+        "free_gib": _gib(free),
+        "deficit_gib": _gib(deficit),
+        "reclaimable_gib": _gib(reclaimable),
+    }
+
+
+# --------------------------------------------------------------------------- packing
+
+def _os_error_text(exc):
+    name = errno.errorcode.get(exc.errno, "errno %s" % exc.errno)
+    return "%s (%s)" % (name, exc.strerror or exc)
+
+
+@contextlib.contextmanager
+def dest_lock(dest, timeout=0):
+    """Exclusive flock on ``dest/.engram-pack.lock``, waiting at most ``timeout`` seconds."""
+    path = os.path.join(dest, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        raise EngramPackError("host %s: cannot open lock file %s: %s" % (hostname(), path, _os_error_text(exc)))
+    try:
+        deadline = time.monotonic() + max(0, timeout)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise EngramPackError(
+                        "host %s: another engram pack holds %s (waited %ss); refusing to pack into %s "
+                        "concurrently" % (hostname(), path, timeout, dest))
+                time.sleep(min(0.1, remaining))
+        yield path
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+def _write_progress(progress_path, done, total):
+    """Atomically rewrite the progress file so a poller never reads half a JSON document."""
+    tmp = progress_path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump({"done_bytes": done, "total_bytes": total,
+                   "percent": round(100.0 * done / total, 2) if total else 100.0}, handle)
+    os.replace(tmp, progress_path)
+
+
+def _write_all(fd, view):
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _preadv_exact(fd, views, slot_bytes, offset, path):
+    """Scatter ``len(views) * slot_bytes`` bytes at ``offset`` straight into ``views`` (the
+    interleaved row slots), IOV_MAX slots per system call: the kernel does the interleave."""
+    length = len(views) * slot_bytes
+    got = 0
+    for start in range(0, len(views), _IOV_MAX):
+        batch = views[start:start + _IOV_MAX]
+        count = os.preadv(fd, batch, offset + got)
+        got += count
+        if count != len(batch) * slot_bytes:
+            raise EngramFormatError("%s: is truncated: wanted %d bytes at offset %d, got %d"
+                                    % (path, length, offset, got))
+
+
+def _drop_cache(fd, offset=0, length=0):
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress_path):
+    """Write header and rows lo..hi-1 into ``out_fd``; return bytes written."""
+    lo, hi, total = status.lo, status.hi, status.bytes
+    _write_all(out_fd, memoryview(encode_shard_header(table.layer, lo, hi, table.rows)))
+    buf = memoryview(bytearray(chunk_rows * ROW_BYTES))
+    weight_slots = [buf[i * ROW_BYTES:i * ROW_BYTES + WEIGHT_BYTES] for i in range(chunk_rows)]
+    scale_slots = [buf[i * ROW_BYTES + WEIGHT_BYTES:(i + 1) * ROW_BYTES] for i in range(chunk_rows)]
+    done, synced, last_progress = HEADER_BYTES, 0, time.monotonic()
+    row = lo
+    while row < hi:
+        n = min(chunk_rows, hi - row)
+        _preadv_exact(in_fd, weight_slots[:n], WEIGHT_BYTES,
+                      table.weight_offset + row * WEIGHT_BYTES, table.shard_path)
+        _preadv_exact(in_fd, scale_slots[:n], SCALE_BYTES,
+                      table.scale_offset + row * SCALE_BYTES, table.shard_path)
+        _write_all(out_fd, buf[:n * ROW_BYTES])
+        row += n
+        done += n * ROW_BYTES
+        if done - synced >= sync_bytes or row == hi:
+            # fdatasync makes the written pages clean so DONTNEED can actually drop them; the
+            # source ranges read so far are dropped too (possibly an NFS client cache).
+            os.fdatasync(out_fd)
+            _drop_cache(out_fd)
+            _drop_cache(in_fd, table.weight_offset + lo * WEIGHT_BYTES, (row - lo) * WEIGHT_BYTES)
+            _drop_cache(in_fd, table.scale_offset + lo * SCALE_BYTES, (row - lo) * SCALE_BYTES)
+            synced = done
+        else:
+            # DONTNEED on dirty pages starts their writeback without waiting, which keeps the
+            # disk busy between the periodic fdatasyncs.
+            _drop_cache(out_fd, done - n * ROW_BYTES, n * ROW_BYTES)
+        if progress_path and (time.monotonic() - last_progress >= PROGRESS_INTERVAL_S or row == hi):
+            _write_progress(progress_path, done, total)
+            last_progress = time.monotonic()
+    return done
+
+
+def _write_shard(table, status, chunk_rows, sync_bytes, progress_path):
+    """Write the .partial, fsync, rename over the final name, fsync the directory.
+
+    On any failure the .partial is removed, and no final-named file is created.
+    """
+    dest = os.path.dirname(status.path)
+    if status.state == "stale":
+        # Free the stale file's space before writing (the space check counted on it); it is
+        # unusable for this rank anyway, and its name means it can only be ours.
+        os.unlink(status.path)
+    out_fd = in_fd = None
+    try:
+        if progress_path:
+            _write_progress(progress_path, 0, status.bytes)
+        out_fd = os.open(status.partial_path,
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        in_fd = os.open(table.shard_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        written = _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress_path)
+        if written != status.bytes or os.fstat(out_fd).st_size != status.bytes:
+            raise EngramPackError("host %s: %s: wrote %d bytes, expected %d"
+                                  % (hostname(), status.partial_path, written, status.bytes))
+        os.fsync(out_fd)
+        os.close(out_fd)
+        out_fd = None
+        os.replace(status.partial_path, status.path)
+        _fsync_dir(dest)
+    except BaseException as exc:
+        if out_fd is not None:
+            os.close(out_fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(status.partial_path)
+        if isinstance(exc, OSError):
+            raise EngramPackError("host %s: packing layer %d into %s failed at %s: %s"
+                                  % (hostname(), table.layer, status.path,
+                                     exc.filename or status.partial_path, _os_error_text(exc)))
+        raise
+    finally:
+        if in_fd is not None:
+            os.close(in_fd)
+
+
+def _check_space(dest, status, margin_bytes):
+    free = free_bytes(dest)
+    need = status.bytes + margin_bytes
+    have = free + status.reclaimable_bytes
+    if have < need:
+        deficit = need - have
+        raise EngramPackError(
+            "host %s: not enough space in %s for %s: needs %d bytes (%d + margin %d), has %d free + %d "
+            "reclaimable; deficit %d bytes (%.3f GiB)"
+            % (hostname(), dest, os.path.basename(status.path), need, status.bytes, margin_bytes,
+               free, status.reclaimable_bytes, deficit, deficit / GIB))
+
+
+def pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes=0, check_mode=False,
+               progress_path=None, chunk_bytes=DEFAULT_CHUNK_BYTES, chunk_rows=None, lock_timeout=0,
+               sync_bytes=DEFAULT_SYNC_BYTES):
+    """Pack one layer's rows for ``rank`` of ``tp_size`` into ``dest`` unless already complete.
+
+    Returns changed, path, bytes, rows, lo, hi, seconds, throughput_mib_s, state_before. In check
+    mode nothing is touched. Raises EngramFormatError for malformed input and EngramPackError for
+    destination problems (missing directory, lock held, not enough space, I/O errors).
+    """
+    check_dest(dest)
+    _check_params(checkpoint, rank, tp_size, margin_bytes)
+    if chunk_rows is None:
+        if not _is_int(chunk_bytes) or chunk_bytes < ROW_BYTES:
+            raise EngramFormatError("%s: chunk_bytes must be an integer >= %d, got %r"
+                                    % (checkpoint, ROW_BYTES, chunk_bytes))
+        chunk_rows = chunk_bytes // ROW_BYTES
+    elif not _is_int(chunk_rows) or chunk_rows < 1:
+        raise EngramFormatError("%s: chunk_rows must be an integer >= 1, got %r" % (checkpoint, chunk_rows))
+    table = read_engram_tables(checkpoint, (layer,))[layer]
+    table_rank_range(table, rank, tp_size)
+    before = describe_shard(dest, layer, rank, tp_size, table.rows)
+    result = {"changed": before.state != "complete", "path": before.path, "bytes": before.bytes,
+              "rows": before.hi - before.lo, "lo": before.lo, "hi": before.hi, "seconds": 0.0,
+              "throughput_mib_s": 0.0, "state_before": before.state}
+    if before.state == "complete" or check_mode:
+        return result
+    with dest_lock(dest, lock_timeout):
+        # Another run may have finished (or left a .partial) while we waited for the lock.
+        status = describe_shard(dest, layer, rank, tp_size, table.rows)
+        if status.state == "complete":
+            result["changed"] = False
+            return result
+        _check_space(dest, status, margin_bytes)
+        started = time.monotonic()
+        _write_shard(table, status, min(chunk_rows, status.hi - status.lo), sync_bytes, progress_path)
+        seconds = time.monotonic() - started
+    result["seconds"] = round(seconds, 3)
+    result["throughput_mib_s"] = round(status.bytes / MIB / seconds, 1) if seconds > 0 else 0.0
+    return result
