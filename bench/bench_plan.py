@@ -47,8 +47,8 @@ def main():
     try:
         full_rows = dict(ckpt_factory.FULL_SCALE_ROWS)
         small_rows = {layer: rows // 100 for layer, rows in full_rows.items()}
-        ckpts = {"full": ckpt_factory.make_checkpoint(os.path.join(work, "full"), rows=full_rows, sparse=True)["dir"],
-                 "small": ckpt_factory.make_checkpoint(os.path.join(work, "small"), rows=small_rows, sparse=True)["dir"]}
+        ckpts = {name: ckpt_factory.make_checkpoint(os.path.join(work, name), rows=table_rows, sparse=True)["dir"]
+                 for name, table_rows in (("full", full_rows), ("small", small_rows))}
         dest = os.path.join(work, "engram")
         os.mkdir(dest)
         rows = []

@@ -159,7 +159,8 @@ def main():
             params["checkpoint"], params["dest"], params["layer"], params["rank"], params["tp_size"],
             margin_bytes=params["margin_bytes"], check_mode=module.check_mode,
             progress_path=params["progress_file"],
-            chunk_bytes=params["chunk_bytes"] or DEFAULT_CHUNK_BYTES, chunk_rows=params["chunk_rows"],
+            chunk_bytes=DEFAULT_CHUNK_BYTES if params["chunk_bytes"] is None else params["chunk_bytes"],
+            chunk_rows=params["chunk_rows"],
             lock_timeout=params["lock_timeout"])
     except EngramError as exc:
         module.fail_json(msg=str(exc))

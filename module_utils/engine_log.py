@@ -40,8 +40,9 @@ This parser follows the engine: a printed ``GB`` (and ``GiB``) is 2**30 bytes, `
 
 Boots. A log (``docker logs`` of a restarted container, or a saved file) may hold several
 boots; facts come from the LATEST boot only. A boot starts at each ``server_args=ServerArgs(``
-marker and, defensively, at an ``Exact nvme Engram layer=L`` line for a layer already seen in
-the current boot. Text before the first boundary counts as a boot when it holds an Exact
+marker and, defensively, at an ``Exact nvme Engram layer=L rank=R`` line for a (layer, rank)
+already seen in the current boot (one log may hold the start-up lines of several ranks, e.g. the
+lab's saved head log; ``engram`` then keeps the first line of each layer in the boot). Text before the first boundary counts as a boot when it holds an Exact
 Engram line (its marker was lost, e.g. by log rotation) or when the log has no marker at all
 (then the whole log is one boot). ``boots_seen`` is the number of boots counted that way.
 
@@ -473,6 +474,7 @@ class _State(object):
         self.leading = True           # before the first boundary
         self.leading_has_engram = False
         self.saw_text = False
+        self.seen_exact = set()       # (layer, rank) of the Exact lines of the current boot
 
     def new_boot(self, boundary):
         if self.leading:
@@ -486,6 +488,11 @@ class _State(object):
             self.markers += 1
         self.facts = BootFacts(self.source)
         self.facts.boundary = boundary
+        self.seen_exact = set()
+
+    def is_exact_repeat(self, f):
+        """An Exact line whose (layer, rank) was already seen in the current boot (a boundary)."""
+        return (f["layer"], f.get("rank")) in self.seen_exact
 
     def apply(self, kind, f):
         facts = self.facts
@@ -495,12 +502,14 @@ class _State(object):
                 self.facts.server_args = f["server_args"]
             return
         if kind == "engram":
-            if f["layer"] in facts.engram:
+            if self.is_exact_repeat(f):
                 self.new_boot("engram_repeat")
                 facts = self.facts
             if self.leading:
                 self.leading_has_engram = True
-            facts.engram[f["layer"]] = f
+            self.seen_exact.add((f["layer"], f.get("rank")))
+            if f["layer"] not in facts.engram:      # first line of the layer in this boot
+                facts.engram[f["layer"]] = f
             return
         if kind == "engram_periodic":
             self.add_periodic(f["layer"], 1, 1 if f["packed"] is True else 0,
@@ -656,7 +665,7 @@ class Scanner(object):
             kind, f = ev
             if kind == "engram_periodic":
                 continue                      # counted in bulk below
-            is_boundary = kind == "boot" or (kind == "engram" and f["layer"] in state.facts.engram)
+            is_boundary = kind == "boot" or (kind == "engram" and state.is_exact_repeat(f))
             if is_boundary and want_periodic:
                 self._periodic(low, chunk, seg, ls)
                 seg = le
@@ -757,7 +766,7 @@ def scan_lines(lines, name="<log>", kinds=ALL_KINDS):
 
 _MARKER_B = b"server_args=ServerArgs("
 _EXACT_B = b"Exact nvme Engram layer="          # long needles search fastest
-_RE_EXACT_LAYER_B = re.compile(rb"Exact nvme Engram layer=(\d+)")
+_RE_EXACT_LAYER_B = re.compile(rb"Exact nvme Engram layer=(\d+)(?: rank=(\d+))?")
 
 
 def _find_last_marker(f, size, chunk_size):
@@ -796,7 +805,7 @@ class _BoundaryCounter(object):
         self.seen = set()
 
     def events(self, data, owned, end):
-        """Boundary events ``(pos, kind, layer)`` starting in ``data[0:owned]``, sorted.
+        """Boundary events ``(pos, kind, (layer, rank))`` starting in ``data[0:owned]``, sorted.
 
         ``end`` (> owned) lets a needle that starts in the owned part finish in the overlap.
         """
@@ -810,7 +819,7 @@ class _BoundaryCounter(object):
         while pos != -1 and pos < owned:
             m = _RE_EXACT_LAYER_B.match(data, pos, end)
             if m:
-                out.append((pos, 1, int(m.group(1))))
+                out.append((pos, 1, (int(m.group(1)), int(m.group(2)) if m.group(2) else None)))
             pos = find(_EXACT_B, pos + 1, end)
         out.sort()
         return out
@@ -915,7 +924,8 @@ def latest_boot(lines):
         elif "ngram" in low:
             m = RE_EXACT.search(s)
             if m:
-                layer = int(m.group(1))
+                r = RE_RANK.search(s)
+                layer = (int(m.group(1)), int(r.group(1)) if r else None)
                 boundary = layer in seen
         if boundary:
             current = []

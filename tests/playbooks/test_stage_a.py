@@ -76,6 +76,19 @@ def test_packing_outside_a_maintenance_window_is_refused(roomy_inventory):
     assert snapshot(WATCHED) == before
 
 
+def test_check_mode_of_a_fleet_that_fits_reports_the_writes_and_changes_nothing(roomy_inventory):
+    set_launcher_env(MODEL_PATH=MINI_CHECKPOINT, WORKER_ENGRAM_DIR_SPARK2=ROOMY_DEST)
+    before = snapshot(WATCHED)
+    rc, out = playbook("stage_a_pack.yml", "--check", "-e", "maintenance_window=true",
+                       inventories=lab_inventories(roomy_inventory))
+    assert rc == 0, out[-4000:]
+    for rank, (host, dest) in enumerate(dict(ENGRAM, spark2=ROOMY_DEST).items()):
+        assert f"Check mode: {dest}/engram-l1-r{rank}of3.bin, {dest}/engram-l14-r{rank}of3.bin would be written" \
+            in " ".join(out.split())  # the yaml callback folds long messages
+    assert "Would run '/home/mia/dsv41-3x-spark/start.sh stop' then" in out
+    assert snapshot(WATCHED) == before
+
+
 def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
     set_launcher_env(MODEL_PATH=MINI_CHECKPOINT, WORKER_ENGRAM_DIR_SPARK2=ROOMY_DEST)
     tp2_before = snapshot({"spark2": ["/home/zurih/dsv41-engram"]})

@@ -1,0 +1,318 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: what KV pool did this rank's engine actually allocate?"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: kv_pool
+short_description: Report the KV pool an SGLang DSV4 engine allocated, and whether the pin was clamped
+description:
+  - Reads the latest boot of an SGLang engine log (a saved log file or C(docker logs) of the
+    rank's container) and reports the KV pool the engine allocated, the memory figures it was
+    computed from, and whether the requested pin (C(MAX_TOTAL_TOKENS)) was silently clamped.
+  - The allocated pool is C(full=) of the LAST C(DSV4 pool sizes:) line of the latest boot (the
+    line is printed twice; the last one is what was allocated). When the boot has no pool line,
+    C(max_total_num_tokens=) is used instead.
+  - Only the latest boot counts (from the last C(server_args=ServerArgs() marker to the end); earlier
+    boots in the same log are counted in C(boots_seen) and otherwise ignored.
+  - Read-only; a log file is read in bounded memory whatever its size. Parsing is done by
+    C(module_utils/engine_log.py), the project's one engine-log parser.
+version_added: "0.1.0"
+author: TP3 fleet config repo
+options:
+  log_path:
+    description:
+      - Engine log file to read. Mutually exclusive with I(container).
+    type: path
+  container:
+    description:
+      - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
+        C(dsv41-worker). stdout and stderr are merged back into log order by timestamp.
+      - Mutually exclusive with I(log_path).
+    type: str
+  docker_bin:
+    description: Docker client to run for I(container).
+    type: str
+    default: docker
+  docker_timestamps:
+    description:
+      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Set false for
+        a docker stand-in that does not support it.
+    type: bool
+    default: true
+  requested_tokens:
+    description:
+      - The pin requested for this node (its C(MAX_TOTAL_TOKENS) setting, 750000 today).
+      - When omitted, C(max_total_tokens) of the boot's C(server_args=ServerArgs(...)) line is used
+        (None there means no pin was requested; then C(clamped) is None).
+    type: int
+  min_tokens:
+    description:
+      - Fail when the allocated pool is smaller than this many tokens. The message gives the
+        allocated and requested figures and C(available_bytes).
+    type: int
+  rank:
+    description:
+      - This node's tensor-parallel rank, for messages only. Default C(node_rank) of the boot's
+        C(server_args) line when it has one.
+    type: int
+  host_label:
+    description: Name used in messages (default the node's hostname).
+    type: str
+notes:
+  - Supports check mode; the module never changes anything (C(changed) is always false).
+  - A latest boot without the C(DSV4 memory calculation:) line, or without both the
+    C(DSV4 pool sizes:) and C(max_total_num_tokens=) lines, fails naming the log source and the
+    missing line (e.g. a boot that died with "Not enough memory" before allocating the pool).
+"""
+
+EXAMPLES = r"""
+- name: Record the KV pool on every rank (stage A acceptance)
+  kv_pool:
+    container: "{{ 'dsv41-head' if rank == 0 else 'dsv41-worker' }}"
+    requested_tokens: "{{ engine_settings.MAX_TOTAL_TOKENS | default(omit) }}"
+    rank: "{{ rank }}"
+  register: kv
+
+- ansible.builtin.debug:
+    msg: >-
+      KV pool {{ kv.allocated_tokens }} of {{ kv.requested_tokens }} requested
+      (clamped={{ kv.clamped }}, available_bytes={{ kv.available_bytes_printed }})
+
+- name: Refuse a pool that is too small for the planned context
+  kv_pool:
+    log_path: /var/log/dsv41/dsv41.log
+    min_tokens: 600000
+"""
+
+RETURN = r"""
+allocated_tokens:
+  description:
+    - The pool that was allocated, C(full=) of the last C(DSV4 pool sizes:) line of the latest boot;
+      C(max_total_num_tokens) when the boot has no pool line (see I(allocated_from)).
+  returned: always
+  type: int
+  sample: 491520
+allocated_from:
+  description: Which line gave I(allocated_tokens), C(pool_sizes) or C(max_total_num_tokens).
+  returned: always
+  type: str
+max_total_num_tokens:
+  description: C(max_total_num_tokens=) of the latest boot, None when the boot has no such line.
+  returned: always
+  type: int
+  sample: 491520
+requested_tokens:
+  description: The requested pin (I(requested_tokens), else C(server_args) C(max_total_tokens)), None when unknown.
+  returned: always
+  type: int
+  sample: 750000
+requested_from:
+  description: C(parameter), C(server_args) or None.
+  returned: always
+  type: str
+clamped:
+  description: I(allocated_tokens) < I(requested_tokens); None when no pin is known.
+  returned: always
+  type: bool
+  sample: true
+available_bytes_printed:
+  description: C(available_bytes=) exactly as printed on the C(DSV4 memory calculation:) line.
+  returned: always
+  type: str
+  sample: "1.04 GB"
+available_bytes:
+  description:
+    - C(available_bytes) as an integer byte count. The engine computes its figures as
+      bytes / 2**30 and labels them C(GB), so a printed C(GB) is taken as 2**30 bytes (GiB), as in
+      C(module_utils/engine_log.py); C("1.04 GB") is round(1.04 * 2**30) = 1116691497. With two
+      printed decimals the value is only good to about +-5 MiB.
+  returned: always
+  type: int
+  sample: 1116691497
+bytes_per_full_token:
+  description: C(bytes_per_full_token=) of the memory line.
+  returned: always
+  type: float
+  sample: 1670.75
+max_running_requests:
+  description: From the C(max_total_num_tokens=) line, else from C(server_args); None if neither.
+  returned: always
+  type: int
+context_len:
+  description: C(context_len=) of the C(max_total_num_tokens=) line, else C(server_args) C(context_length).
+  returned: always
+  type: int
+chunked_prefill_size:
+  description: From the C(max_total_num_tokens=) line, else from C(server_args).
+  returned: always
+  type: int
+available_gpu_mem_printed:
+  description: C(available_gpu_mem=) of the C(max_total_num_tokens=) line as printed (None if absent).
+  returned: always
+  type: str
+pool:
+  description: The last C(DSV4 pool sizes:) line as a dict (full, swa, c128), None when absent.
+  returned: always
+  type: dict
+pool_lines:
+  description: Number of C(DSV4 pool sizes:) lines in the latest boot (2 for a normal boot).
+  returned: always
+  type: int
+memory:
+  description: All fields of the last C(DSV4 memory calculation:) line (engine_log's view).
+  returned: always
+  type: dict
+boots_seen:
+  description: Number of boots found in the log; only the latest is evaluated.
+  returned: always
+  type: int
+rank:
+  description: The rank used in messages (I(rank), else C(server_args) C(node_rank)), None if unknown.
+  returned: always
+  type: int
+source:
+  description: The log that was read (a path or C(docker logs <container>)).
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import engine_log
+from ansible.module_utils.engine_log import EngineLogError
+
+KINDS = frozenset([engine_log.KIND_MEMORY, engine_log.KIND_SERVER_ARGS])
+
+
+def _int_or_none(value):
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _first(*values):
+    for v in values:
+        if v is not None:
+            return v
+    return None
+
+
+def evaluate(facts, requested_tokens=None):
+    """Turn :class:`engine_log.BootFacts` into the module result (without ``changed``).
+
+    Raises :class:`EngineLogError` when the memory line, or both the pool and max_total lines,
+    are missing from the latest boot.
+    """
+    mem = facts.require_memory()
+    max_total = facts.max_total or {}
+    pool = facts.pool
+    if pool is not None and _int_or_none(pool.get("full")) is not None:
+        allocated, allocated_from = int(pool["full"]), "pool_sizes"
+    elif max_total.get("max_total_num_tokens") is not None:
+        allocated, allocated_from = int(max_total["max_total_num_tokens"]), "max_total_num_tokens"
+    else:
+        raise EngineLogError(facts.source, "'DSV4 pool sizes: full=' or 'max_total_num_tokens='",
+                             "memory calculation found (available_bytes=%s) but no pool was allocated"
+                             % mem.get("available_bytes"), facts.boots_seen)
+    sargs = facts.server_args or {}
+    if requested_tokens is not None:
+        requested, requested_from = int(requested_tokens), "parameter"
+    elif _int_or_none(sargs.get("max_total_tokens")) is not None:
+        requested, requested_from = int(sargs["max_total_tokens"]), "server_args"
+    else:
+        requested, requested_from = None, None
+    return {
+        "source": facts.source,
+        "boots_seen": facts.boots_seen,
+        "allocated_tokens": allocated,
+        "allocated_from": allocated_from,
+        "max_total_num_tokens": _int_or_none(max_total.get("max_total_num_tokens")),
+        "requested_tokens": requested,
+        "requested_from": requested_from,
+        "clamped": None if requested is None else allocated < requested,
+        "available_bytes_printed": mem.get("available_bytes"),
+        "available_bytes": mem.get("available_bytes_bytes"),
+        "bytes_per_full_token": mem.get("bytes_per_full_token"),
+        "max_running_requests": _int_or_none(_first(max_total.get("max_running_requests"),
+                                                    sargs.get("max_running_requests"))),
+        "context_len": _int_or_none(_first(max_total.get("context_len"), sargs.get("context_length"))),
+        "chunked_prefill_size": _int_or_none(_first(max_total.get("chunked_prefill_size"),
+                                                    sargs.get("chunked_prefill_size"))),
+        "available_gpu_mem_printed": max_total.get("available_gpu_mem_printed"),
+        "pool": dict(pool) if pool else None,
+        "pool_lines": facts.pool_count,
+        "memory": dict(mem),
+        "rank": _int_or_none(sargs.get("node_rank")),
+    }
+
+
+def below_min_message(who, result, min_tokens):
+    req = result["requested_tokens"]
+    return ("%s: KV pool %s tokens < min_tokens %s (requested %s, available_bytes=%s)"
+            % (who, "{:,}".format(result["allocated_tokens"]), "{:,}".format(min_tokens),
+               "{:,}".format(req) if req is not None else "unknown", result["available_bytes_printed"]))
+
+
+def read_facts(module):
+    p = module.params
+    if p["log_path"]:
+        return engine_log.scan_file(p["log_path"], kinds=KINDS)
+    return engine_log.scan_docker(module.run_command, p["container"], kinds=KINDS,
+                                  docker=p["docker_bin"], timestamps=p["docker_timestamps"])
+
+
+def _hostname():
+    import socket
+    return socket.gethostname().split(".")[0] or "this host"
+
+
+def run_module():
+    module = AnsibleModule(
+        argument_spec=dict(
+            log_path=dict(type="path"),
+            container=dict(type="str"),
+            docker_bin=dict(type="str", default="docker"),
+            docker_timestamps=dict(type="bool", default=True),
+            requested_tokens=dict(type="int"),
+            min_tokens=dict(type="int"),
+            rank=dict(type="int"),
+            host_label=dict(type="str"),
+        ),
+        mutually_exclusive=[("log_path", "container")],
+        required_one_of=[("log_path", "container")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    label = p["host_label"] or _hostname()
+    for key in ("requested_tokens", "min_tokens"):
+        if p[key] is not None and p[key] < 1:
+            module.fail_json(msg="%s: %s must be a positive token count, got %d" % (label, key, p[key]),
+                             changed=False)
+    try:
+        facts = read_facts(module)
+        rank = p["rank"] if p["rank"] is not None else _int_or_none((facts.server_args or {}).get("node_rank"))
+        who = label if rank is None else "%s rank %d" % (label, rank)
+        result = evaluate(facts, p["requested_tokens"])
+    except EngineLogError as exc:
+        who = label if p["rank"] is None else "%s rank %d" % (label, p["rank"])
+        module.fail_json(msg="%s: %s" % (who, exc), changed=False, source=exc.source,
+                         boots_seen=exc.boots_seen)
+    result["rank"] = rank
+    result["changed"] = False
+    if p["min_tokens"] is not None and result["allocated_tokens"] < p["min_tokens"]:
+        module.fail_json(msg=below_min_message(who, result, p["min_tokens"]), **result)
+    module.exit_json(**result)
+
+
+def main():
+    run_module()
+
+
+if __name__ == "__main__":
+    main()
