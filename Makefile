@@ -3,7 +3,7 @@
 #   make test   lint, unit tests, molecule scenarios and playbook tests against the lab
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-VENV ?= .venv
+VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha256sum requirements.txt | cut -c1-12)

@@ -1,0 +1,263 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: decode benchmark against the head's OpenAI-compatible endpoint (run on a worker)."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: decode_bench
+short_description: Measure decode speed, TTFT and determinism of the fleet's chat endpoint
+description:
+  - Runs ON A WORKER host (load generators never run on the head) against the head's
+    OpenAI-compatible C(/v1/chat/completions) endpoint, following SPEC "Measuring".
+  - Decode speed is C(usage.completion_tokens) / wall time. Stream messages are never counted as
+    tokens; with I(stream) the request carries C(stream_options.include_usage) and a response
+    without a usage chunk fails the task.
+  - For each workload and each concurrency level C, I(warmups) rounds are run and discarded, then
+    I(repetitions) measured rounds. A round is C concurrent streams (threads) started together;
+    stream i sends the workload's prompts in turn starting at prompt i mod len(prompts). The same
+    prompts and limits are used in every round.
+  - Per round, aggregate tok/s = sum(completion_tokens) / round wall time, and per-stream tok/s =
+    each stream's tokens / its own wall time (median over the streams). Each condition reports the
+    median, min, max and sample stdev over the measured rounds, TTFT, token and request counts and
+    the number of distinct outputs per prompt (determinism).
+  - All logic is in C(module_utils/decode_bench.py); this module is a thin wrapper.
+version_added: "0.1.0"
+author: TP3 fleet config repo
+options:
+  url:
+    description: Base URL of the head's endpoint, e.g. C(http://spark1:8888) (C(/v1) optional).
+    type: str
+    required: true
+  api_key:
+    description: API key sent as C(Authorization Bearer); never printed (scrubbed from messages and raw output).
+    type: str
+  model:
+    description: Model name sent in each request.
+    type: str
+    default: DeepSeek-V4.1-Flash
+  prompt_files:
+    description:
+      - Workload name -> path (on the worker) of a JSON list of prompts. An entry is a string (one
+        user message), C({"messages": [...]}), or C({"prompt": "...", "system": "..."}); each may
+        carry an C(id).
+    type: dict
+    required: true
+  concurrency:
+    description: Concurrency levels to measure (number of concurrent streams).
+    type: list
+    elements: int
+    default: [1, 4]
+  repetitions:
+    description: Measured rounds per condition; at least 5 (smaller values are refused).
+    type: int
+    default: 5
+  warmups:
+    description: Warm-up rounds per condition, run first and discarded.
+    type: int
+    default: 1
+  prompts_per_stream:
+    description:
+      - Requests each stream sends per round (cycling through the prompts from its start prompt).
+        Default all prompts of the workload.
+    type: int
+  max_tokens:
+    description: C(max_tokens) of every request.
+    type: int
+    default: 256
+  temperature:
+    description: Sampling temperature; 0 is greedy (the default, unless the stage is about sampling).
+    type: float
+    default: 0.0
+  thinking:
+    description: Sent as C(chat_template_kwargs.thinking).
+    type: bool
+    default: false
+  stream:
+    description:
+      - Stream responses (TTFT is measured only when streaming). Requires a usage chunk.
+    type: bool
+    default: true
+  timeout:
+    description: Per-request socket timeout in seconds (connect and every read).
+    type: float
+    default: 300
+  raw_output:
+    description:
+      - Path on the worker of a JSON file receiving the full raw record of every request (warm-ups
+        included, marked as such): request body, every stream event or the response, timings.
+        Written atomically, also when a request fails.
+    type: path
+  measured_on:
+    description: Free text echoed back (the role labels lab output with it, e.g. C(lab output)).
+    type: str
+  host_label:
+    description: Name used in messages (default the worker's hostname).
+    type: str
+notes:
+  - Check mode sends nothing and returns C(skipped=true) with the plan.
+  - Errors (HTTP 401/5xx, timeouts, missing usage) fail with the host label, the URL and the status;
+    the API key is never printed.
+  - C(changed) is true only when I(raw_output) was written.
+"""
+
+EXAMPLES = r"""
+- name: C1/C4 decode timings, from a worker
+  decode_bench:
+    url: "http://{{ head_host }}:8888"
+    api_key: "{{ dsv41_api_key }}"
+    prompt_files:
+      prose: "{{ bench_dir }}/prose.json"
+      code: "{{ bench_dir }}/code.json"
+    concurrency: [1, 4]
+    repetitions: 5
+    raw_output: "{{ bench_dir }}/raw-{{ stage }}.json"
+    measured_on: "{{ 'lab output' if lab | default(false) else 'fleet' }}"
+  register: bench
+  delegate_to: spark2
+
+- ansible.builtin.debug:
+    msg: "prose C1 {{ bench.summary.prose.c1.aggregate_tok_s_median | round(2) }} tok/s"
+"""
+
+RETURN = r"""
+results:
+  description: One entry per workload and concurrency level.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    workload: {description: Workload name, type: str}
+    concurrency: {description: Concurrent streams, type: int}
+    aggregate_tok_s:
+      description: Aggregate tok/s over measured rounds (median, min, max, stdev, rounds).
+      type: dict
+    per_stream_tok_s:
+      description: Per-round median per-stream tok/s over measured rounds (median, min, max, stdev, rounds).
+      type: dict
+    ttft_ms_median: {description: Median TTFT in ms over measured requests (None without streaming), type: float}
+    ttft_ms_min: {description: Minimum TTFT in ms, type: float}
+    ttft_ms_max: {description: Maximum TTFT in ms, type: float}
+    completion_tokens_total: {description: Sum of usage.completion_tokens of measured requests, type: int}
+    requests: {description: Measured requests, type: int}
+    rounds: {description: Measured rounds, type: int}
+    warmup_rounds: {description: Discarded warm-up rounds, type: int}
+    warmup_requests: {description: Discarded warm-up requests, type: int}
+    distinct_outputs:
+      description: Max over prompts of the number of distinct output texts across measured requests (1 = deterministic).
+      type: int
+    distinct_outputs_per_prompt: {description: Prompt id -> distinct output texts, type: dict}
+    deterministic: {description: distinct_outputs == 1, type: bool}
+    finish_reasons: {description: finish_reason -> count, type: dict}
+    prompt_ids: {description: Prompt ids of the workload, type: list}
+    settings: {description: Settings used, type: dict}
+summary:
+  description: Workload -> C(c<N>) -> medians (aggregate/per-stream tok/s, TTFT ms) and distinct_outputs.
+  returned: success
+  type: dict
+settings:
+  description: Settings used (model, max_tokens, temperature, thinking, stream, repetitions, warmups, concurrency, timeout).
+  returned: always
+  type: dict
+url:
+  description: The endpoint requested.
+  returned: always
+  type: str
+measured_on:
+  description: I(measured_on), echoed.
+  returned: always
+  type: str
+requests_sent:
+  description: Requests sent, warm-ups included.
+  returned: success
+  type: int
+raw_output:
+  description: Path of the raw JSON record, if requested.
+  returned: always
+  type: str
+plan:
+  description: In check mode, the conditions and request counts that would be sent.
+  returned: check mode
+  type: list
+"""
+
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import decode_bench as db
+
+
+def run_module():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            api_key=dict(type="str", no_log=True),
+            model=dict(type="str", default=db.DEFAULTS["model"]),
+            prompt_files=dict(type="dict", required=True),
+            concurrency=dict(type="list", elements="int", default=list(db.DEFAULTS["concurrency"])),
+            repetitions=dict(type="int", default=db.DEFAULTS["repetitions"]),
+            warmups=dict(type="int", default=db.DEFAULTS["warmups"]),
+            prompts_per_stream=dict(type="int"),
+            max_tokens=dict(type="int", default=db.DEFAULTS["max_tokens"]),
+            temperature=dict(type="float", default=db.DEFAULTS["temperature"]),
+            thinking=dict(type="bool", default=db.DEFAULTS["thinking"]),
+            stream=dict(type="bool", default=db.DEFAULTS["stream"]),
+            timeout=dict(type="float", default=db.DEFAULTS["timeout"]),
+            raw_output=dict(type="path"),
+            measured_on=dict(type="str"),
+            host_label=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    label = p["host_label"] or (socket.gethostname().split(".")[0] or "this host")
+    keys = ("model", "concurrency", "repetitions", "warmups", "prompts_per_stream", "max_tokens",
+            "temperature", "thinking", "stream", "timeout")
+    common = {"url": p["url"], "measured_on": p["measured_on"], "raw_output": p["raw_output"],
+              "host_label": label}
+    try:
+        settings = db.validate_settings(dict((k, p[k]) for k in keys))
+        db.endpoint(p["url"])
+        if not p["prompt_files"]:
+            raise db.BenchError("prompt_files is empty")
+    except db.BenchError as exc:
+        module.fail_json(msg="%s: %s" % (label, db.redact(exc, p["api_key"])), changed=False, **common)
+    common["settings"] = db.public_settings(settings)
+
+    if module.check_mode:
+        workloads, unreadable = {}, {}
+        for name, path in p["prompt_files"].items():
+            try:
+                workloads[name] = db.load_prompts(path)
+            except db.BenchError as exc:       # the role copies the files in a real run only
+                workloads[name] = None
+                unreadable[name] = str(exc)
+        module.exit_json(changed=False, skipped=True, msg="check mode: no request sent",
+                         plan=db.plan(workloads, settings), unreadable_prompt_files=unreadable, **common)
+
+    try:
+        workloads = dict((name, db.load_prompts(path)) for name, path in p["prompt_files"].items())
+        result = db.run_benchmark(p["url"], workloads, settings, api_key=p["api_key"], host_label=label,
+                                  raw_output=p["raw_output"], measured_on=p["measured_on"])
+    except db.BenchError as exc:
+        msg = str(exc)
+        if not msg.startswith(label):
+            msg = "%s: %s" % (label, msg)
+        module.fail_json(msg=db.redact(msg, p["api_key"]), changed=bool(p["raw_output"]),
+                         status=exc.status, **common)
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="%s: cannot write raw output %s: %s" % (label, p["raw_output"], exc),
+                         changed=False, **common)
+    result["changed"] = bool(p["raw_output"])
+    result["host_label"] = label
+    module.exit_json(**result)
+
+
+def main():
+    run_module()
+
+
+if __name__ == "__main__":
+    main()

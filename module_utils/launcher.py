@@ -1,0 +1,887 @@
+# -*- coding: utf-8 -*-
+"""The dsv41 launcher (``start.sh`` + its ``.env``) and the adapters' import hook, as data.
+
+Shared by the ``launcher_settings`` module (and anything else that needs the launcher's rules).
+Standard library only: Ansible ships this file to the target host next to the module.
+
+* :func:`parse_env` reads the launcher ``.env`` (KEY=VALUE lines sourced by bash), with the same
+  results as the ``dsv41_env_parse`` filter (filter plugins cannot import module_utils, so the
+  two are kept in step by tests).
+* :func:`parse_forward_lists` reads the explicit ``HEAD_FORWARD=( ... )`` and
+  ``WORKER_FORWARD=( ... )`` bash arrays of ``start.sh``: the only variables that reach the
+  containers (SPEC section 3, "Launcher and containers").
+* :func:`check_settings` / :func:`validate_settings` / :func:`validate_settings_full` apply the
+  rules of SPEC section 3, "Adapters and switches" and its "Never" list. Every rule is a small
+  named function in :data:`RULES` (rule id, level, summary), so tests can enumerate them.
+* :func:`unforwarded`: variables the settings set that a launch path would silently drop.
+* :func:`effective_engram_dir`: the directory the launcher bind-mounts at ``/engram``.
+* :func:`sitecustomize_registrations`: which adapters the ``sitecustomize.py`` import hook
+  registers (finder entry) and installs (a branch gated on the adapter's switch).
+
+Values of a settings dict may be str, int, float, bool or None (a rendered YAML mapping):
+None and the empty string mean "unset"; True/False mean "1"/"0". Secret values (any key
+containing KEY, TOKEN, SECRET or PASSWORD) never appear in a message (shown as ``***``).
+"""
+from __future__ import absolute_import, division, print_function
+
+import ast
+import math
+import re
+from collections import namedtuple
+
+__metaclass__ = type
+
+SECRET_MASK = "***"
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+# Keys ``start.sh`` consumes itself: it turns them into engine arguments (``engine_args``:
+# --tp-size, --ep-size, --model-path, --port, --dspark-block-size, --max-running-requests,
+# --chunked-prefill-size, --mem-fraction-static, --moe-runner-backend, --dist-init-addr
+# HEAD_HOST:DIST_PORT, --max-total-tokens) or into the docker command (image, hosts, user,
+# directories and bind mounts, containers, timeout). They reach the engine without being
+# forwarded as variables, so a forward list need not carry them. Checked against
+# lab/standins/start.sh; keep in step with the launcher.
+LAUNCHER_KEYS = frozenset([
+    # engine arguments
+    "TP_SIZE", "EP_SIZE", "MODEL_PATH", "API_PORT", "DSPARK_BLOCK_SIZE", "MAX_RUNNING_REQUESTS",
+    "CHUNKED_PREFILL_SIZE", "MEM_FRACTION_STATIC", "MOE_RUNNER_BACKEND", "MAX_TOTAL_TOKENS",
+    "HEAD_HOST", "DIST_PORT",
+    # docker command / launcher control
+    "IMAGE", "WORKER_HOSTS", "WORKER_USER", "WORKER_DIR", "ENGRAM_DIR", "WORKER_ENGRAM_DIR",
+    "SERVE_TIMEOUT", "HEAD_CONTAINER", "WORKER_CONTAINER", "START_SH_LIB_ONLY",
+])
+LAUNCHER_KEY_PREFIXES = ("WORKER_ENGRAM_DIR_",)     # per-worker /engram overrides
+HEAD_ONLY_KEYS = frozenset(["API_KEY"])            # the API is served by the head only
+
+# Adapter switches (the import hook installs the adapter when the value is not "0") and other
+# plain on/off engine switches: each must be 0 or 1.
+ADAPTER_SWITCHES = (
+    "DSV41_AUTOTUNE_KEEP", "DSV41_FOLDED_FENCE", "DSV41_WO_A_W8", "DSV41_WO_A_W8_MID",
+    "DSV41_WO_A_W8_DROP", "DSV41_ENGRAM_PREFETCH", "DSV41_ENGRAM_PREFETCH_CHECK",
+    "DSV41_DRAFT_HEAD_FP8", "DSV41_BLOCK_VERIFY",
+)
+ENGINE_SWITCHES = ("DSV41_MOE_DENSE_ROUTING",)
+
+# Validations a stage can record (``validated=``) to unlock a dependent setting.
+VALIDATIONS = {
+    "wo_a_w8": "DSV41_WO_A_W8 alone was validated (stage D); unlocks DSV41_WO_A_W8_DROP",
+    "block5": "DSPARK_BLOCK_SIZE=5 alone was measured (stage G); unlocks DSV41_VERIFY_CAP",
+    "folded_sampling_budget": "the static buffers of forced folded sampling are budgeted; "
+                              "unlocks SGLANG_DSPARK_FOLDED_SAMPLING=2",
+}
+
+# start.sh defaults for keys the rules read when the settings leave them unset.
+LAUNCHER_DEFAULTS = {"TP_SIZE": "3", "EP_SIZE": "3", "DSPARK_BLOCK_SIZE": "3",
+                     "MEM_FRACTION_STATIC": "0.95", "MAX_RUNNING_REQUESTS": "4"}
+
+TP3_MIN_FRACTION = 0.944
+TP4_FRACTION = 0.80
+TP4_SLOTS = 16
+TP4_POOL = 8000000
+TP4_CACHE_GIB = 4.0
+
+FORWARD_ARRAYS = ("HEAD_FORWARD", "WORKER_FORWARD")
+PATH_ARRAY = {"head": "HEAD_FORWARD", "worker": "WORKER_FORWARD"}
+
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class LauncherError(ValueError):
+    """start.sh / sitecustomize.py text that cannot be read as the launcher's format."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------------------------
+
+def is_secret(key):
+    up = str(key).upper()
+    return any(word in up for word in SECRET_WORDS)
+
+
+def norm_value(value):
+    """A settings value as the string bash would hold, or None when unset."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        text = repr(value)
+        return text[:-2] if text.endswith(".0") and "e" not in text else text
+    text = str(value).strip()
+    return text if text != "" else None
+
+
+def normalize_settings(settings):
+    """{KEY: str} of the set keys (None/empty dropped)."""
+    out = {}
+    for key, value in (settings or {}).items():
+        v = norm_value(value)
+        if v is not None:
+            out[str(key)] = v
+    return out
+
+
+def shown(key, value):
+    """``KEY='value'`` for messages, the value masked for secret keys."""
+    if value is None:
+        return "%s (unset)" % key
+    return "%s=%r" % (key, SECRET_MASK if is_secret(key) else value)
+
+
+def mask_settings(settings):
+    """Copy of ``settings`` with secret values replaced by ``***``."""
+    return dict((k, SECRET_MASK if is_secret(k) and norm_value(v) is not None else v)
+                for k, v in (settings or {}).items())
+
+
+def _switch_on(value):
+    """The import hook's test: installed unless unset, empty or "0"."""
+    return value is not None and value != "0"
+
+
+def _as_int(value):
+    try:
+        if value is None or not re.match(r"^[+-]?\d+$", value):
+            return None
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _as_float(value):
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# .env
+# ---------------------------------------------------------------------------------------------
+
+_ENV_LINE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _expand(text, known):
+    def repl(match):
+        name = match.group(1) or match.group(4)
+        op, default = match.group(2), match.group(3)
+        value = known.get(name)
+        if op == ":-":
+            return value if value else _expand(default, known)
+        if op == "-":
+            return value if value is not None else _expand(default, known)
+        return value or ""
+    return _ENV_REF.sub(repl, text)
+
+
+def _env_value(raw, known):
+    """Value of one assignment as bash reads it (one line, no command substitution)."""
+    raw = raw.strip()
+    parts = []          # (text, expand?)
+    i, n = 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if c == "'":
+            j = raw.find("'", i + 1)
+            if j == -1:
+                parts.append((raw[i + 1:], False))
+                break
+            parts.append((raw[i + 1:j], False))
+            i = j + 1
+        elif c == '"':
+            j = i + 1
+            buf = []
+            while j < n and raw[j] != '"':
+                if raw[j] == "\\" and j + 1 < n and raw[j + 1] in '"\\$`':
+                    if buf:
+                        parts.append(("".join(buf), True))
+                        buf = []
+                    parts.append((raw[j + 1], False))
+                    j += 2
+                    continue
+                buf.append(raw[j])
+                j += 1
+            if buf:
+                parts.append(("".join(buf), True))
+            i = j + 1
+        elif c.isspace():
+            break                           # the rest is a comment (or another word bash ignores here)
+        elif c == "\\" and i + 1 < n:
+            parts.append((raw[i + 1], False))
+            i += 2
+        else:
+            j = i
+            while j < n and raw[j] not in "'\"\\" and not raw[j].isspace():
+                j += 1
+            parts.append((raw[i:j], True))
+            i = j
+    return "".join(_expand(text, known) if expand else text for text, expand in parts)
+
+
+def parse_env(text, base=None):
+    """Parse a launcher ``.env`` (KEY=VALUE lines sourced by bash) into a dict.
+
+    Handles comments, ``export``, single quotes (literal), double quotes (expanded, with
+    ``\\"`` ``\\$`` escapes), trailing comments, and ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` /
+    ``${VAR-default}`` references to earlier keys or to ``base`` (e.g. HOME). Same results as the
+    ``dsv41_env_parse`` filter for everything that filter reads correctly.
+    """
+    known = dict(base or {})
+    result = {}
+    for line in str(text).splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _ENV_LINE.match(line)
+        if match:
+            value = _env_value(match.group(2), known)
+            known[match.group(1)] = value
+            result[match.group(1)] = value
+    return result
+
+
+def effective_engram_dir(env, host, is_head, login_user):
+    """Directory the launcher bind-mounts at /engram for ``host`` at its next serve.
+
+    ``env``: the ``.env`` text or an already parsed dict. Head: ENGRAM_DIR (default
+    ~/dsv41-engram of the head's login user). Worker: WORKER_ENGRAM_DIR_<HOST> if set, else
+    WORKER_ENGRAM_DIR, else $WORKER_DIR/engram with WORKER_DIR defaulting to
+    /home/$WORKER_USER/dsv41-3x-spark. Same as the ``dsv41_launcher_engram_dir`` filter.
+    """
+    home = "/home/%s" % login_user
+    if isinstance(env, dict):
+        env = dict((k, norm_value(v) or "") for k, v in env.items())
+    else:
+        env = parse_env(env, {"HOME": home})
+    if is_head:
+        return env.get("ENGRAM_DIR") or "%s/dsv41-engram" % home
+    override = "WORKER_ENGRAM_DIR_" + re.sub(r"[^A-Z0-9]", "_", str(host).upper())
+    if env.get(override):
+        return env[override]
+    if env.get("WORKER_ENGRAM_DIR"):
+        return env["WORKER_ENGRAM_DIR"]
+    worker_dir = env.get("WORKER_DIR") or "/home/%s/dsv41-3x-spark" % (env.get("WORKER_USER") or login_user)
+    return "%s/engram" % worker_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# start.sh forward lists
+# ---------------------------------------------------------------------------------------------
+
+_ARRAY_START = re.compile(
+    r"^[ \t]*(?:(?:declare|typeset|local|readonly)[ \t]+(?:-[A-Za-z]+[ \t]+)*)?"
+    r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(", re.M)
+_ARRAY_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}$")
+
+
+def _lex_array(text, pos, source, name):
+    """Words of a bash array body starting at ``text[pos]`` (just after ``(``) -> (words, end)."""
+    words = []
+    cur = None
+    i, n = pos, len(text)
+
+    def line_of(at):
+        return text.count("\n", 0, at) + 1
+
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n and text[i + 1] == "\n":
+            i += 2
+        elif c in " \t\r\n":
+            if cur is not None:
+                words.append("".join(cur))
+                cur = None
+            i += 1
+        elif c == "#" and cur is None:
+            nl = text.find("\n", i)
+            i = n if nl == -1 else nl
+        elif c == ")":
+            if cur is not None:
+                words.append("".join(cur))
+            return words, i + 1
+        elif c == "(":
+            raise LauncherError("%s: %s=( ... ): unexpected '(' on line %d" % (source, name, line_of(i)))
+        elif c in "'\"":
+            j = text.find(c, i + 1)
+            if j == -1:
+                raise LauncherError("%s: %s=( ... ): unterminated %s quote on line %d"
+                                    % (source, name, c, line_of(i)))
+            cur = (cur or []) + [text[i + 1:j]]
+            i = j + 1
+        elif c == "\\" and i + 1 < n:
+            cur = (cur or []) + [text[i + 1]]
+            i += 2
+        else:
+            cur = (cur or []) + [c]
+            i += 1
+    raise LauncherError("%s: %s=( is not closed by ')' (opened on line %d)" % (source, name, line_of(pos)))
+
+
+def parse_arrays(script_text, source="start.sh", strict=FORWARD_ARRAYS):
+    """{name: [words]} of the script's array assignments, in script order.
+
+    ``NAME+=( ... )`` appends; ``"${OTHER[@]}"`` takes an array defined earlier. Errors in the
+    arrays named in ``strict`` raise :class:`LauncherError`; other arrays (e.g. ``ARGS+=(-e "$v")``
+    inside functions) are read best-effort and otherwise ignored.
+    """
+    text = str(script_text)
+    arrays = {}
+    for m in _ARRAY_START.finditer(text):
+        name, append = m.group(1), m.group(2) == "+"
+        # skip a match inside a comment line
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if "#" in text[line_start:m.start()]:
+            continue
+        try:
+            words, _end = _lex_array(text, m.end(), source, name)
+        except LauncherError:
+            if name in strict:
+                raise
+            continue
+        out = list(arrays.get(name, [])) if append else []
+        for w in words:
+            ref = _ARRAY_REF.match(w)
+            if ref:
+                if ref.group(1) not in arrays and name in strict:
+                    raise LauncherError("%s: %s takes ${%s[@]} but no %s=( ... ) array comes before it"
+                                        % (source, name, ref.group(1), ref.group(1)))
+                out.extend(arrays.get(ref.group(1), []))
+            else:
+                out.append(w)
+        arrays[name] = out
+    return arrays
+
+
+def parse_forward_lists(script_text, source="start.sh"):
+    """``{"head": [...], "worker": [...]}`` from start.sh's HEAD_FORWARD / WORKER_FORWARD arrays.
+
+    Tolerates comments, several names per line, quotes, ``+=`` and ``"${COMMON[@]}"``; names
+    keep their first position (duplicates dropped). Raises :class:`LauncherError` naming the
+    array when a block is missing or holds something that is not a variable name.
+    """
+    arrays = parse_arrays(script_text, source)
+    result = {}
+    for path, array in sorted(PATH_ARRAY.items()):
+        if array not in arrays:
+            raise LauncherError("%s has no %s=( ... ) block: cannot tell which variables the %s launch "
+                                "path forwards" % (source, array, path))
+        names = []
+        for word in arrays[array]:
+            if not NAME_RE.match(word):
+                raise LauncherError("%s: %s holds %r, which is not a variable name" % (source, array, word))
+            if word not in names:
+                names.append(word)
+        result[path] = names
+    return result
+
+
+def is_launcher_key(key):
+    return key in LAUNCHER_KEYS or any(key.startswith(p) for p in LAUNCHER_KEY_PREFIXES)
+
+
+def unforwarded(settings, forward_lists):
+    """``{"head": [...], "worker": [...]}``: keys the settings set that a launch path drops.
+
+    A key counts when its value is set (not None/empty; "0" counts: an explicit 0 differs from
+    unset, e.g. SGLANG_DSPARK_FOLDED_SAMPLING) and it is not consumed by start.sh itself
+    (:data:`LAUNCHER_KEYS`). API_KEY is head-only (:data:`HEAD_ONLY_KEYS`). Sorted names.
+    """
+    set_keys = sorted(k for k in normalize_settings(settings) if not is_launcher_key(k))
+    result = {}
+    for path in ("head", "worker"):
+        fwd = set(forward_lists.get(path) or [])
+        result[path] = [k for k in set_keys
+                        if k not in fwd and not (path != "head" and k in HEAD_ONLY_KEYS)]
+    return result
+
+
+def unforwarded_messages(missing, launcher_name="start.sh"):
+    out = []
+    for path in ("head", "worker"):
+        for key in missing.get(path) or []:
+            out.append("%s is set but the %s launch path does not forward it (%s %s)"
+                       % (key, path, launcher_name, PATH_ARRAY[path]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules
+# ---------------------------------------------------------------------------------------------
+
+Rule = namedtuple("Rule", "id level summary check")
+Finding = namedtuple("Finding", "rule level key message")
+
+
+class _Ctx(object):
+    def __init__(self, settings, tp_size, validated, packed, timing):
+        self.s = normalize_settings(settings)
+        self.tp_size = int(tp_size)
+        self.validated = frozenset(validated or ())
+        self.packed = bool(packed)
+        self.timing = bool(timing)
+
+    def get(self, key):
+        return self.s.get(key)
+
+    def eff(self, key):
+        """Value including start.sh's default."""
+        v = self.s.get(key)
+        return v if v is not None else LAUNCHER_DEFAULTS.get(key)
+
+    def on(self, key):
+        return _switch_on(self.s.get(key))
+
+    @property
+    def tp3(self):
+        return self.tp_size == 3
+
+
+def _r_alloc_expandable(c):
+    v = c.get("PYTORCH_CUDA_ALLOC_CONF")
+    if v and re.search(r"expandable_segments\s*:\s*(true|1)\b", v, re.I):
+        yield ("PYTORCH_CUDA_ALLOC_CONF", "%s enables expandable_segments:True, which gives NaN logits on this "
+               "fleet; keep the known-working allocator" % shown("PYTORCH_CUDA_ALLOC_CONF", v))
+
+
+def _r_moe_fused_finalize(c):
+    v = c.get("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE")
+    if v is None:
+        yield ("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE is unset: it must be "
+               "set explicitly to 0 (fused MoE finalize stays off)")
+    elif v != "0":
+        yield ("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", "%s turns fused MoE finalize on: it must be 0"
+               % shown("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", v))
+
+
+def _r_shared_pad(c):
+    v = c.get("DSV41_SHARED_PAD_K")
+    if c.tp3 and v is not None and v != "0":
+        yield ("DSV41_SHARED_PAD_K", "%s enables shared-expert padding on TP3: TP3 K=768 is already 128-aligned "
+               "and the TP4 adapter expects K=576; leave it unset or 0" % shown("DSV41_SHARED_PAD_K", v))
+
+
+def _r_sps_table(c):
+    v = c.get("DSPARK_SPS_TABLE")
+    if v is not None:
+        yield ("DSPARK_SPS_TABLE", "%s enables ragged (SPS) verification, which is excluded from the initial "
+               "sequence (downstream Engram failure on that path); unset it" % shown("DSPARK_SPS_TABLE", v))
+
+
+def _r_offload_ram(c):
+    v = c.get("OFFLOAD_MODE")
+    if v is not None and v.lower() == "ram":
+        yield ("OFFLOAD_MODE", "%s: CPU offload creates no extra memory pool on GB10 (host RAM is GPU memory); "
+               "unset it" % shown("OFFLOAD_MODE", v))
+
+
+def _r_tp4_slots(c):
+    n = _as_int(c.get("MAX_RUNNING_REQUESTS"))
+    if c.tp3 and n is not None and n >= TP4_SLOTS:
+        yield ("MAX_RUNNING_REQUESTS", "%s copies TP4's %d slots onto TP3; more slots are a separate, "
+               "memory-checked experiment (6 or 8)" % (shown("MAX_RUNNING_REQUESTS", c.get("MAX_RUNNING_REQUESTS")),
+                                                      TP4_SLOTS))
+
+
+def _r_tp4_pool(c):
+    n = _as_int(c.get("MAX_TOTAL_TOKENS"))
+    if c.tp3 and n is not None and n >= TP4_POOL:
+        yield ("MAX_TOTAL_TOKENS", "%s copies TP4's 8M-token KV pool onto TP3 (the report's boot got 491,520 "
+               "tokens for a 750,000 pin)" % shown("MAX_TOTAL_TOKENS", c.get("MAX_TOTAL_TOKENS")))
+
+
+def _r_tp4_fraction(c):
+    f = _as_float(c.get("MEM_FRACTION_STATIC"))
+    if c.tp3 and f is not None and abs(f - TP4_FRACTION) < 1e-9:
+        yield ("MEM_FRACTION_STATIC", "%s copies TP4's 0.80 memory fraction onto TP3; keep 0.95"
+               % shown("MEM_FRACTION_STATIC", c.get("MEM_FRACTION_STATIC")))
+
+
+def _r_tp4_row_cache(c):
+    f = _as_float(c.get("DSV41_CACHE_GIB"))
+    if c.tp3 and f is not None and f >= TP4_CACHE_GIB:
+        yield ("DSV41_CACHE_GIB", "%s copies TP4's 4 GiB Engram row cache onto TP3; only a small cache "
+               "(0.25/0.5 GiB) once headroom is proven" % shown("DSV41_CACHE_GIB", c.get("DSV41_CACHE_GIB")))
+
+
+def _r_fraction_floor(c):
+    f = _as_float(c.get("MEM_FRACTION_STATIC"))
+    if c.tp3 and f is not None and f < TP3_MIN_FRACTION and abs(f - TP4_FRACTION) >= 1e-9:
+        yield ("MEM_FRACTION_STATIC", "%s is below %.3f, the TP3 floor (keep 0.95)"
+               % (shown("MEM_FRACTION_STATIC", c.get("MEM_FRACTION_STATIC")), TP3_MIN_FRACTION))
+
+
+def _r_fraction_value(c):
+    v = c.get("MEM_FRACTION_STATIC")
+    f = _as_float(v)
+    if v is not None and (f is None or not 0 < f < 1):
+        yield ("MEM_FRACTION_STATIC", "%s is not a fraction between 0 and 1" % shown("MEM_FRACTION_STATIC", v))
+
+
+def _r_wo_a_needs_w8(c):
+    for key in ("DSV41_WO_A_W8_MID", "DSV41_WO_A_W8_DROP"):
+        if c.on(key) and not c.on("DSV41_WO_A_W8"):
+            yield (key, "%s needs DSV41_WO_A_W8=1 (it is %s)"
+                   % (shown(key, c.get(key)), c.get("DSV41_WO_A_W8") or "unset"))
+
+
+def _r_wo_a_drop_validated(c):
+    if c.on("DSV41_WO_A_W8_DROP") and "wo_a_w8" not in c.validated:
+        yield ("DSV41_WO_A_W8_DROP", "%s before DSV41_WO_A_W8 is validated (no recorded 'wo_a_w8' validation; "
+               "DROP replaces the bf16 weights)" % shown("DSV41_WO_A_W8_DROP", c.get("DSV41_WO_A_W8_DROP")))
+
+
+def _r_prefetch_packed(c):
+    if c.on("DSV41_ENGRAM_PREFETCH") and not c.packed:
+        yield ("DSV41_ENGRAM_PREFETCH", "%s needs packed Engram shards on every rank (packed=False or not "
+               "checked)" % shown("DSV41_ENGRAM_PREFETCH", c.get("DSV41_ENGRAM_PREFETCH")))
+
+
+def _r_prefetch_check_timing(c):
+    if c.on("DSV41_ENGRAM_PREFETCH_CHECK") and c.timing:
+        yield ("DSV41_ENGRAM_PREFETCH_CHECK", "%s is validation mode (repeats work, may synchronize): never "
+               "while timing" % shown("DSV41_ENGRAM_PREFETCH_CHECK", c.get("DSV41_ENGRAM_PREFETCH_CHECK")))
+
+
+def _r_prefetch_check_needs_prefetch(c):
+    if c.on("DSV41_ENGRAM_PREFETCH_CHECK") and not c.on("DSV41_ENGRAM_PREFETCH"):
+        yield ("DSV41_ENGRAM_PREFETCH_CHECK", "%s without DSV41_ENGRAM_PREFETCH=1 checks nothing"
+               % shown("DSV41_ENGRAM_PREFETCH_CHECK", c.get("DSV41_ENGRAM_PREFETCH_CHECK")))
+
+
+def _verify_cap_on(c):
+    v = c.get("DSV41_VERIFY_CAP")
+    return v is not None and v != "0"
+
+
+def _r_verify_cap_format(c):
+    v = c.get("DSV41_VERIFY_CAP")
+    if not _verify_cap_on(c):
+        return
+    m = re.match(r"^conf:(.+)$", v)
+    f = _as_float(m.group(1)) if m else None
+    if f is None or not 0 < f <= 1:
+        yield ("DSV41_VERIFY_CAP", "%s is not of the form conf:<float> with 0 < float <= 1 (e.g. conf:0.1)"
+               % shown("DSV41_VERIFY_CAP", v))
+
+
+def _r_verify_cap_block5(c):
+    if _verify_cap_on(c) and c.eff("DSPARK_BLOCK_SIZE") != "5":
+        yield ("DSV41_VERIFY_CAP", "%s is set while DSPARK_BLOCK_SIZE=%s: the confidence cap is tested at k=5 only"
+               % (shown("DSV41_VERIFY_CAP", c.get("DSV41_VERIFY_CAP")), c.eff("DSPARK_BLOCK_SIZE")))
+
+
+def _r_verify_cap_measured(c):
+    if _verify_cap_on(c) and "block5" not in c.validated:
+        yield ("DSV41_VERIFY_CAP", "%s before k=5 alone was measured (no recorded 'block5' validation)"
+               % shown("DSV41_VERIFY_CAP", c.get("DSV41_VERIFY_CAP")))
+
+
+def _r_block_size(c):
+    v = c.get("DSPARK_BLOCK_SIZE")
+    if v is None:
+        return
+    n = _as_int(v)
+    if n is None or not 2 <= n <= 5:
+        yield ("DSPARK_BLOCK_SIZE", "%s is not an integer from 2 to 5" % shown("DSPARK_BLOCK_SIZE", v))
+
+
+def _r_draft_tau(c):
+    v = c.get("DSV41_DRAFT_TAU")
+    if v is None:
+        return
+    f = _as_float(v)
+    if f is None or f <= 0:
+        yield ("DSV41_DRAFT_TAU", "%s is not a float > 0 (1 or unset is off; 0.8 is the tested multiplier)"
+               % shown("DSV41_DRAFT_TAU", v))
+
+
+def _r_folded_sampling_value(c):
+    v = c.get("SGLANG_DSPARK_FOLDED_SAMPLING")
+    if v is not None and v not in ("0", "1", "2"):
+        yield ("SGLANG_DSPARK_FOLDED_SAMPLING", "%s is not unset (AUTO), 0, 1 or 2"
+               % shown("SGLANG_DSPARK_FOLDED_SAMPLING", v))
+
+
+def _r_folded_sampling_budget(c):
+    if c.get("SGLANG_DSPARK_FOLDED_SAMPLING") == "2" and "folded_sampling_budget" not in c.validated:
+        yield ("SGLANG_DSPARK_FOLDED_SAMPLING", "SGLANG_DSPARK_FOLDED_SAMPLING='2' forces folded sampling before its "
+               "static buffers are budgeted (no recorded 'folded_sampling_budget' validation)")
+
+
+def _r_switch_values(c):
+    for key in ADAPTER_SWITCHES + ENGINE_SWITCHES:
+        v = c.get(key)
+        if v is not None and v not in ("0", "1"):
+            yield (key, "%s: a switch must be 0 or 1" % shown(key, v))
+
+
+def _r_tp_size(c):
+    v = c.eff("TP_SIZE")
+    if _as_int(v) != c.tp_size:
+        where = "" if c.get("TP_SIZE") is not None else " (unset: start.sh default 3)"
+        yield ("TP_SIZE", "TP_SIZE=%r%s but the inventory has tp_size %d" % (v, where, c.tp_size))
+
+
+def _r_ep_size(c):
+    v = c.get("EP_SIZE")
+    if v is not None and _as_int(v) not in (1, c.tp_size):
+        yield ("EP_SIZE", "%s: expert parallel must be %d (EP=TP) or 1 (the EP1 experiment)"
+               % (shown("EP_SIZE", v), c.tp_size))
+
+
+_POSITIVE_INTS = ("MAX_RUNNING_REQUESTS", "CHUNKED_PREFILL_SIZE", "MAX_TOTAL_TOKENS", "API_PORT", "DIST_PORT",
+                  "DSV41_CACHE_WAYS")
+
+
+def _r_integer_values(c):
+    for key in _POSITIVE_INTS:
+        v = c.get(key)
+        if v is not None and (_as_int(v) is None or _as_int(v) < 1):
+            yield (key, "%s is not a positive integer" % shown(key, v))
+    v = c.get("DSV41_CACHE_GIB")
+    if v is not None and (_as_float(v) is None or _as_float(v) < 0):
+        yield ("DSV41_CACHE_GIB", "%s is not a size in GiB >= 0" % shown("DSV41_CACHE_GIB", v))
+
+
+def _cache_off(c):
+    f = _as_float(c.get("DSV41_CACHE_GIB"))
+    return c.get("DSV41_CACHE_GIB") is None or f == 0
+
+
+def _w_cache_ways(c):
+    if c.get("DSV41_CACHE_WAYS") is not None and _cache_off(c):
+        yield ("DSV41_CACHE_WAYS", "%s has no effect while DSV41_CACHE_GIB is %s (ways matter only with a "
+               "non-zero row cache)" % (shown("DSV41_CACHE_WAYS", c.get("DSV41_CACHE_WAYS")),
+                                        c.get("DSV41_CACHE_GIB") or "unset"))
+
+
+def _w_drm_node(c):
+    if c.get("DSV41_ENGRAM_DRM_NODE") is not None and _cache_off(c):
+        yield ("DSV41_ENGRAM_DRM_NODE", "%s yields no cache slots while DSV41_CACHE_GIB is %s"
+               % (shown("DSV41_ENGRAM_DRM_NODE", c.get("DSV41_ENGRAM_DRM_NODE")), c.get("DSV41_CACHE_GIB") or "unset"))
+
+
+RULES = (
+    Rule("alloc_expandable", "error", "PYTORCH_CUDA_ALLOC_CONF with expandable_segments:True (NaN logits)",
+         _r_alloc_expandable),
+    Rule("moe_fused_finalize", "error", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE must be explicitly 0",
+         _r_moe_fused_finalize),
+    Rule("shared_pad_tp3", "error", "no DSV41_SHARED_PAD_K (shared-expert padding) on TP3", _r_shared_pad),
+    Rule("sps_table", "error", "no DSPARK_SPS_TABLE (ragged verify) in the initial sequence", _r_sps_table),
+    Rule("offload_ram", "error", "no OFFLOAD_MODE=ram", _r_offload_ram),
+    Rule("tp4_slots", "error", "no TP4 16 slots on TP3", _r_tp4_slots),
+    Rule("tp4_kv_pool", "error", "no TP4 8M KV pool on TP3", _r_tp4_pool),
+    Rule("tp4_fraction", "error", "no TP4 0.80 memory fraction on TP3", _r_tp4_fraction),
+    Rule("tp4_row_cache", "error", "no TP4 4 GiB Engram row cache on TP3", _r_tp4_row_cache),
+    Rule("fraction_floor", "error", "MEM_FRACTION_STATIC not below 0.944 on TP3", _r_fraction_floor),
+    Rule("fraction_value", "error", "MEM_FRACTION_STATIC is a fraction", _r_fraction_value),
+    Rule("wo_a_needs_w8", "error", "DSV41_WO_A_W8_MID / _DROP need DSV41_WO_A_W8", _r_wo_a_needs_w8),
+    Rule("wo_a_drop_validated", "error", "DSV41_WO_A_W8_DROP only after W8 is validated", _r_wo_a_drop_validated),
+    Rule("prefetch_packed", "error", "DSV41_ENGRAM_PREFETCH needs packed shards", _r_prefetch_packed),
+    Rule("prefetch_check_timing", "error", "DSV41_ENGRAM_PREFETCH_CHECK never while timing",
+         _r_prefetch_check_timing),
+    Rule("prefetch_check_needs_prefetch", "error", "DSV41_ENGRAM_PREFETCH_CHECK needs DSV41_ENGRAM_PREFETCH",
+         _r_prefetch_check_needs_prefetch),
+    Rule("verify_cap_format", "error", "DSV41_VERIFY_CAP is conf:<float>", _r_verify_cap_format),
+    Rule("verify_cap_block5", "error", "DSV41_VERIFY_CAP only with DSPARK_BLOCK_SIZE=5", _r_verify_cap_block5),
+    Rule("verify_cap_measured", "error", "DSV41_VERIFY_CAP only after k=5 alone was measured",
+         _r_verify_cap_measured),
+    Rule("block_size", "error", "DSPARK_BLOCK_SIZE is an integer 2..5", _r_block_size),
+    Rule("draft_tau", "error", "DSV41_DRAFT_TAU is a float > 0", _r_draft_tau),
+    Rule("folded_sampling_value", "error", "SGLANG_DSPARK_FOLDED_SAMPLING is unset, 0, 1 or 2",
+         _r_folded_sampling_value),
+    Rule("folded_sampling_budget", "error", "SGLANG_DSPARK_FOLDED_SAMPLING=2 only with budgeted buffers",
+         _r_folded_sampling_budget),
+    Rule("switch_values", "error", "adapter and engine switches are 0 or 1", _r_switch_values),
+    Rule("tp_size", "error", "TP_SIZE equals the inventory's TP size", _r_tp_size),
+    Rule("ep_size", "error", "EP_SIZE is the TP size or 1", _r_ep_size),
+    Rule("integer_values", "error", "counts, ports and sizes are numbers", _r_integer_values),
+    Rule("cache_ways_without_cache", "warning", "DSV41_CACHE_WAYS matters only with a non-zero DSV41_CACHE_GIB",
+         _w_cache_ways),
+    Rule("drm_without_cache", "warning", "DSV41_ENGRAM_DRM_NODE gives no slots with DSV41_CACHE_GIB 0",
+         _w_drm_node),
+)
+RULE_IDS = tuple(r.id for r in RULES)
+
+
+def check_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False):
+    """Every broken rule as a :class:`Finding` (rule id, level, key, message), in :data:`RULES` order."""
+    ctx = _Ctx(settings, tp_size, validated, packed, timing)
+    out = []
+    for rule in RULES:
+        for key, message in rule.check(ctx):
+            out.append(Finding(rule.id, rule.level, key, message))
+    return out
+
+
+def validate_settings_full(settings, tp_size=3, validated=frozenset(), packed=False, timing=False):
+    """``(errors, warnings)``: two lists of messages, one per broken rule (and key)."""
+    found = check_settings(settings, tp_size, validated, packed, timing)
+    return ([f.message for f in found if f.level == "error"],
+            [f.message for f in found if f.level != "error"])
+
+
+def validate_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False):
+    """Error messages only (warnings: :func:`validate_settings_full`)."""
+    return validate_settings_full(settings, tp_size, validated, packed, timing)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# sitecustomize.py (the adapters' import hook)
+# ---------------------------------------------------------------------------------------------
+
+_SWITCH_RE = re.compile(r"^(?:DSV41|SGLANG|DSPARK)_[A-Z0-9_]+$")
+ADAPTER_PACKAGE = "adapter"
+
+
+def _str(node):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def _finder_entries(tree, mapping_name):
+    """{module: switch} from ``NAME = {...}`` / ``NAME = dict(...)`` / ``NAME[k] = v`` / ``NAME.update(...)``."""
+    entries = {}
+
+    def take_dict(node):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                if _str(k) is not None:
+                    entries[_str(k)] = _str(v)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+            for arg in node.args:
+                take_dict(arg)
+            for kw in node.keywords:
+                if kw.arg:
+                    entries[kw.arg] = _str(kw.value)
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id == mapping_name and node.value is not None:
+                    entries.clear()
+                    take_dict(node.value)
+                elif (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                      and t.value.id == mapping_name):
+                    sl = t.slice
+                    if type(sl).__name__ == "Index":       # Python < 3.9
+                        sl = sl.value
+                    key = _str(sl)
+                    if key is not None:
+                        entries[key] = _str(node.value)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update"
+              and isinstance(node.func.value, ast.Name) and node.func.value.id == mapping_name):
+            for arg in node.args:
+                take_dict(arg)
+            for kw in node.keywords:
+                if kw.arg:
+                    entries[kw.arg] = _str(kw.value)
+    return entries
+
+
+def _installed_modules(body, known):
+    """Adapter modules a block of statements installs."""
+    found = set()
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == ADAPTER_PACKAGE:
+                    found.update(a.name for a in node.names)
+                elif node.module.startswith(ADAPTER_PACKAGE + "."):
+                    found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith(ADAPTER_PACKAGE + "."):
+                        found.add(a.name.split(".")[1])
+                    elif a.name in known:
+                        found.add(a.name)
+            elif isinstance(node, ast.Call):
+                f = node.func
+                if isinstance(f, ast.Name) and f.id.startswith("install_"):
+                    found.add(f.id[len("install_"):])
+                elif (isinstance(f, ast.Attribute) and f.attr == "install" and isinstance(f.value, ast.Name)
+                      and f.value.id in known):
+                    found.add(f.value.id)
+                for arg in node.args:
+                    s = _str(arg)
+                    if s is not None:
+                        name = s.split(".", 1)[1] if s.startswith(ADAPTER_PACKAGE + ".") else s
+                        if name in known:
+                            found.add(name)
+    return found
+
+
+def _gate_switches(test):
+    return sorted(set(s for s in (_str(n) for n in ast.walk(test)) if s and _SWITCH_RE.match(s)))
+
+
+def sitecustomize_registrations(text, mapping_name="_ADAPTERS", source="sitecustomize.py"):
+    """``{module: {"finder": bool, "install": bool, "switch": str|None, "gate": str|None, "ungated": bool}}``.
+
+    ``finder``: the module has an entry in the finder mapping ``_ADAPTERS = {"name": "SWITCH"}``.
+    ``install``: an ``if`` whose condition reads a switch variable (``os.environ.get("DSV41_X",
+    "0") != "0"``, ``_on("DSV41_X")`` ...) installs it in its body (``from adapter import name``,
+    ``import adapter.name``, ``name.install()``, ``install_name()``, ``_install("name")``).
+    ``switch``: the mapping's switch (else the gate's); ``gate``: the switch of the install
+    branch; ``ungated``: an install call outside any switch-gated branch (the adapter would be
+    always on). Parsed with :mod:`ast`, so formatting does not matter; raises
+    :class:`LauncherError` when the text is not Python.
+    """
+    try:
+        tree = ast.parse(str(text), filename=source)
+    except SyntaxError as exc:
+        raise LauncherError("%s: not valid Python (line %s: %s)" % (source, exc.lineno, exc.msg))
+    finder = _finder_entries(tree, mapping_name)
+    known = set(finder)
+    gated = {}          # module -> gate switch
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            switches = _gate_switches(node.test)
+            if not switches:
+                continue
+            for name in _installed_modules(node.body, known):
+                gated[name] = switches[0]       # ast.walk is breadth-first: the innermost gate wins
+    # install statements at module level, outside any gated branch: always on
+    ungated = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Expr, ast.Import, ast.ImportFrom)):
+            ungated.update(n for n in _installed_modules([stmt], known) if n in known)
+    result = {}
+    for name in sorted(set(finder) | set(gated) | ungated):
+        switch = finder.get(name) or gated.get(name)
+        result[name] = {"finder": name in finder, "install": name in gated, "switch": switch,
+                        "gate": gated.get(name), "ungated": name in ungated}
+    return result
+
+
+def registration_problems(registrations, expected=None, source="sitecustomize.py"):
+    """Messages for adapters that are not fully registered.
+
+    ``expected``: {module: switch} that must each have a finder entry and a gated install branch
+    with that switch. Every registered module is also checked for consistency.
+    """
+    out = []
+    for name, switch in sorted((expected or {}).items()):
+        reg = registrations.get(name)
+        if reg is None:
+            out.append("%s: adapter %s is not registered (no finder entry, no install branch)" % (source, name))
+            continue
+        if switch and reg["switch"] != switch:
+            out.append("%s: adapter %s is registered with switch %s, expected %s" % (source, name, reg["switch"], switch))
+    for name, reg in sorted(registrations.items()):
+        if not reg["finder"]:
+            out.append("%s: adapter %s has an install branch but no finder entry" % (source, name))
+        if not reg["install"]:
+            out.append("%s: adapter %s has a finder entry but no install branch gated on its switch" % (source, name))
+        if reg["gate"] and reg["switch"] and reg["gate"] != reg["switch"]:
+            out.append("%s: adapter %s is installed under %s but its finder entry says %s"
+                       % (source, name, reg["gate"], reg["switch"]))
+        if reg["ungated"]:
+            out.append("%s: adapter %s is installed outside a switch-gated branch (always on)" % (source, name))
+    return out
