@@ -40,9 +40,9 @@ options:
     default: DeepSeek-V4.1-Flash
   prompt_files:
     description:
-      - Workload name -> path (on the worker) of a JSON list of prompts. An entry is a string (one
-        user message), C({"messages": [...]}), or C({"prompt": "...", "system": "..."}); each may
-        carry an C(id).
+      - "Workload name -> path (on the worker) of a JSON list of prompts. An entry is a string (one
+        user message), an object with C(messages) (a list of role/content objects), or an object with
+        C(prompt) and an optional C(system); each may carry an C(id)."
     type: dict
     required: true
   concurrency:
@@ -87,7 +87,7 @@ options:
   raw_output:
     description:
       - Path on the worker of a JSON file receiving the full raw record of every request (warm-ups
-        included, marked as such): request body, every stream event or the response, timings.
+        included, marked as such), i.e. the request body, every stream event or the response, timings.
         Written atomically, also when a request fails.
     type: path
   measured_on:
@@ -154,7 +154,7 @@ results:
     prompt_ids: {description: Prompt ids of the workload, type: list}
     settings: {description: Settings used, type: dict}
 summary:
-  description: Workload -> C(c<N>) -> medians (aggregate/per-stream tok/s, TTFT ms) and distinct_outputs.
+  description: "Workload -> C(c<N>) -> medians (aggregate/per-stream tok/s, TTFT ms) and distinct_outputs."
   returned: success
   type: dict
 settings:
@@ -239,6 +239,9 @@ def run_module():
 
     try:
         workloads = dict((name, db.load_prompts(path)) for name, path in p["prompt_files"].items())
+    except db.BenchError as exc:
+        module.fail_json(msg="%s: %s" % (label, exc), changed=False, **common)
+    try:
         result = db.run_benchmark(p["url"], workloads, settings, api_key=p["api_key"], host_label=label,
                                   raw_output=p["raw_output"], measured_on=p["measured_on"])
     except db.BenchError as exc:

@@ -42,7 +42,8 @@ Boots. A log (``docker logs`` of a restarted container, or a saved file) may hol
 boots; facts come from the LATEST boot only. A boot starts at each ``server_args=ServerArgs(``
 marker and, defensively, at an ``Exact nvme Engram layer=L rank=R`` line for a (layer, rank)
 already seen in the current boot (one log may hold the start-up lines of several ranks, e.g. the
-lab's saved head log; ``engram`` then keeps the first line of each layer in the boot). Text before the first boundary counts as a boot when it holds an Exact
+lab's saved head log; ``engram`` then keeps the first line of each layer in the boot).
+Text before the first boundary counts as a boot when it holds an Exact
 Engram line (its marker was lost, e.g. by log rotation) or when the log has no marker at all
 (then the whole log is one boot). ``boots_seen`` is the number of boots counted that way.
 

@@ -1,0 +1,354 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: did this rank's latest boot reuse or retune its FlashInfer autotune cache?"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: autotune_status
+short_description: Report a rank's FlashInfer autotune outcome and its autotune cache files
+description:
+  - Reads the latest boot of an SGLang engine log (a saved log file or C(docker logs) of the
+    rank's container) and reports the autotune events of that boot. Stock engine -
+    C(FlashInfer autotune: per-rank caches disagree ...) (disagreements), C(Running FlashInfer
+    autotune with cache: <path>) and C(FlashInfer autotune completed.) (twice per boot: target
+    and draft graphs). With the retention adapter - C([autotune_keep] armed), then per pass
+    C([autotune_keep] reused <path>) or C([autotune_keep] tuned and saved <path>); a missing
+    engine symbol fails the boot with C(DSV41_AUTOTUNE_KEEP: <name> is gone; engine drifted).
+  - Lists the rank's cache files C(<cache_root>/<flashinfer version>/<sm>/<hash>/rank_tp{r}_pp0_dp0.json)
+    with size, sha256, mtime and the retention adapter's C(.launch) sidecar (the launch
+    fingerprint) beside each, and which of them the latest boot used.
+  - Read-only. Parsing is done by C(module_utils/engine_log.py), the project's one engine-log
+    parser; only the latest boot counts.
+version_added: "0.1.0"
+author: TP3 fleet config repo
+options:
+  log_path:
+    description: Engine log file to read. Mutually exclusive with I(container).
+    type: path
+  container:
+    description:
+      - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
+        C(dsv41-worker). Mutually exclusive with I(log_path).
+    type: str
+  docker_bin:
+    description: Docker client to run for I(container).
+    type: str
+    default: docker
+  docker_timestamps:
+    description:
+      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Set false for
+        a docker stand-in that does not support it.
+    type: bool
+    default: true
+  rank:
+    description: This node's tensor-parallel rank; selects the C(rank_tp{rank}) cache files.
+    type: int
+    required: true
+  cache_root:
+    description:
+      - The node's autotune cache directory (the container sees it through the C(~/.cache)
+        mount as C(/root/.cache/sglang/flashinfer/autotune)). C(~) is the remote user's home.
+    type: path
+    default: ~/.cache/sglang/flashinfer/autotune
+  expect:
+    description:
+      - Fail unless the verdict is one of these (e.g. C([reused]) on a repeat boot, C([tuned])
+        after an incompatible change). The message names the host, rank, verdict and counts.
+    type: list
+    elements: str
+    choices: [reused, tuned, mixed, failed, none]
+  host_label:
+    description: Name used in messages (default the node's hostname).
+    type: str
+notes:
+  - Supports check mode; the module never changes anything (C(changed) is always false).
+  - A latest boot without any autotune line always fails, naming the log source.
+  - "Verdicts: C(failed) - the retention adapter reported engine drift; C(reused) - the adapter
+    reused the cache on every pass, no disagreement; C(tuned) - every pass tuned and saved, or a
+    stock engine ran its autotune; C(mixed) - some passes reused and others tuned (or a
+    disagreement beside a reuse); C(none) - the adapter armed but no pass outcome yet."
+"""
+
+EXAMPLES = r"""
+- name: Repeat boot reuses the cache on every rank (stage B acceptance)
+  autotune_status:
+    container: "{{ 'dsv41-head' if dsv41_rank == 0 else 'dsv41-worker' }}"
+    rank: "{{ dsv41_rank }}"
+    expect: [reused]
+
+- name: Report from a saved boot log
+  autotune_status:
+    log_path: /home/mia/dsv41-3x-spark/logs/dsv41.log
+    rank: 0
+  register: autotune
+
+- ansible.builtin.debug:
+    msg: "{{ autotune.verdict }}: {{ autotune.disagreements }} disagreement(s), {{ autotune.cache_files | length }} cache file(s)"
+"""
+
+RETURN = r"""
+verdict:
+  description: One of C(reused), C(tuned), C(mixed), C(failed), C(none) (see notes).
+  returned: always
+  type: str
+armed:
+  description: The retention adapter armed in the latest boot.
+  returned: always
+  type: bool
+reused:
+  description: Cache paths (as the container sees them) the adapter reused, in log order.
+  returned: always
+  type: list
+  elements: str
+tuned_saved:
+  description: Cache paths the adapter tuned and saved.
+  returned: always
+  type: list
+  elements: str
+reused_count: {description: Number of reused passes, returned: always, type: int}
+tuned_count:
+  description: Passes that tuned - tuned-and-saved passes with the adapter, autotune runs without it.
+  returned: always
+  type: int
+disagreements: {description: Stock engine "per-rank caches disagree" events, returned: always, type: int}
+runs:
+  description: Cache paths of the C(Running FlashInfer autotune with cache:) lines.
+  returned: always
+  type: list
+  elements: str
+completed: {description: C(FlashInfer autotune completed.) lines, returned: always, type: int}
+drift:
+  description: Engine drift errors of the retention adapter (one message per missing symbol).
+  returned: always
+  type: list
+  elements: str
+drift_symbols: {description: The missing engine symbols, returned: always, type: list, elements: str}
+cache_files:
+  description: The rank's cache files under I(cache_root), sorted by path.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path: {description: Path on the node, type: str}
+    size: {description: Bytes, type: int}
+    sha256: {description: sha256 of the file, type: str}
+    mtime: {description: Modification time (epoch seconds), type: float}
+    sidecar: {description: Path of the C(.launch) sidecar, or null, type: str}
+    sidecar_sha256: {description: sha256 of the sidecar file, or null, type: str}
+    fingerprint: {description: The launch fingerprint stored in the sidecar (stripped), or null, type: str}
+    flashinfer_version: {description: Path component after the cache root, type: str}
+    sm: {description: GPU architecture component (e.g. sm121), type: str}
+    hash: {description: Configuration hash directory, type: str}
+    in_latest_boot: {description: The latest boot named this file, type: bool}
+    outcome: {description: reused, tuned_saved, run (stock) or null, type: str}
+flashinfer_version:
+  description: FlashInfer version of the cache the latest boot used (else of the newest cache file).
+  returned: always
+  type: str
+sm:
+  description: GPU architecture directory (e.g. C(sm121)) taken the same way.
+  returned: always
+  type: str
+cache_root: {description: The cache directory read, returned: always, type: str}
+cache_root_exists: {description: Whether it exists, returned: always, type: bool}
+problems:
+  description: Human-readable notes (drift, a log naming another rank's files, runs without completion).
+  returned: always
+  type: list
+  elements: str
+boots_seen: {description: Boots found in the log; only the latest is evaluated, returned: always, type: int}
+source: {description: The log that was read, returned: always, type: str}
+"""
+
+import glob
+import hashlib
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import engine_log
+from ansible.module_utils.engine_log import EngineLogError
+
+VERDICTS = ("reused", "tuned", "mixed", "failed", "none")
+CACHE_RE = re.compile(r"/autotune/([^/]+)/([^/]+)/([^/]+)/(rank_tp(\d+)_pp\d+_dp\d+\.json)$")
+SIDECAR_SUFFIX = ".launch"
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _rel_key(path):
+    """(version, sm, hash, file) of a cache path, or None."""
+    m = CACHE_RE.search(path.replace("\\", "/"))
+    return m.groups()[:4] if m else None
+
+
+def verdict_of(a):
+    """Verdict from the ``autotune`` facts of :class:`engine_log.BootFacts`."""
+    if a["drift"]:
+        return "failed"
+    if a["armed"]:
+        reused, tuned = len(a["reused"]), len(a["tuned_saved"])
+        if reused and not tuned and not a["disagree"]:
+            return "reused"
+        if tuned and not reused:
+            return "tuned"
+        if reused or tuned:
+            return "mixed"
+        return "none"
+    if a["run_count"] or a["completed"] or a["disagree"]:
+        return "tuned"
+    return "none"
+
+
+def cache_files(cache_root, rank, outcomes):
+    """The rank's cache files (see RETURN). ``outcomes``: {(ver, sm, hash, file): outcome}."""
+    pattern = os.path.join(glob.escape(cache_root), "*", "*", "*", "rank_tp%d_pp*_dp*.json" % rank)
+    out = []
+    for path in sorted(glob.glob(pattern)):
+        if not os.path.isfile(path):
+            continue
+        st = os.stat(path)
+        key = _rel_key(path)
+        sidecar = path + SIDECAR_SUFFIX
+        entry = {"path": path, "size": st.st_size, "sha256": _sha256(path), "mtime": st.st_mtime,
+                 "sidecar": None, "sidecar_sha256": None, "fingerprint": None,
+                 "flashinfer_version": key[0] if key else None, "sm": key[1] if key else None,
+                 "hash": key[2] if key else None, "in_latest_boot": key in outcomes,
+                 "outcome": outcomes.get(key)}
+        if os.path.isfile(sidecar):
+            entry["sidecar"] = sidecar
+            entry["sidecar_sha256"] = _sha256(sidecar)
+            with open(sidecar, "rb") as fh:
+                text = fh.read(4096).decode("utf-8", "replace").strip()
+            entry["fingerprint"] = text if HEX64.match(text) else None
+        out.append(entry)
+    return out
+
+
+def evaluate(facts, rank, cache_root):
+    """Turn :class:`engine_log.BootFacts` into the module result (without ``changed``).
+
+    Raises :class:`EngineLogError` when the latest boot has no autotune line at all.
+    """
+    a = facts.require_autotune()
+    verdict = verdict_of(a)
+    outcomes = {}
+    ordered = []                     # (path, outcome) in log order of kind
+    for path in a["runs"]:
+        ordered.append((path, "run"))
+    for path in a["tuned_saved"]:
+        ordered.append((path, "tuned_saved"))
+    for path in a["reused"]:
+        ordered.append((path, "reused"))
+    for path, outcome in ordered:    # reused beats tuned_saved beats a bare run
+        key = _rel_key(path)
+        if key:
+            outcomes[key] = outcome
+    problems = []
+    drift = ["DSV41_AUTOTUNE_KEEP: %s is gone; engine drifted" % name for name in a["drift"]]
+    problems.extend(drift)
+    ranks = sorted(set(int(m.group(5)) for m in (CACHE_RE.search(p) for p, _ in ordered) if m))
+    if ranks and ranks != [rank]:
+        problems.append("the log names cache files of rank(s) %s, expected rank_tp%d"
+                        % (", ".join("rank_tp%d" % r for r in ranks), rank))
+    if a["run_count"] > a["completed"]:
+        problems.append("%d autotune run(s) but %d completed" % (a["run_count"], a["completed"]))
+    files = cache_files(cache_root, rank, outcomes) if os.path.isdir(cache_root) else []
+    version = sm = None
+    used = [_rel_key(p) for p, _ in ordered if _rel_key(p)]
+    if used:
+        version, sm = used[-1][0], used[-1][1]
+    elif files:
+        newest = max(files, key=lambda f: f["mtime"])
+        version, sm = newest["flashinfer_version"], newest["sm"]
+    tuned_count = len(a["tuned_saved"]) if a["armed"] else a["run_count"]
+    return {
+        "source": facts.source,
+        "boots_seen": facts.boots_seen,
+        "verdict": verdict,
+        "armed": bool(a["armed"]),
+        "reused": list(a["reused"]),
+        "tuned_saved": list(a["tuned_saved"]),
+        "reused_count": len(a["reused"]),
+        "tuned_count": tuned_count,
+        "disagreements": a["disagree"],
+        "runs": list(a["runs"]),
+        "completed": a["completed"],
+        "drift": drift,
+        "drift_symbols": list(a["drift"]),
+        "cache_files": files,
+        "cache_root": cache_root,
+        "cache_root_exists": os.path.isdir(cache_root),
+        "flashinfer_version": version,
+        "sm": sm,
+        "problems": problems,
+    }
+
+
+def read_facts(module):
+    p = module.params
+    kinds = [engine_log.KIND_AUTOTUNE]
+    if p["log_path"]:
+        return engine_log.scan_file(p["log_path"], kinds=kinds)
+    return engine_log.scan_docker(module.run_command, p["container"], kinds=kinds,
+                                  docker=p["docker_bin"], timestamps=p["docker_timestamps"])
+
+
+def run_module():
+    module = AnsibleModule(
+        argument_spec=dict(
+            log_path=dict(type="path"),
+            container=dict(type="str"),
+            docker_bin=dict(type="str", default="docker"),
+            docker_timestamps=dict(type="bool", default=True),
+            rank=dict(type="int", required=True),
+            cache_root=dict(type="path", default="~/.cache/sglang/flashinfer/autotune"),
+            expect=dict(type="list", elements="str", choices=list(VERDICTS)),
+            host_label=dict(type="str"),
+        ),
+        mutually_exclusive=[("log_path", "container")],
+        required_one_of=[("log_path", "container")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    label = p["host_label"] or os.uname().nodename
+    who = "%s rank %d" % (label, p["rank"])
+    if p["rank"] < 0:
+        module.fail_json(msg="%s: rank must be >= 0" % who, changed=False)
+    cache_root = os.path.expanduser(p["cache_root"])
+    try:
+        facts = read_facts(module)
+        result = evaluate(facts, p["rank"], cache_root)
+    except EngineLogError as exc:
+        module.fail_json(msg="%s: %s" % (who, exc), changed=False, source=exc.source, boots_seen=exc.boots_seen)
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="%s: cannot read the autotune cache under %s: %s" % (who, cache_root, exc),
+                         changed=False)
+    result["changed"] = False
+    if p["expect"] and result["verdict"] not in p["expect"]:
+        detail = "reused %d, tuned %d, disagreements %d" % (result["reused_count"], result["tuned_count"],
+                                                            result["disagreements"])
+        if result["problems"]:
+            detail += "; " + "; ".join(result["problems"])
+        module.fail_json(msg="%s: autotune verdict %s, expected %s (%s; %s, latest of %d boot(s))"
+                         % (who, result["verdict"], " or ".join(p["expect"]), detail, result["source"],
+                            result["boots_seen"]), **result)
+    module.exit_json(**result)
+
+
+def main():
+    run_module()
+
+
+if __name__ == "__main__":
+    main()
