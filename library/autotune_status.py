@@ -10,11 +10,12 @@ DOCUMENTATION = r"""
 module: autotune_status
 short_description: Report a rank's FlashInfer autotune outcome and its autotune cache files
 description:
-  - Reads the latest boot of an SGLang engine log (a saved log file or C(docker logs) of the
-    rank's container) and reports the autotune events of that boot. Stock engine -
+  - >-
+    Reads the latest boot of an SGLang engine log (a saved log file or C(docker logs) of the
+    rank's container) and reports the autotune events of that boot. Stock engine:
     C(FlashInfer autotune: per-rank caches disagree ...) (disagreements), C(Running FlashInfer
     autotune with cache: <path>) and C(FlashInfer autotune completed.) (twice per boot: target
-    and draft graphs). With the retention adapter - C([autotune_keep] armed), then per pass
+    and draft graphs). With the retention adapter: C([autotune_keep] armed), then per pass
     C([autotune_keep] reused <path>) or C([autotune_keep] tuned and saved <path>); a missing
     engine symbol fails the boot with C(DSV41_AUTOTUNE_KEEP: <name> is gone; engine drifted).
   - Lists the rank's cache files C(<cache_root>/<flashinfer version>/<sm>/<hash>/rank_tp{r}_pp0_dp0.json)

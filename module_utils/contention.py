@@ -247,7 +247,7 @@ def docker_totals(containers):
         "serving_running": [c["name"] for c in containers if c["serving"] and c["state"] == "running"],
         "non_serving_mem_bytes": mem,
         "non_serving_mem_gib": round(mem / float(GIB), 2),
-        "non_serving_cpu_percent": round(cpu, 2),
+        "non_serving_cpu_percent": round(float(cpu), 2),
     }
 
 
@@ -611,6 +611,15 @@ def own_tree(procs, self_pid):
     return tree
 
 
+def _argv_from_ps(args):
+    """ps ``args`` (argv joined by spaces) -> argv; ``sh -c`` keeps its whole command as one."""
+    argv = args.split()
+    if argv and _base(argv[0]) in SHELLS and "-c" in argv[1:]:
+        i = argv.index("-c", 1)
+        argv = argv[:i + 1] + [" ".join(argv[i + 1:])]
+    return argv
+
+
 def find_pollers(procs, exclude=(), cmdline=read_cmdline, cgroup=None):
     """nvidia-smi processes among ``procs`` -> list of poller dicts, sorted by pid."""
     if cgroup is None:
@@ -621,7 +630,7 @@ def find_pollers(procs, exclude=(), cmdline=read_cmdline, cgroup=None):
     for p in procs:
         if p["pid"] in exclude or SMI not in (p.get("args") or ""):
             continue
-        argv = p.get("argv") or cmdline(p["pid"]) or p["args"].split()
+        argv = p.get("argv") or cmdline(p["pid"]) or _argv_from_ps(p["args"])
         inv = smi_invocation(argv)
         if inv is None:
             continue

@@ -29,6 +29,9 @@ kind                line (after :func:`strip_line`)
 ``fatal_engram``    ``... packed Engram shard <path> does not match this rank's range ...`` /
                     ``... is truncated`` / ``... has no header``
 ``ready``           ``Ready: API on port 8888``
+``graph_shapes``    ``Capture cuda graph bs [1, 2, 3, 4]`` (target pass) /
+                    ``Capture draft cuda graph bs [1, 2, 3, 4]`` (speculative draft pass);
+                    the last line of each pass in the boot wins
 ==================  ==========================================================================
 
 Units: SGLang computes its memory figures as ``bytes / (1 << 30)`` and labels them ``GB``.
@@ -59,7 +62,8 @@ and the repeated-Exact boundary only in the engine's own spelling (``server_args
 the facts of the latest boot, which are parsed with the full tolerant grammar.  Likewise the cheap candidate
 searches of the full parse are case-insensitive but need each keyword phrase (``nvme engram
 layer=``, ``engram layer=N lookups=``, ``engram shard``, ``memory calculation:``, ``pool sizes:``,
-``max_total_num_tokens=``, ``autotune``, ``ready: api on port``, ``server_args=serverargs(``) not to
+``max_total_num_tokens=``, ``autotune``, ``ready: api on port``, ``cuda graph bs``,
+``server_args=serverargs(``) not to
 be split by a colour code; colour codes elsewhere in a line (around the prefix, the whole message,
 or a value) are fine.
 """
@@ -92,8 +96,9 @@ KIND_MEMORY = "memory"        # memory calculation, pool sizes, max_total_num_to
 KIND_AUTOTUNE = "autotune"
 KIND_READY = "ready"
 KIND_SERVER_ARGS = "server_args"
+KIND_GRAPH_SHAPES = "graph_shapes"  # CUDA-graph capture batch sizes (target / draft pass)
 ALL_KINDS = frozenset([KIND_ENGRAM, KIND_FATAL, KIND_MEMORY, KIND_AUTOTUNE, KIND_READY,
-                       KIND_SERVER_ARGS])
+                       KIND_SERVER_ARGS, KIND_GRAPH_SHAPES])
 ENGRAM_KINDS = frozenset([KIND_ENGRAM, KIND_FATAL])
 
 
@@ -167,6 +172,7 @@ RE_AT_DONE = re.compile(r"FlashInfer\s+autotune\s+completed", _I)
 RE_AT_KEEP = re.compile(r"\[autotune_keep\]\s*(armed|reused|tuned\s+and\s+saved)\s*(\S*)", _I)
 RE_AT_DRIFT = re.compile(r"DSV41_AUTOTUNE_KEEP:\s*(\S+)\s+is\s+gone", _I)
 RE_READY = re.compile(r"Ready:\s*API\s+on\s+port\s+(\d+)", _I)
+RE_GRAPH = re.compile(r"\bCapture\s+(draft\s+)?cuda\s+graph\s+bs\s*\[([\d,\s]*)\]", _I)
 RE_KV_NUM = re.compile(r"(\w+)=(-?[\d.]+(?:e[+-]?\d+)?)(?:\s*([KMGT]i?B)\b)?", _I)
 RE_ROWS = re.compile(r"rows=\[\s*(\d+)\s*,\s*(\d+)\s*\)", _I)
 RE_RANK = re.compile(r"\brank=(\d+)", _I)
@@ -312,6 +318,11 @@ def parse_line(line):
         m = RE_READY.search(s)
         if m:
             return ("ready", {"port": int(m.group(1))})
+    if "graph" in low:
+        m = RE_GRAPH.search(s)
+        if m:
+            return ("graph_shapes", {"pass": "draft" if m.group(1) else "target",
+                                     "bs": [int(x) for x in re.findall(r"\d+", m.group(2))]})
     return None
 
 
@@ -384,6 +395,7 @@ class BootFacts(object):
         self.fatal = []
         self.ready = False
         self.ready_port = None
+        self.graph_shapes = {}        # 'target' / 'draft' -> captured batch sizes (last line wins)
 
     # -- convenience --------------------------------------------------------------------------
     @property
@@ -431,6 +443,13 @@ class BootFacts(object):
             raise self._missing("'Ready: API on port'")
         return self.ready_port
 
+    def require_graph_shapes(self, pass_name="target"):
+        """Captured CUDA-graph batch sizes of one pass (``'target'`` or ``'draft'``)."""
+        shapes = self.graph_shapes.get(pass_name)
+        if shapes is None:
+            raise self._missing("'Capture %scuda graph bs'" % ("draft " if pass_name == "draft" else ""))
+        return shapes
+
     def require_autotune(self):
         a = self.autotune
         if not (a["disagree"] or a["run_count"] or a["completed"] or a["armed"] or a["drift"]):
@@ -455,6 +474,7 @@ class BootFacts(object):
             "fatal": [dict(f) for f in self.fatal],
             "ready": self.ready,
             "ready_port": self.ready_port,
+            "graph_shapes": {k: list(v) for k, v in self.graph_shapes.items()},
         }
 
 
@@ -546,6 +566,8 @@ class _State(object):
         elif kind == "ready":
             facts.ready = True
             facts.ready_port = f["port"]
+        elif kind == "graph_shapes":
+            facts.graph_shapes[f["pass"]] = f["bs"]
 
     def add_periodic(self, layer, count, n_true, n_false, last):
         p = self.facts.periodic.get(layer)
@@ -579,12 +601,14 @@ _NEEDLES = {
     KIND_AUTOTUNE: [b"autotune"],
     KIND_READY: [b"ready: api on port"],
     KIND_SERVER_ARGS: [],
+    KIND_GRAPH_SHAPES: [b"cuda graph bs"],      # only scanned when this kind is asked for
 }
 _BOOT_NEEDLE = b"server_args=serverargs("
 _EXACT_NEEDLE = b"nvme engram layer="            # Exact lines are boundaries: always tracked
 _EVENT_KIND = {
     "engram": KIND_ENGRAM, "engram_periodic": KIND_ENGRAM, "fatal_engram": KIND_FATAL,
     "memory": KIND_MEMORY, "pool": KIND_MEMORY, "max_total": KIND_MEMORY, "ready": KIND_READY,
+    "graph_shapes": KIND_GRAPH_SHAPES,
 }
 
 
@@ -996,3 +1020,15 @@ def docker_logs_text(run_command, container, docker="docker", timestamps=True):
 def scan_docker(run_command, container, kinds=ALL_KINDS, docker="docker", timestamps=True):
     text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps)
     return scan(text, name="docker logs %s" % container, kinds=kinds)
+
+
+def read_boot(run_command, log_path=None, container=None, kinds=ALL_KINDS, docker="docker", timestamps=True):
+    """Latest-boot facts from a log file (streamed) or a container's ``docker logs``.
+
+    The one entry point modules use, so every module reads an engine log the same way.
+    """
+    if log_path:
+        return scan_file(log_path, kinds=kinds)
+    if container:
+        return scan_docker(run_command, container, kinds=kinds, docker=docker, timestamps=timestamps)
+    raise ValueError("read_boot needs log_path or container")

@@ -20,7 +20,8 @@ Standard library only: Ansible ships this file to the target host next to the mo
 
 Values of a settings dict may be str, int, float, bool or None (a rendered YAML mapping):
 None and the empty string mean "unset"; True/False mean "1"/"0". Secret values (any key
-containing KEY, TOKEN, SECRET or PASSWORD) never appear in a message (shown as ``***``).
+containing KEY, TOKEN, SECRET or PASSWORD, except token counts such as MAX_TOTAL_TOKENS) never
+appear in a message (shown as ``***``).
 """
 from __future__ import absolute_import, division, print_function
 
@@ -95,7 +96,8 @@ class LauncherError(ValueError):
 # ---------------------------------------------------------------------------------------------
 
 def is_secret(key):
-    up = str(key).upper()
+    """Keys containing KEY, TOKEN, SECRET or PASSWORD; ``*TOKENS`` (a count, e.g. MAX_TOTAL_TOKENS) is not."""
+    up = str(key).upper().replace("TOKENS", "")
     return any(word in up for word in SECRET_WORDS)
 
 
@@ -216,6 +218,9 @@ def _env_value(raw, known):
         else:
             j = i
             while j < n and raw[j] not in "'\"\\" and not raw[j].isspace():
+                if raw.startswith("${", j) and raw.find("}", j) != -1:
+                    j = raw.find("}", j) + 1        # ${VAR:-a b} is one word
+                    continue
                 j += 1
             parts.append((raw[i:j], True))
             i = j
@@ -331,11 +336,7 @@ def parse_arrays(script_text, source="start.sh", strict=FORWARD_ARRAYS):
     text = str(script_text)
     arrays = {}
     for m in _ARRAY_START.finditer(text):
-        name, append = m.group(1), m.group(2) == "+"
-        # skip a match inside a comment line
-        line_start = text.rfind("\n", 0, m.start()) + 1
-        if "#" in text[line_start:m.start()]:
-            continue
+        name, append = m.group(1), m.group(2) == "+"     # a commented-out line never matches
         try:
             words, _end = _lex_array(text, m.end(), source, name)
         except LauncherError:
@@ -677,7 +678,8 @@ RULES = (
     Rule("tp4_kv_pool", "error", "no TP4 8M KV pool on TP3", _r_tp4_pool),
     Rule("tp4_fraction", "error", "no TP4 0.80 memory fraction on TP3", _r_tp4_fraction),
     Rule("tp4_row_cache", "error", "no TP4 4 GiB Engram row cache on TP3", _r_tp4_row_cache),
-    Rule("fraction_floor", "error", "MEM_FRACTION_STATIC not below 0.944 on TP3", _r_fraction_floor),
+    Rule("fraction_floor", "error", "MEM_FRACTION_STATIC not below 0.944 on TP3 (0.80: tp4_fraction)",
+         _r_fraction_floor),
     Rule("fraction_value", "error", "MEM_FRACTION_STATIC is a fraction", _r_fraction_value),
     Rule("wo_a_needs_w8", "error", "DSV41_WO_A_W8_MID / _DROP need DSV41_WO_A_W8", _r_wo_a_needs_w8),
     Rule("wo_a_drop_validated", "error", "DSV41_WO_A_W8_DROP only after W8 is validated", _r_wo_a_drop_validated),

@@ -431,7 +431,9 @@ class Seeder:
         dk = self._docker_module()
         with dk.Store(self.p("/var/lib/lab-docker")) as store:
             dk.reconcile(store)
-            store.image(IMAGE, create=True).update(Created="2026-09-19T22:41:07.000000000Z", Size=38_412_338_771)
+            # the engine image, with the version labels roles read through docker image inspect
+            store.image(IMAGE, create=True).update(Created="2026-09-19T22:41:07.000000000Z", Size=38_412_338_771,
+                                                   Labels=dict(dk.ENGINE_IMAGE_LABELS))
             seeded = [self.serving_record(dk, store)] + self.other_records(dk, store)
             for rec in seeded:
                 old = next((c for c in store.containers if c["Name"] == rec["Name"]), None)

@@ -299,6 +299,14 @@ def tune(args, shown: str, host_file: str, pass_name: str) -> None:
     log("FlashInfer autotune completed.")
 
 
+def log_capture(pass_name: str, max_running: int) -> None:
+    """The capture lines of one pass: the lab's summary, then SGLang's batch-size list."""
+    log(f"Capturing {pass_name} cuda graphs (bs 1..{max_running})")
+    shapes = ", ".join(str(bs) for bs in range(1, max_running + 1))
+    what = "draft cuda graph" if pass_name == "draft" else "cuda graph"
+    log(f"Capture {what} bs [{shapes}]")
+
+
 def run_autotune(args, mounts: dict) -> None:
     cdir, cfile = autotune_paths(args)
     host_file = host_path(cfile, mounts)
@@ -320,7 +328,7 @@ def run_autotune(args, mounts: dict) -> None:
             with open(sidecar, encoding="utf-8") as fh:
                 valid = fh.read().strip() == fp
         for pass_name in ("target", "draft"):
-            log(f"Capturing {pass_name} cuda graphs (bs 1..{args.max_running_requests})")
+            log_capture(pass_name, args.max_running_requests)
             if valid:
                 log(f"[autotune_keep] reused {cfile}")
             else:
@@ -331,7 +339,7 @@ def run_autotune(args, mounts: dict) -> None:
     else:
         existed = os.path.exists(host_file)
         for pass_name in ("target", "draft"):
-            log(f"Capturing {pass_name} cuda graphs (bs 1..{args.max_running_requests})")
+            log_capture(pass_name, args.max_running_requests)
             if existed:
                 log("FlashInfer autotune: per-rank caches disagree, discarding them and tuning from "
                     "scratch so all ranks agree on the tactics.")

@@ -277,6 +277,21 @@ def test_stock_autotune_disagrees_when_caches_exist(lab):
     assert contents == {"rank_tp1_pp0_dp0.json": 1, "rank_tp2_pp0_dp0.json": 2}
 
 
+def test_capture_lines_follow_each_pass_summary(lab):
+    text = boot_worker(lab)
+    lines = text.splitlines()
+    for pass_name, capture in (("target", "Capture cuda graph bs [1, 2, 3, 4]"),
+                               ("draft", "Capture draft cuda graph bs [1, 2, 3, 4]")):
+        i = next(n for n, l in enumerate(lines) if l.endswith(f"Capturing {pass_name} cuda graphs (bs 1..4)"))
+        assert PREFIX.match(lines[i + 1]) and lines[i + 1].endswith(capture)
+    keep = boot_worker(lab, env={"DSV41_AUTOTUNE_KEEP": "1"})
+    assert keep.count("Capture cuda graph bs [1, 2, 3, 4]") == 1
+    assert keep.count("Capture draft cuda graph bs [1, 2, 3, 4]") == 1
+    from ansible.module_utils import engine_log  # tests/conftest.py maps module_utils
+    facts = engine_log.scan_text(text, kinds=[engine_log.KIND_GRAPH_SHAPES])
+    assert facts.graph_shapes == {"target": [1, 2, 3, 4], "draft": [1, 2, 3, 4]}
+
+
 def test_retention_reuses_then_retunes_after_change(lab):
     keep = {"DSV41_AUTOTUNE_KEEP": "1"}
     first = boot_worker(lab, env=keep)

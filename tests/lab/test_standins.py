@@ -198,6 +198,41 @@ def test_docker_ps_table_json_and_filters(dk):
     assert dk("version", "--format", "{{.Server.Version}}").stdout.strip()
 
 
+ENGINE_LABELS = {"org.opencontainers.image.version": "0.5.4.post1-dsv41",
+                 "dsv41.flashinfer.version": "0.6.1", "dsv41.cuda.version": "13.0"}
+
+
+def check_engine_image(im):
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", im["Id"])
+    assert im["RepoTags"] == ["dsv41-sglang:tp3"]
+    assert len(im["RepoDigests"]) == 1 and re.fullmatch(r"dsv41-sglang@sha256:[0-9a-f]{64}", im["RepoDigests"][0])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z", im["Created"])
+    assert im["Config"]["Labels"] == ENGINE_LABELS
+
+
+def test_docker_image_inspect(dk):
+    dk("run", "-d", "--name", "redis", "redis:7.4-alpine", "redis-server")
+    dk("create", "--name", "dsv41-head", "dsv41-sglang:tp3")
+    (im,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3").stdout)
+    check_engine_image(im)
+    assert json.loads(dk("inspect", "dsv41-sglang:tp3").stdout) == [im]
+    assert json.loads(dk("inspect", "--type", "image", im["RepoDigests"][0]).stdout) == [im]
+    assert json.loads(dk("image", "inspect", im["Id"]).stdout) == [im]
+    assert dk("image", "inspect", "-f", '{{index .Config.Labels "org.opencontainers.image.version"}}',
+              "dsv41-sglang:tp3").stdout == "0.5.4.post1-dsv41\n"
+    assert dk("inspect", "-f", "{{.Image}}", "dsv41-head").stdout.strip() == im["Id"]
+    # other images carry no labels; unknown images fail like docker
+    assert json.loads(dk("image", "inspect", "redis:7.4-alpine").stdout)[0]["Config"]["Labels"] == {}
+    p = dk("image", "inspect", "dsv41-sglang:tp2", check=False)
+    assert p.returncode == 1 and "Error: No such image: dsv41-sglang:tp2" in p.stderr
+    # an images.json written before labels existed still shows the engine labels
+    images = json.loads((dk.state / "images.json").read_text())
+    for rec in images:
+        rec.pop("Labels")
+    (dk.state / "images.json").write_text(json.dumps(images))
+    assert json.loads(dk("image", "inspect", "dsv41-sglang:tp3").stdout)[0]["Config"]["Labels"] == ENGINE_LABELS
+
+
 def test_docker_non_root_member(dk):
     """A non-root user with write access to the state dir (group docker on the lab) can use it."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
@@ -440,6 +475,9 @@ def test_host_seed_spark1(tmp_path, dk):
              "dsv41-head", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout.strip()
     assert src == "/home/mia/dsv41-engram"
     assert "Ready: API on port 8888" in dk("logs", "dsv41-head", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout
+    (im,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout)
+    check_engine_image(im)
+    assert im["Created"] == "2026-09-19T22:41:07.000000000Z"
 
 
 def test_host_seed_spark2_tp2_shards(tmp_path):

@@ -392,11 +392,73 @@ def test_random_logs_all_readers_agree(tmp_path, seed):
         lambda: P + "Ready: API on port 8888",
         lambda: ESC + "[33m" + P + "warning" + ESC + "[0m",
         lambda: P + "Decode batch. #running-req: 4",
+        lambda: P + "Capture %scuda graph bs [%s]" % (rng.choice(["", "draft ", "DRAFT "]),
+                                                      ", ".join(str(b) for b in range(1, rng.randint(1, 9)))),
     ]
-    weights = [1, 2, 10, 1, 1, 1, 1, 1, 1, 1, 1, 4, 20]
+    weights = [1, 2, 10, 1, 1, 1, 1, 1, 1, 1, 1, 4, 20, 1]
     lines = [rng.choices(pool, weights)[0]() for _ in range(rng.randint(0, 400))]
     all_ways(lines, tmp_path)
     all_ways(lines, tmp_path, kinds=E.ENGRAM_KINDS)
+    all_ways(lines, tmp_path, kinds=[E.KIND_GRAPH_SHAPES])
+
+
+# --------------------------------------------------------------------------- cuda graph shapes
+
+@pytest.mark.parametrize("line, want", [
+    (P + "Capture cuda graph bs [1, 2, 3, 4]", ("target", [1, 2, 3, 4])),
+    (P + "Capture draft cuda graph bs [1, 2, 3, 4]", ("draft", [1, 2, 3, 4])),
+    (ESC + "[32m" + P + ESC + "[0mCAPTURE Cuda Graph BS [1, 2, 4, 8, 16]" + ESC + "[0m\r\n",
+     ("target", [1, 2, 4, 8, 16])),
+    (P + "capture DRAFT cuda graph bs [1,2,3]", ("draft", [1, 2, 3])),
+    (P + "Capture cuda graph bs [8]", ("target", [8])),
+    ("Capture cuda graph bs []", ("target", [])),
+    (b"[2026-09-24 02:55:01 TP0 EP0] Capture draft cuda graph bs [1, 2]\n", ("draft", [1, 2])),
+])
+def test_parse_graph_shapes(line, want):
+    assert E.parse_line(line) == ("graph_shapes", {"pass": want[0], "bs": want[1]})
+
+
+@pytest.mark.parametrize("line", [
+    P + "Capturing target cuda graphs (bs 1..4)",
+    P + "Capture cuda graph begin. This can take up to several minutes. avail mem=20.1 GB",
+    P + "Capture cuda graph end. Time elapsed: 3.2 s. mem usage=1.1 GB. avail mem=19.0 GB.",
+    P + "Capture cuda graph bs 1",
+])
+def test_parse_graph_shapes_noise(line):
+    assert E.parse_line(line) is None
+
+
+def test_graph_shapes_latest_boot_last_line_per_pass_wins(tmp_path):
+    lines = [MARKER, exact(1), P + "Capture cuda graph bs [1, 2, 3, 4, 5, 6, 7, 8]",
+             P + "Capture draft cuda graph bs [1, 2, 3, 4, 5, 6, 7, 8]",
+             MARKER, exact(1),
+             P + "Capturing target cuda graphs (bs 1..2)", P + "Capture cuda graph bs [1]",
+             P + "Capture cuda graph bs [1, 2]",
+             P + "Capturing draft cuda graphs (bs 1..2)",
+             ESC + "[36m" + P + "Capture Draft CUDA graph bs [1, 2]" + ESC + "[0m",
+             P + "Ready: API on port 8888"]
+    facts = all_ways(lines, tmp_path)
+    assert facts.graph_shapes == {"target": [1, 2], "draft": [1, 2]}
+    assert facts.require_graph_shapes() == [1, 2]
+    assert facts.require_graph_shapes("draft") == [1, 2]
+    assert facts.to_dict()["graph_shapes"] == {"target": [1, 2], "draft": [1, 2]}
+    only = all_ways(lines, tmp_path, kinds=[E.KIND_GRAPH_SHAPES])
+    assert only.graph_shapes == facts.graph_shapes and only.ready is False and only.engram
+    assert only.boots_seen == 2
+
+
+def test_graph_shapes_absent_or_not_asked_for(tmp_path):
+    lines = [MARKER, exact(1), P + "Capture cuda graph bs [1, 2]"]
+    facts = all_ways(lines, tmp_path)
+    assert facts.graph_shapes == {"target": [1, 2]}
+    with pytest.raises(EngineLogError, match="Capture draft cuda graph bs"):
+        facts.require_graph_shapes("draft")
+    # the engram_packed kinds do not look for the new needle and keep no shapes
+    assert b"cuda graph bs" not in E._needles_for(E.ENGRAM_KINDS)
+    assert all_ways(lines, tmp_path, kinds=E.ENGRAM_KINDS).graph_shapes == {}
+    # a new boot without capture lines resets them
+    facts = all_ways(lines + [MARKER], tmp_path)
+    assert facts.graph_shapes == {} and facts.to_dict()["graph_shapes"] == {}
 
 
 # --------------------------------------------------------------------------- docker logs

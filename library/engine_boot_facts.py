@@ -1,0 +1,95 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module engine_boot_facts: every fact of an engine's latest boot, for run records."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: engine_boot_facts
+short_description: Facts of the latest boot of an SGLang engine log (for run records)
+description:
+  - Reads a rank's engine log (a file, streamed, or the serving container's C(docker logs)) with the
+    project's engine log parser and returns the latest boot's facts: server arguments (secrets masked
+    by the engine), Engram lines, memory and KV pool lines, autotune events, CUDA graph capture shapes,
+    fatal errors and readiness.
+  - Read-only; runs the same in check mode. A log with no boot at all is a failure naming the source.
+options:
+  log_path:
+    description: Engine log file. Mutually exclusive with I(container).
+    type: path
+  container:
+    description: Serving container whose C(docker logs) are read. Mutually exclusive with I(log_path).
+    type: str
+  docker_bin:
+    description: docker client to run.
+    type: str
+    default: docker
+  docker_timestamps:
+    description: Ask docker for timestamps to merge its stdout and stderr in log order.
+    type: bool
+    default: true
+  host_label:
+    description: Name used in messages (defaults to the host name).
+    type: str
+author:
+  - DSV41 fleet team
+"""
+
+EXAMPLES = r"""
+- name: Latest boot of this rank, for the run record
+  engine_boot_facts:
+    container: dsv41-worker
+  register: boot
+"""
+
+RETURN = r"""
+boot:
+  description: The latest boot (see module_utils/engine_log.py BootFacts.to_dict).
+  returned: success
+  type: dict
+  contains:
+    boots_seen: {description: Boots found in the log., type: int}
+    server_args: {description: Fields of the server_args line., type: dict}
+    engram: {description: Start-up Engram line per layer., type: list}
+    memory: {description: DSV4 memory calculation fields., type: dict}
+    pool: {description: Last DSV4 pool sizes line., type: dict}
+    max_total: {description: The max_total_num_tokens line fields., type: dict}
+    autotune: {description: Autotune events., type: dict}
+    graph_shapes: {description: CUDA graph batch sizes per pass (target, draft)., type: dict}
+    fatal: {description: Fatal Engram errors., type: list}
+    ready: {description: Whether the head printed its Ready line., type: bool}
+"""
+
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engine_log import EngineLogError, read_boot
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            log_path=dict(type="path"),
+            container=dict(type="str"),
+            docker_bin=dict(type="str", default="docker"),
+            docker_timestamps=dict(type="bool", default=True),
+            host_label=dict(type="str"),
+        ),
+        mutually_exclusive=[("log_path", "container")],
+        required_one_of=[("log_path", "container")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    label = p["host_label"] or socket.gethostname().split(".")[0]
+    try:
+        facts = read_boot(module.run_command, log_path=p["log_path"], container=p["container"],
+                          docker=p["docker_bin"], timestamps=p["docker_timestamps"])
+    except (EngineLogError, OSError) as exc:
+        module.fail_json(msg="%s: cannot read the engine log: %s" % (label, exc), changed=False)
+    if not facts.boots_seen:
+        module.fail_json(msg="%s: %s holds no engine boot" % (label, facts.source), changed=False)
+    module.exit_json(changed=False, boot=facts.to_dict())
+
+
+if __name__ == "__main__":
+    main()
