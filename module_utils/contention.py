@@ -684,10 +684,16 @@ def grep_unsupported(rc, out, err):
     return any(s in text for s in _GREP_UNSUPPORTED)
 
 
+# Ansible logs every module invocation (with its arguments) to the journal as ``ansible-<module>[pid]``;
+# those lines carry the search pattern itself and are not events.
+_ANSIBLE_INVOCATION = re.compile(r"\sansible-[\w.]+\[\d+\]:\s")
+
+
 def journal_lines(text):
-    """Entries of journalctl output; ``-- No entries --``, ``-- Boot ... --`` markers dropped."""
+    """Entries of journalctl output; ``-- No entries --``, ``-- Boot ... --`` markers and Ansible's own
+    module-invocation lines dropped."""
     return [line for line in (text or "").splitlines()
-            if line.strip() and not line.startswith("-- ")]
+            if line.strip() and not line.startswith("-- ") and not _ANSIBLE_INVOCATION.search(line)]
 
 
 def pattern_matcher(pattern):

@@ -50,6 +50,18 @@ def recap(output):
     return result
 
 
+def changed_tasks(output):
+    """Names of the tasks that reported a change on any host."""
+    changed, task = set(), None
+    for line in output.splitlines():
+        m = re.match(r"^TASK \[(.+?)\] \*", line)
+        if m:
+            task = m.group(1)
+        elif line.startswith("changed: [") and task:
+            changed.add(task)
+    return changed
+
+
 def sh(host, script, user=None, check=True):
     cmd = ["podman", "exec"]
     if user:

@@ -610,3 +610,11 @@ def test_standin_through_the_module(monkeypatch, capsys, fsroot, spark3_docker):
     assert 9.0 < res["non_serving_mem_gib"] < 11.0
     assert res["summary"]["non_serving_running"] == 19
     assert [c[1] for c in calls if c[0] == str(DOCKER)] == ["ps", "stats"]
+
+
+def test_ansible_invocation_lines_are_not_events():
+    from ansible.module_utils import contention
+    out = ("2026-11-29T09:59:47+0000 spark1 ansible-contention_report[565]: Invoked with journal_pattern=NV_ERR_NO_MEMORY\n"
+           "2026-11-29T09:21:33+0000 spark3 kernel[1]: NVRM: graphics context allocation failed [NV_ERR_NO_MEMORY] at 01:33:54\n")
+    lines = contention.journal_lines(out)
+    assert len(lines) == 1 and "kernel[1]" in lines[0]
