@@ -4,8 +4,10 @@ The inventory is validated on the control node before any task reaches a host, s
 here as plain Python (unit-tested in tests/unit/test_fleet_filters.py) and the preflight role fails
 in one task with every problem listed.
 """
+import importlib.util
 import posixpath
 import re
+from pathlib import Path
 
 # Per-host variables every rank host must define, with the check each value must pass.
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -127,46 +129,22 @@ def dsv41_table(rows, columns):
     return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body]
 
 
-_ENV_LINE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+def _load_launcher():
+    """The launcher code of module_utils/launcher.py (stdlib only), so the controller parses a .env
+    exactly as the modules on the hosts do; filters cannot import module_utils the Ansible way."""
+    path = Path(__file__).resolve().parent.parent / "module_utils" / "launcher.py"
+    spec = importlib.util.spec_from_file_location("dsv41_module_utils_launcher", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _env_value(raw, known):
-    raw = raw.strip()
-    if raw[:1] == "'" and raw.endswith("'") and len(raw) > 1:
-        return raw[1:-1]  # single quotes: literal, as bash reads them
-    if raw[:1] == '"' and raw.endswith('"') and len(raw) > 1:
-        raw = raw[1:-1]
-    else:
-        raw = raw.split(" #", 1)[0].strip()
-
-    def expand(match):
-        name = match.group(1) or match.group(3)
-        default = match.group(2)
-        value = known.get(name, "")
-        return value if value or default is None else default
-
-    return _ENV_REF.sub(expand, raw)
+_launcher = _load_launcher()
 
 
 def dsv41_env_parse(text, base=None):
-    """Parse a launcher .env (KEY=VALUE lines sourced by bash) into a dict.
-
-    Handles comments, `export`, single and double quotes, and $VAR / ${VAR} / ${VAR:-default}
-    references to earlier keys (or to ``base``, e.g. HOME). Anything fancier is kept literally.
-    """
-    known = dict(base or {})
-    result = {}
-    for line in str(text).splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _ENV_LINE.match(line)
-        if match:
-            value = _env_value(match.group(2), known)
-            known[match.group(1)] = value
-            result[match.group(1)] = value
-    return result
+    """Parse a launcher .env (KEY=VALUE lines sourced by bash) into a dict (module_utils/launcher.parse_env)."""
+    return _launcher.parse_env(str(text), base)
 
 
 def dsv41_launcher_engram_dir(env_text, host, is_head, login_user):
@@ -174,19 +152,9 @@ def dsv41_launcher_engram_dir(env_text, host, is_head, login_user):
 
     Head: ENGRAM_DIR (default ~/dsv41-engram of the head's login user). Worker:
     WORKER_ENGRAM_DIR_<HOST> if set, else WORKER_ENGRAM_DIR, else $WORKER_DIR/engram with
-    WORKER_DIR defaulting to /home/$WORKER_USER/dsv41-3x-spark.
+    WORKER_DIR defaulting to /home/$WORKER_USER/dsv41-3x-spark (module_utils/launcher.effective_engram_dir).
     """
-    home = f"/home/{login_user}"
-    env = dsv41_env_parse(env_text, {"HOME": home})
-    if is_head:
-        return env.get("ENGRAM_DIR") or f"{home}/dsv41-engram"
-    override = "WORKER_ENGRAM_DIR_" + re.sub(r"[^A-Z0-9]", "_", host.upper())
-    if env.get(override):
-        return env[override]
-    if env.get("WORKER_ENGRAM_DIR"):
-        return env["WORKER_ENGRAM_DIR"]
-    worker_dir = env.get("WORKER_DIR") or f"/home/{env.get('WORKER_USER') or login_user}/dsv41-3x-spark"
-    return f"{worker_dir}/engram"
+    return _launcher.effective_engram_dir(str(env_text), host, is_head, login_user)
 
 
 class FilterModule:

@@ -297,28 +297,20 @@ def evaluate(facts, rank, cache_root):
 
 
 def read_facts(module):
-    p = module.params
-    kinds = [engine_log.KIND_AUTOTUNE]
-    if p["log_path"]:
-        return engine_log.scan_file(p["log_path"], kinds=kinds)
-    return engine_log.scan_docker(module.run_command, p["container"], kinds=kinds,
-                                  docker=p["docker_bin"], timestamps=p["docker_timestamps"])
+    return engine_log.read_boot_params(module.run_command, module.params, kinds=[engine_log.KIND_AUTOTUNE])
 
 
 def run_module():
     module = AnsibleModule(
         argument_spec=dict(
-            log_path=dict(type="path"),
-            container=dict(type="str"),
-            docker_bin=dict(type="str", default="docker"),
-            docker_timestamps=dict(type="bool", default=True),
+            engine_log.SOURCE_ARGUMENT_SPEC,
             rank=dict(type="int", required=True),
             cache_root=dict(type="path", default="~/.cache/sglang/flashinfer/autotune"),
             expect=dict(type="list", elements="str", choices=list(VERDICTS)),
             host_label=dict(type="str"),
         ),
-        mutually_exclusive=[("log_path", "container")],
-        required_one_of=[("log_path", "container")],
+        mutually_exclusive=engine_log.SOURCE_MUTUALLY_EXCLUSIVE,
+        required_one_of=engine_log.SOURCE_REQUIRED_ONE_OF,
         supports_check_mode=True,
     )
     p = module.params

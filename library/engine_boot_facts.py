@@ -63,27 +63,21 @@ boot:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_log import EngineLogError, read_boot
+from ansible.module_utils.engine_log import (SOURCE_ARGUMENT_SPEC, SOURCE_MUTUALLY_EXCLUSIVE, SOURCE_REQUIRED_ONE_OF,
+                                             EngineLogError, read_boot_params)
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            log_path=dict(type="path"),
-            container=dict(type="str"),
-            docker_bin=dict(type="str", default="docker"),
-            docker_timestamps=dict(type="bool", default=True),
-            host_label=dict(type="str"),
-        ),
-        mutually_exclusive=[("log_path", "container")],
-        required_one_of=[("log_path", "container")],
+        argument_spec=dict(SOURCE_ARGUMENT_SPEC, host_label=dict(type="str")),
+        mutually_exclusive=SOURCE_MUTUALLY_EXCLUSIVE,
+        required_one_of=SOURCE_REQUIRED_ONE_OF,
         supports_check_mode=True,
     )
     p = module.params
     label = p["host_label"] or socket.gethostname().split(".")[0]
     try:
-        facts = read_boot(module.run_command, log_path=p["log_path"], container=p["container"],
-                          docker=p["docker_bin"], timestamps=p["docker_timestamps"])
+        facts = read_boot_params(module.run_command, p)
     except (EngineLogError, OSError) as exc:
         module.fail_json(msg="%s: cannot read the engine log: %s" % (label, exc), changed=False)
     if not facts.boots_seen:

@@ -263,20 +263,13 @@ def evaluate(facts, rank, tp_size, layers, rows_total):
 
 
 def read_facts(module):
-    p = module.params
-    if p["log_path"]:
-        return engine_log.scan_file(p["log_path"], kinds=engine_log.ENGRAM_KINDS)
-    return engine_log.scan_docker(module.run_command, p["container"], kinds=engine_log.ENGRAM_KINDS,
-                                  docker=p["docker_bin"], timestamps=p["docker_timestamps"])
+    return engine_log.read_boot_params(module.run_command, module.params, kinds=engine_log.ENGRAM_KINDS)
 
 
 def run_module():
     module = AnsibleModule(
         argument_spec=dict(
-            log_path=dict(type="path"),
-            container=dict(type="str"),
-            docker_bin=dict(type="str", default="docker"),
-            docker_timestamps=dict(type="bool", default=True),
+            engine_log.SOURCE_ARGUMENT_SPEC,
             rank=dict(type="int", required=True),
             tp_size=dict(type="int", required=True),
             layers=dict(type="list", elements="int", default=[1, 14]),
@@ -285,8 +278,8 @@ def run_module():
             require_packed=dict(type="bool", default=False),
             host_label=dict(type="str"),
         ),
-        mutually_exclusive=[("log_path", "container"), ("rows_total", "checkpoint")],
-        required_one_of=[("log_path", "container")],
+        mutually_exclusive=engine_log.SOURCE_MUTUALLY_EXCLUSIVE + [("rows_total", "checkpoint")],
+        required_one_of=engine_log.SOURCE_REQUIRED_ONE_OF,
         supports_check_mode=True,
     )
     p = module.params

@@ -260,11 +260,7 @@ def below_min_message(who, result, min_tokens):
 
 
 def read_facts(module):
-    p = module.params
-    if p["log_path"]:
-        return engine_log.scan_file(p["log_path"], kinds=KINDS)
-    return engine_log.scan_docker(module.run_command, p["container"], kinds=KINDS,
-                                  docker=p["docker_bin"], timestamps=p["docker_timestamps"])
+    return engine_log.read_boot_params(module.run_command, module.params, kinds=KINDS)
 
 
 def _hostname():
@@ -275,17 +271,14 @@ def _hostname():
 def run_module():
     module = AnsibleModule(
         argument_spec=dict(
-            log_path=dict(type="path"),
-            container=dict(type="str"),
-            docker_bin=dict(type="str", default="docker"),
-            docker_timestamps=dict(type="bool", default=True),
+            engine_log.SOURCE_ARGUMENT_SPEC,
             requested_tokens=dict(type="int"),
             min_tokens=dict(type="int"),
             rank=dict(type="int"),
             host_label=dict(type="str"),
         ),
-        mutually_exclusive=[("log_path", "container")],
-        required_one_of=[("log_path", "container")],
+        mutually_exclusive=engine_log.SOURCE_MUTUALLY_EXCLUSIVE,
+        required_one_of=engine_log.SOURCE_REQUIRED_ONE_OF,
         supports_check_mode=True,
     )
     p = module.params

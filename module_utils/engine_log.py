@@ -1022,6 +1022,23 @@ def scan_docker(run_command, container, kinds=ALL_KINDS, docker="docker", timest
     return scan(text, name="docker logs %s" % container, kinds=kinds)
 
 
+# The log source every engine-log module takes: a log file (streamed) or a container's docker logs.
+SOURCE_ARGUMENT_SPEC = dict(
+    log_path=dict(type="path"),
+    container=dict(type="str"),
+    docker_bin=dict(type="str", default="docker"),
+    docker_timestamps=dict(type="bool", default=True),
+)
+SOURCE_MUTUALLY_EXCLUSIVE = [("log_path", "container")]
+SOURCE_REQUIRED_ONE_OF = [("log_path", "container")]
+
+
+def read_boot_params(run_command, params, kinds=ALL_KINDS):
+    """read_boot with a module's SOURCE_ARGUMENT_SPEC parameters."""
+    return read_boot(run_command, log_path=params["log_path"], container=params["container"], kinds=kinds,
+                     docker=params["docker_bin"], timestamps=params["docker_timestamps"])
+
+
 def read_boot(run_command, log_path=None, container=None, kinds=ALL_KINDS, docker="docker", timestamps=True):
     """Latest-boot facts from a log file (streamed) or a container's ``docker logs``.
 

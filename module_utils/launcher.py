@@ -4,9 +4,9 @@
 Shared by the ``launcher_settings`` module (and anything else that needs the launcher's rules).
 Standard library only: Ansible ships this file to the target host next to the module.
 
-* :func:`parse_env` reads the launcher ``.env`` (KEY=VALUE lines sourced by bash), with the same
-  results as the ``dsv41_env_parse`` filter (filter plugins cannot import module_utils, so the
-  two are kept in step by tests).
+* :func:`parse_env` reads the launcher ``.env`` (KEY=VALUE lines sourced by bash); the
+  ``dsv41_env_parse`` filter loads this file from the repo and calls it, so the controller and the
+  hosts parse a .env the same way.
 * :func:`parse_forward_lists` reads the explicit ``HEAD_FORWARD=( ... )`` and
   ``WORKER_FORWARD=( ... )`` bash arrays of ``start.sh``: the only variables that reach the
   containers (SPEC section 3, "Launcher and containers").

@@ -14,6 +14,9 @@ What it creates (SPEC sections 1 and 5):
              the per-rank autotune cache under ~/.cache/sglang/flashinfer/autotune/0.6.1/sm121/<hash>/;
              the serving container record (dsv41-head / dsv41-worker, exited; the launcher's
              ``serve`` replaces it with a running one); the launcher start.sh in the checkout
+  all hosts  the checkout's adapter/ (lab/seed/adapters: the seven local adapters + sitecustomize.py,
+             0644, login user; written only when absent); the engine image dsv41-sglang:tp3 built
+             from that checkout (/var/lib/lab-docker/images/<id>/rootfs/sgl-workspace/adapter/)
   spark1     /home/mia/dsv41-3x-spark/{.env (0600), adapter/, logs/dsv41.log (saved boot log)},
              /home/mia/dsv41-engram (empty), one non-serving container; default multi-user.target
   spark2     /home/zurih/dsv41-3x-spark/{adapter/, engram/}, old TP2 shards
@@ -55,6 +58,13 @@ HOSTS = {
 }
 TP = 3
 IMAGE = "dsv41-sglang:tp3"
+SEED_IMAGE_CREATED = "2026-09-19T22:41:07.000000000Z"
+# lab/seed/adapters/: the single source of the lab's adapter files. A checkout's adapter/ gets the seven
+# local adapters and sitecustomize.py (which registers exactly those); autotune_keep.py (downstream
+# retention adapter, stage B) and tp4/ (downstream TP4 files) stay in the source only.
+ADAPTER_SOURCE = HERE / "adapters"
+LOCAL_ADAPTERS = ("engram_prefetch", "draft_head_fp8", "draft_tau", "block_verify", "verify_cap",
+                  "folded_fence", "wo_a_w8")
 MODEL_PATH = "/srv/models/DeepSeek-V4.1-Flash"
 ENGRAM_ROWS = {1: 384006168, 14: 384016684}
 MAGIC = 0x31344E4531565344  # b"DSV41EN1" little-endian
@@ -286,6 +296,7 @@ class Seeder:
         base = self.home / "dsv41-3x-spark"
         self.mkdir(base)
         self.mkdir(base / "adapter")
+        self.adapters(base / "adapter")
         starter = self.find_standin("start.sh")
         if starter:
             self.write(base / "start.sh", starter.read_bytes(), mode=0o755)
@@ -301,6 +312,18 @@ class Seeder:
         else:
             self.mkdir(base / "engram")  # tmpfs mount point: ownership only, contents left alone
             self.log("worker checkout: adapter/, engram/")
+
+    def adapters(self, adir):
+        """The seven local adapters + sitecustomize.py (0644, login user), each only if absent: once
+        seeded, the adapter directory belongs to the roles (stage B adds autotune_keep)."""
+        written = []
+        for name in [n + ".py" for n in LOCAL_ADAPTERS] + ["sitecustomize.py"]:
+            dst = self.p(adir) / name
+            if dst.exists():
+                continue
+            self.write(dst, (ADAPTER_SOURCE / name).read_bytes(), mode=0o644)
+            written.append(name)
+        self.log("adapter/: %s" % (("wrote " + ", ".join(written)) if written else "present, left alone"))
 
     def tp2_shards(self):
         """spark2's old TP2 rank-1 shards (sparse), outside its /engram source."""
@@ -431,9 +454,19 @@ class Seeder:
         dk = self._docker_module()
         with dk.Store(self.p("/var/lib/lab-docker")) as store:
             dk.reconcile(store)
-            # the engine image, with the version labels roles read through docker image inspect
-            store.image(IMAGE, create=True).update(Created="2026-09-19T22:41:07.000000000Z", Size=38_412_338_771,
-                                                   Labels=dict(dk.ENGINE_IMAGE_LABELS))
+            # the engine image, built from this node's launcher checkout (its adapter/ is copied to
+            # /sgl-workspace/adapter in <state>/images/<id>/rootfs), with the version labels roles read
+            # through docker image inspect. An image already built (by the roles) is left alone.
+            im = store.image(IMAGE)
+            if im is None or not dk.image_rootfs(store.root, im["Id"]).is_dir():
+                im = dk.build_image(store, [IMAGE], self.p(self.home / "dsv41-3x-spark"), created=SEED_IMAGE_CREATED)
+                digest = hashlib.sha256(("lab-digest:%s" % im["Id"]).encode()).hexdigest()
+                for rec in store.images:
+                    if rec["Id"] == im["Id"]:
+                        rec["RepoDigests"] = ["dsv41-sglang@sha256:%s" % digest]
+                        rec["Lab"]["context"] = str(self.home / "dsv41-3x-spark")
+                self.log("docker: image %s built from the checkout: %s" % (IMAGE, im["Id"][7:19]))
+            im.setdefault("Labels", dict(dk.ENGINE_IMAGE_LABELS))
             seeded = [self.serving_record(dk, store)] + self.other_records(dk, store)
             for rec in seeded:
                 old = next((c for c in store.containers if c["Name"] == rec["Name"]), None)

@@ -17,6 +17,11 @@ Environment read: DSV41_* and SGLANG_* switches, DSPARK_BLOCK_SIZE (fallback for
 API_KEY (head), LAB_MOUNTS, and the lab knobs
   LAB_ENGINE_FAST=1        no boot pacing (tests)
   LAB_ENGINE_SPEED=<f>     divide every request-path sleep by f (tests use a big factor)
+  LAB_IMAGE_ROOT=<dir>     the container image's rootfs (set by the docker stand-in). The retention
+                           adapter is armed only if DSV41_AUTOTUNE_KEEP is non-zero AND
+                           <dir>/sgl-workspace/adapter/autotune_keep.py exists AND that directory's
+                           sitecustomize.py has "autotune_keep" as a key of _ADAPTERS; otherwise the switch
+                           is silently ignored (stock autotune). Unset: the switch alone decides (tests).
   LAB_ENGINE_DRIFT=<sym>   with DSV41_AUTOTUNE_KEEP=1: the adapter's hook symbol is "gone" -> boot fails
   LAB_ENGINE_DRIFT_FILE    (default /etc/dsv41-lab/engine_drift) first line = <sym>, same effect; a host-side
                            switch, since the docker stand-in passes only the container's -e variables
@@ -43,7 +48,7 @@ Boot (stdout, each line prefixed ``[YYYY-MM-DD HH:MM:SS TP{r} EP{r}] `` in UTC):
   Autotune cache ``/root/.cache/sglang/flashinfer/autotune/0.6.1/sm121/<hash>/rank_tp{r}_pp0_dp0.json``
     (<hash> = sha256(block size, max running requests, chunked prefill, tp size)[:16]); two passes (target,
     draft) on the same file. Stock: caches present at boot -> per pass "per-rank caches disagree" + retune +
-    rewrite (content has the rank). DSV41_AUTOTUNE_KEEP=1: sidecar ``<cache>.launch`` = sha256 over argv and the
+    rewrite (content has the rank). DSV41_AUTOTUNE_KEEP=1 (adapter in the image): sidecar ``<cache>.launch`` = sha256 over argv and the
     sorted DSV41_/SGLANG_/DSPARK_/FLASHINFER_ env; match at boot -> "reused" (file untouched) else tune+save.
   Head: "Ready: API on port P" then an HTTP server on 0.0.0.0:P. Workers sleep until SIGTERM.
   SIGTERM: "Received sigterm, shutting down", exit 0.
@@ -93,6 +98,7 @@ GB = 10 ** 9
 MIB = 2 ** 20
 GIB = 2 ** 30
 AUTOTUNE_ROOT = "/root/.cache/sglang/flashinfer/autotune/0.6.1/sm121"
+IMAGE_ADAPTER_DIR = "sgl-workspace/adapter"  # under LAB_IMAGE_ROOT: the adapters the image was built with
 FINGERPRINT_PREFIXES = ("DSV41_", "SGLANG_", "DSPARK_", "FLASHINFER_")
 CONTEXT_LEN = 1048576
 MAX_PREFILL_TOKENS = 16384
@@ -307,10 +313,69 @@ def log_capture(pass_name: str, max_running: int) -> None:
     log(f"Capture {what} bs [{shapes}]")
 
 
+def _registered_adapters(sitecustomize: str) -> set:
+    """Keys of the ``_ADAPTERS`` mapping of a sitecustomize.py (empty if unreadable): ``_ADAPTERS = {...}``
+    or ``dict(name=...)``, ``_ADAPTERS["name"] = ...`` and ``_ADAPTERS.update({...} / name=...)``."""
+    import ast
+    try:
+        with open(sitecustomize, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), filename=sitecustomize)
+    except (OSError, SyntaxError, ValueError):
+        return set()
+
+    def is_mapping(node):
+        return isinstance(node, ast.Name) and node.id == "_ADAPTERS"
+
+    def keys_of(value):
+        if isinstance(value, ast.Dict):
+            return {k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
+            out = {kw.arg for kw in value.keywords if kw.arg}
+            for arg in value.args:
+                out |= keys_of(arg)
+            return out
+        return set()
+
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if is_mapping(t):
+                    keys |= keys_of(node.value)
+                elif isinstance(t, ast.Subscript) and is_mapping(t.value) and isinstance(t.slice, ast.Constant) \
+                        and isinstance(t.slice.value, str):
+                    keys.add(t.slice.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update" \
+                and is_mapping(node.func.value):
+            keys |= {kw.arg for kw in node.keywords if kw.arg}
+            for arg in node.args:
+                keys |= keys_of(arg)
+    return keys
+
+
+def adapter_in_image(name: str) -> bool:
+    """The adapter NAME is in the container's image: ``$LAB_IMAGE_ROOT/sgl-workspace/adapter/<name>.py``
+    exists and the image's ``sitecustomize.py`` registers it in ``_ADAPTERS``. Without LAB_IMAGE_ROOT
+    (an engine started outside the docker stand-in) every adapter counts as present."""
+    root = os.environ.get("LAB_IMAGE_ROOT")
+    if root is None:
+        return True
+    adir = os.path.join(root, IMAGE_ADAPTER_DIR)
+    return (os.path.isfile(os.path.join(adir, f"{name}.py"))
+            and name in _registered_adapters(os.path.join(adir, "sitecustomize.py")))
+
+
+def autotune_keep_armed() -> bool:
+    """DSV41_AUTOTUNE_KEEP non-zero and the retention adapter in the image; otherwise the switch is
+    silently ignored, as the real engine ignores a switch whose adapter the image does not carry."""
+    return flag("DSV41_AUTOTUNE_KEEP") and adapter_in_image("autotune_keep")
+
+
 def run_autotune(args, mounts: dict) -> None:
     cdir, cfile = autotune_paths(args)
     host_file = host_path(cfile, mounts)
-    keep = flag("DSV41_AUTOTUNE_KEEP")
+    keep = autotune_keep_armed()
     if keep:
         drift = os.environ.get("LAB_ENGINE_DRIFT", "").strip()
         drift_file = os.environ.get("LAB_ENGINE_DRIFT_FILE", "/etc/dsv41-lab/engine_drift")
@@ -399,6 +464,8 @@ def boot(args) -> dict:
     on = [k for k in ("DSV41_AUTOTUNE_KEEP", "DSV41_FOLDED_FENCE", "DSV41_WO_A_W8", "DSV41_WO_A_W8_MID",
                       "DSV41_WO_A_W8_DROP", "DSV41_ENGRAM_PREFETCH", "DSV41_ENGRAM_PREFETCH_CHECK",
                       "DSV41_DRAFT_HEAD_FP8", "DSV41_BLOCK_VERIFY") if flag(k)]
+    if "DSV41_AUTOTUNE_KEEP" in on and not autotune_keep_armed():
+        on.remove("DSV41_AUTOTUNE_KEEP")  # not in the image: the switch does nothing
     log("Adapters enabled: " + (", ".join(on) if on else "none"))
     folded = os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip()
     log("DSpark folded sampling: " + ({"": "AUTO (unset; decided from the minimum free memory across ranks)",

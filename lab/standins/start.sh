@@ -7,7 +7,9 @@
 #   ./start.sh stop         stop the head, then the workers (missing containers are fine)
 #   ./start.sh status       one line per rank: host rank container state engram=<docker inspect /engram source>
 #   ./start.sh logs [rank]  docker logs of that rank's container (default 0 = head); extra args go to docker logs
-#   doctor|build|pack|smoke|share: not available in the lab (exit 2)
+#   ./start.sh build        docker build -t $IMAGE from the checkout on the head ($DIR) and on every worker
+#                           ($WORKER_DIR, over ssh); one line per node; exit 1 naming the nodes that failed
+#   doctor|pack|smoke|share: not available in the lab (exit 2)
 #
 # START_SH_LIB_ONLY=1 source start.sh   -> defines the settings and functions, runs nothing (tests).
 # Every figure this lab produces is lab output, not a fleet measurement.
@@ -325,6 +327,36 @@ cmd_logs() {
   fi
 }
 
+# Short image id from `docker build` output on stdin ("Successfully built <id>", or a -q "sha256:<id>").
+built_id() {
+  awk '/^Successfully built /{id=$3} /^sha256:[0-9a-f]+$/{id=substr($1, 8, 12)} END{print (id == "" ? "?" : id)}'
+}
+
+cmd_build() {
+  local host rank=0 out id q failed=()
+  if out=$(docker build -t "$IMAGE" "$DIR" 2>&1); then
+    id=$(built_id <<<"$out")
+    say "built $IMAGE on $HEAD_HOST (rank 0) from $DIR: image $id"
+  else
+    printf '[start.sh] ERROR: build of %s failed on %s (rank 0): %s\n' "$IMAGE" "$HEAD_HOST" "$(tail -n 1 <<<"$out")" >&2
+    failed+=("$HEAD_HOST")
+  fi
+  q="docker build -t $(printf '%q' "$IMAGE") $(printf '%q' "$WORKER_DIR")"
+  for host in $WORKER_HOSTS; do
+    rank=$((rank + 1))
+    if out=$(remote "$host" "$q" 2>&1); then
+      id=$(built_id <<<"$out")
+      say "built $IMAGE on $host (rank $rank) from $WORKER_DIR: image $id"
+    else
+      printf '[start.sh] ERROR: build of %s failed on %s (rank %s): %s\n' "$IMAGE" "$host" "$rank" "$(tail -n 1 <<<"$out")" >&2
+      failed+=("$host")
+    fi
+  done
+  if ((${#failed[@]})); then
+    die "build failed on: ${failed[*]}"
+  fi
+}
+
 main() {
   local cmd=${1:-}
   shift || true
@@ -333,12 +365,13 @@ main() {
     stop) cmd_stop ;;
     status) cmd_status ;;
     logs) cmd_logs "$@" ;;
-    doctor | build | pack | smoke | share)
+    build) cmd_build ;;
+    doctor | pack | smoke | share)
       echo "start.sh $cmd: not available in the lab" >&2
       exit 2
       ;;
     *)
-      echo "usage: $0 serve|stop|status|logs [rank]  (doctor|build|pack|smoke|share: not available in the lab)" >&2
+      echo "usage: $0 serve|stop|status|logs [rank]|build  (doctor|pack|smoke|share: not available in the lab)" >&2
       exit 2
       ;;
   esac

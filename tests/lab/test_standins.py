@@ -23,13 +23,18 @@ LAB = ROOT / "lab"
 DOCKER = LAB / "standins" / "docker"
 NVSMI = LAB / "standins" / "nvidia-smi"
 SEED = LAB / "seed" / "host_seed.py"
+ADAPTERS = LAB / "seed" / "adapters"
+LOCAL_ADAPTERS = ["engram_prefetch", "draft_head_fp8", "draft_tau", "block_verify", "verify_cap",
+                  "folded_fence", "wo_a_w8"]
+PINNED = "4d8f4c0868ed3b394688b65d88cd99a82c237642"
 MAKE_CKPT = LAB / "tools" / "make_checkpoint.py"
 
 FAKE_ENGINE = r'''
 import os, sys, time, json
-print("fake engine argv=%s name=%s mounts=%s secret=%s mode=%s" % (
+print("fake engine argv=%s name=%s mounts=%s secret=%s mode=%s image_root=%s" % (
     json.dumps(sys.argv[1:]), os.environ.get("LAB_CONTAINER_NAME"), os.environ.get("LAB_MOUNTS"),
-    os.environ.get("CALLER_SECRET", "-"), os.environ.get("DSV41_MODE", "-")), flush=True)
+    os.environ.get("CALLER_SECRET", "-"), os.environ.get("DSV41_MODE", "-"),
+    os.environ.get("LAB_IMAGE_ROOT", "-")), flush=True)
 print("Ready: API on port 8888", flush=True)
 if "--exit-3" in sys.argv:
     sys.exit(3)
@@ -231,6 +236,143 @@ def test_docker_image_inspect(dk):
         rec.pop("Labels")
     (dk.state / "images.json").write_text(json.dumps(images))
     assert json.loads(dk("image", "inspect", "dsv41-sglang:tp3").stdout)[0]["Config"]["Labels"] == ENGINE_LABELS
+
+
+# --------------------------------------------------------------------------------------------
+# adapter sources, docker build, one-off docker run
+# --------------------------------------------------------------------------------------------
+def sha(path):
+    import hashlib
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def make_checkout(tmp_path, extra=()):
+    """A launcher checkout whose adapter/ is what the seeder writes (plus EXTRA adapters)."""
+    co = tmp_path / "dsv41-3x-spark"
+    (co / "adapter" / "tp4").mkdir(parents=True)
+    for name in LOCAL_ADAPTERS + list(extra):
+        shutil.copy(ADAPTERS / (name + ".py"), co / "adapter" / (name + ".py"))
+    shutil.copy(ADAPTERS / "sitecustomize.py", co / "adapter" / "sitecustomize.py")
+    shutil.copy(ADAPTERS / "tp4" / "wo_a_w8.py", co / "adapter" / "tp4" / "wo_a_w8.py")
+    (co / "adapter" / "README.txt").write_text("not python: never copied\n")
+    return co
+
+
+def test_adapter_sources():
+    import ast
+    names = sorted(p.name for p in ADAPTERS.glob("*.py"))
+    assert names == sorted([n + ".py" for n in LOCAL_ADAPTERS] + ["autotune_keep.py", "sitecustomize.py"])
+    for path in [ADAPTERS / (n + ".py") for n in LOCAL_ADAPTERS + ["autotune_keep"]] + [ADAPTERS / "tp4/wo_a_w8.py"]:
+        tree = ast.parse(path.read_text())
+        doc = ast.get_docstring(tree)
+        assert doc and "LAB STAND-IN" in doc, path
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "install" for n in tree.body), path
+    for n in LOCAL_ADAPTERS[:6]:
+        assert PINNED in (ADAPTERS / (n + ".py")).read_text(), n
+    local, tp4 = (ADAPTERS / "wo_a_w8.py").read_text(), (ADAPTERS / "tp4/wo_a_w8.py").read_text()
+    assert "G=4" in local and "LOCAL_GROUPS = 4" in local and "GROUPS = 2" in tp4 and local != tp4
+    keep = (ADAPTERS / "autotune_keep.py").read_text()
+    for sym in ("_autotune_cache_digest", "flashinfer_autotune_context", "flashinfer_autotune_cache_path"):
+        assert sym in keep
+    from ansible.module_utils import launcher as L  # tests/conftest.py maps module_utils
+    regs = L.sitecustomize_registrations((ADAPTERS / "sitecustomize.py").read_text())
+    assert sorted(regs) == sorted(LOCAL_ADAPTERS) and "autotune_keep" not in regs
+
+
+BUILD_RE = re.compile(r"Successfully built ([0-9a-f]{12})\nSuccessfully tagged dsv41-sglang:tp3\n$")
+
+
+def test_docker_build_image_rootfs_and_tag_move(dk, tmp_path):
+    co = make_checkout(tmp_path)
+    p = dk("build", "-t", "dsv41-sglang:tp3", str(co))
+    m = BUILD_RE.search(p.stdout)
+    assert m, p.stdout
+    (im,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3").stdout)
+    assert im["Id"][7:19] == m.group(1) and im["RepoTags"] == ["dsv41-sglang:tp3"]
+    assert im["Config"]["Labels"] == ENGINE_LABELS
+    rootfs = dk.state / "images" / im["Id"][7:] / "rootfs"
+    adir = rootfs / "sgl-workspace" / "adapter"
+    assert sorted(p.name for p in rootfs.rglob("*") if p.is_file()) == \
+        sorted([n + ".py" for n in LOCAL_ADAPTERS] + ["sitecustomize.py"])
+    for f in adir.iterdir():
+        assert f.read_bytes() == (co / "adapter" / f.name).read_bytes()
+    assert (adir / "wo_a_w8.py").read_bytes() == (ADAPTERS / "wo_a_w8.py").read_bytes(), "the local file, not tp4/"
+    # same content: same id (cache); -q prints the full id
+    assert dk("build", "-q", "-t", "dsv41-sglang:tp3", str(co)).stdout == im["Id"] + "\n"
+    # new content: new id, the tag moves, the old image stays (untagged, still inspectable by id)
+    shutil.copy(ADAPTERS / "autotune_keep.py", co / "adapter" / "autotune_keep.py")
+    new_id = BUILD_RE.search(dk("build", "--tag", "dsv41-sglang:tp3", "-f", str(co / "adapter" / "README.txt"),
+                                str(co)).stdout).group(1)
+    assert new_id != im["Id"][7:19]
+    (new,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3").stdout)
+    assert new["Id"][7:19] == new_id and new["Config"]["Labels"] == ENGINE_LABELS
+    assert (dk.state / "images" / new["Id"][7:] / "rootfs/sgl-workspace/adapter/autotune_keep.py").is_file()
+    (old,) = json.loads(dk("image", "inspect", im["Id"]).stdout)
+    assert old["RepoTags"] == [] and rootfs.is_dir()
+    rows = dk("images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}").stdout.splitlines()
+    assert sorted(rows) == sorted(["dsv41-sglang:tp3 %s" % new_id, "<none>:<none> %s" % im["Id"][7:19]])
+    # back to the first content: the dangling image gets the tag back
+    (co / "adapter" / "autotune_keep.py").unlink()
+    assert dk("build", "-q", "-t", "dsv41-sglang:tp3", str(co)).stdout.strip() == im["Id"]
+    assert len(dk("images", "-q").stdout.split()) == 2
+    # failures like docker's
+    p = dk("build", "-t", "dsv41-sglang:tp3", str(tmp_path / "missing"), check=False)
+    assert p.returncode == 1 and 'unable to prepare context: path "%s" not found' % (tmp_path / "missing") in p.stderr
+    (tmp_path / "empty").mkdir()
+    p = dk("build", "-t", "dsv41-sglang:tp3", str(tmp_path / "empty"), check=False)
+    assert p.returncode == 1 and "COPY failed" in p.stderr
+
+
+def test_docker_run_rm_sha256sum(dk, tmp_path):
+    co = make_checkout(tmp_path)
+    dk("build", "-t", "dsv41-sglang:tp3", str(co))
+    paths = ["/sgl-workspace/adapter/%s.py" % n for n in LOCAL_ADAPTERS] + ["/sgl-workspace/adapter/sitecustomize.py"]
+    want = "".join("%s  %s\n" % (sha(co / "adapter" / Path(p).name), p) for p in paths)
+    p = dk("run", "--rm", "--entrypoint", "sha256sum", "dsv41-sglang:tp3", *paths)
+    assert p.stdout == want and p.stderr == ""
+    assert dk("run", "--rm", "dsv41-sglang:tp3", "sha256sum", *paths).stdout == want
+    # a missing file: exit 1, the real tool's message, the other lines still printed
+    p = dk("run", "--rm", "--entrypoint", "sha256sum", "dsv41-sglang:tp3", paths[0],
+           "/sgl-workspace/adapter/autotune_keep.py", check=False)
+    assert p.returncode == 1
+    assert p.stdout == "%s  %s\n" % (sha(co / "adapter/engram_prefetch.py"), paths[0])
+    assert p.stderr == "sha256sum: /sgl-workspace/adapter/autotune_keep.py: No such file or directory\n"
+    # globs are not expanded (docker passes argv as is); cat and ls see the image, not the host
+    p = dk("run", "--rm", "--entrypoint", "sha256sum", "dsv41-sglang:tp3", "/sgl-workspace/adapter/*.py", check=False)
+    assert p.returncode == 1 and p.stderr == "sha256sum: '/sgl-workspace/adapter/*.py': No such file or directory\n"
+    assert dk("run", "--rm", "--entrypoint", "cat", "dsv41-sglang:tp3",
+              "/sgl-workspace/adapter/sitecustomize.py").stdout == (ADAPTERS / "sitecustomize.py").read_text()
+    assert dk("run", "--rm", "dsv41-sglang:tp3", "ls", "/sgl-workspace/adapter").stdout.split() == \
+        sorted([n + ".py" for n in LOCAL_ADAPTERS] + ["sitecustomize.py"])
+    p = dk("run", "--rm", "--entrypoint", "cat", "dsv41-sglang:tp3", "/etc/hostname", check=False)
+    assert p.returncode == 1 and p.stderr == "cat: /etc/hostname: No such file or directory\n"
+    # relative paths resolve in the image's workdir /sgl-workspace
+    assert dk("run", "--rm", "dsv41-sglang:tp3", "sha256sum", "adapter/draft_tau.py").stdout == \
+        "%s  adapter/draft_tau.py\n" % sha(co / "adapter/draft_tau.py")
+    # nothing left behind with --rm; an unknown executable fails like docker
+    assert dk("ps", "-aq").stdout == ""
+    p = dk("run", "--rm", "--entrypoint", "nosuchtool", "dsv41-sglang:tp3", check=False)
+    assert p.returncode == 127 and 'exec: "nosuchtool": executable file not found in $PATH' in p.stderr
+
+
+def test_engine_container_gets_image_root(dk, tmp_path):
+    co = make_checkout(tmp_path)
+    dk("build", "-t", "dsv41-sglang:tp3", str(co))
+    (im,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3").stdout)
+    dk("run", "-d", "--name", "dsv41-head", "--network", "host", "dsv41-sglang:tp3", "--role", "head")
+    log = dk.state / "logs" / "dsv41-head.log"
+    assert wait_for(lambda: log.exists() and "Ready: API on port 8888" in log.read_text())
+    root = dk.state / "images" / im["Id"][7:] / "rootfs"
+    assert "image_root=%s " % root in log.read_text() or "image_root=%s\n" % root in log.read_text()
+    dk("rm", "-f", "dsv41-head")
+    # the container keeps its image after a rebuild moves the tag (docker start uses the old image)
+    dk("create", "--name", "dsv41-head", "--network", "host", "dsv41-sglang:tp3")
+    shutil.copy(ADAPTERS / "autotune_keep.py", co / "adapter" / "autotune_keep.py")
+    dk("build", "-t", "dsv41-sglang:tp3", str(co))
+    dk("start", "dsv41-head")
+    assert wait_for(lambda: log.exists() and "image_root=" in log.read_text())
+    assert "image_root=%s" % root in log.read_text()
+    dk("rm", "-f", "dsv41-head")
 
 
 def test_docker_non_root_member(dk):
@@ -478,6 +620,31 @@ def test_host_seed_spark1(tmp_path, dk):
     (im,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout)
     check_engine_image(im)
     assert im["Created"] == "2026-09-19T22:41:07.000000000Z"
+    # adapter/: the seven local adapters + sitecustomize.py from lab/seed/adapters (no autotune_keep, no tp4/)
+    adir = co / "adapter"
+    assert sorted(p.name for p in adir.iterdir()) == sorted([n + ".py" for n in LOCAL_ADAPTERS] + ["sitecustomize.py"])
+    for f in adir.iterdir():
+        assert f.read_bytes() == (ADAPTERS / f.name).read_bytes() and f.stat().st_mode & 0o777 == 0o644
+    # the image is built from that checkout
+    rootfs = root / "var/lib/lab-docker/images" / im["Id"][7:] / "rootfs"
+    assert sorted(p.name for p in (rootfs / "sgl-workspace/adapter").iterdir()) == sorted(p.name for p in adir.iterdir())
+    env = {"LAB_DOCKER_STATE_DIR": state}
+    out = dk("run", "--rm", "--entrypoint", "sha256sum", "dsv41-sglang:tp3", "/sgl-workspace/adapter/wo_a_w8.py",
+             extra_env=env).stdout
+    assert out == "%s  /sgl-workspace/adapter/wo_a_w8.py\n" % sha(ADAPTERS / "wo_a_w8.py")
+    assert dk("inspect", "-f", "{{.Image}}", "dsv41-head", extra_env=env).stdout.strip() == im["Id"]
+    # a rebuild from the unchanged checkout is the same image
+    assert dk("build", "-q", "-t", "dsv41-sglang:tp3", str(co), extra_env=env).stdout.strip() == im["Id"]
+    # re-seeding leaves adapter files and an image the roles changed alone
+    shutil.copy(ADAPTERS / "autotune_keep.py", adir / "autotune_keep.py")
+    (adir / "sitecustomize.py").write_text((ADAPTERS / "sitecustomize.py").read_text() + "# role edit\n")
+    new_id = dk("build", "-q", "-t", "dsv41-sglang:tp3", str(co), extra_env=env).stdout.strip()
+    (adir / "draft_tau.py").unlink()
+    seed("spark1", root)
+    assert (adir / "sitecustomize.py").read_text().endswith("# role edit\n") and (adir / "autotune_keep.py").is_file()
+    assert (adir / "draft_tau.py").read_bytes() == (ADAPTERS / "draft_tau.py").read_bytes(), "missing ones restored"
+    (im2,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3", extra_env=env).stdout)
+    assert im2["Id"] == new_id and im2["Config"]["Labels"] == ENGINE_LABELS
 
 
 def test_host_seed_spark2_tp2_shards(tmp_path):

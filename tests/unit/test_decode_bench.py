@@ -298,7 +298,7 @@ def test_prompt_files_validation(tmp_path):
 @pytest.mark.parametrize("name", ["prose", "code"])
 def test_shipped_prompt_files(name):
     import os
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "files", "prompts", name + ".json")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "benchmark", "files", "prompts", name + ".json")
     prompts = db.load_prompts(path)
     assert len(prompts) >= 6
     lengths = [sum(len(m["content"]) for m in p["messages"]) for p in prompts]

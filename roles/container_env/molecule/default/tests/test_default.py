@@ -1,0 +1,30 @@
+"""container_env: the head's .env carries the override, stays private, and the previous file is backed up."""
+
+
+def head_only(host):
+    return host.ansible.get_variables()["dsv41_rank"] == 0
+
+
+def test_env_has_the_override_and_keeps_the_baseline(host):
+    if not head_only(host):
+        return
+    env = host.file("/home/mia/dsv41-3x-spark/.env")
+    assert env.mode == 0o600 and env.user == "mia"
+    lines = env.content_string.splitlines()
+    assert lines[0] == "# Ansible managed"
+    assert "DSPARK_BLOCK_SIZE=5" in lines and "MAX_TOTAL_TOKENS=750000" in lines
+    assert "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=0" in lines
+
+
+def test_previous_env_kept_as_timestamped_backup(host):
+    if not head_only(host):
+        return
+    backups = [f for f in host.file("/home/mia/dsv41-3x-spark").listdir() if f.startswith(".env.") and f.endswith("~")]
+    assert len(backups) == 1
+    assert "DSPARK_BLOCK_SIZE=3" in host.file(f"/home/mia/dsv41-3x-spark/{backups[0]}").content_string
+
+
+def test_workers_have_no_env_written(host):
+    if head_only(host):
+        return
+    assert not host.file(f"{host.ansible.get_variables()['dsv41_launcher_dir']}/.env").exists

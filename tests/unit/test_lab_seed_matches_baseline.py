@@ -1,0 +1,43 @@
+"""The lab's seeded launcher .env is exactly what roles/container_env renders from the inventory baseline.
+
+That is what makes the lab "the report's state": converging container_env on a fresh lab changes nothing.
+"""
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PLAYBOOK = """
+- name: Render the baseline .env on the control node
+  hosts: head
+  gather_facts: false
+  roles:
+    - role: preflight
+  tasks:
+    - name: Render
+      ansible.builtin.template:
+        src: "{{ playbook_dir }}/../roles/container_env/templates/launcher.env.j2"
+        dest: "{{ out }}"
+        mode: "0600"
+      delegate_to: localhost
+      vars:
+        container_env_settings: "{{ dsv41_launcher_settings | combine(dsv41_launcher_overrides) }}"
+        container_env_notes: "{{ dsv41_launcher_notes }}"
+        container_env_api_key: "{{ dsv41_api_key }}"
+"""
+
+
+def test_seeded_env_is_the_rendered_baseline(tmp_path):
+    playbook = ROOT / "playbooks" / f".render-{tmp_path.name}.yml"
+    playbook.write_text(PLAYBOOK)
+    try:
+        out = tmp_path / "rendered.env"
+        res = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(playbook), "-i",
+                              str(ROOT / "inventory" / "lab"), "-e", f"out={out}"], cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env={"PATH": "/usr/bin:/bin", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                                  "DSV41_LAB_ONLY": "1", "HOME": str(tmp_path)})
+        assert res.returncode == 0, res.stdout
+        assert out.read_text() == (ROOT / "lab" / "seed" / "launcher.env").read_text()
+    finally:
+        playbook.unlink()
