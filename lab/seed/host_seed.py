@@ -314,14 +314,17 @@ class Seeder:
             self.log("worker checkout: adapter/, engram/")
 
     def adapters(self, adir):
-        """The seven local adapters + sitecustomize.py (0644, login user), each only if absent: once
-        seeded, the adapter directory belongs to the roles (stage B adds autotune_keep)."""
+        """The seven local adapters + the report's sitecustomize.py (which registers exactly those; the
+        ported hook in lab/seed/adapters also registers autotune_keep), 0644, login user, each only if
+        absent: once seeded, the adapter directory belongs to the roles (stage B adds autotune_keep)."""
         written = []
-        for name in [n + ".py" for n in LOCAL_ADAPTERS] + ["sitecustomize.py"]:
+        sources = dict((n + ".py", ADAPTER_SOURCE / (n + ".py")) for n in LOCAL_ADAPTERS)
+        sources["sitecustomize.py"] = ADAPTER_SOURCE.parent / "sitecustomize-report.py"
+        for name, source in sources.items():
             dst = self.p(adir) / name
             if dst.exists():
                 continue
-            self.write(dst, (ADAPTER_SOURCE / name).read_bytes(), mode=0o644)
+            self.write(dst, source.read_bytes(), mode=0o644)
             written.append(name)
         self.log("adapter/: %s" % (("wrote " + ", ".join(written)) if written else "present, left alone"))
 

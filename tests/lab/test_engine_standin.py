@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "lab" / "standins" / "dsv41_engine.py"
 START_SH = ROOT / "lab" / "standins" / "start.sh"
 SEED_ENV = ROOT / "lab" / "seed" / "launcher.env"
+ADAPTERS = ROOT / "lab" / "seed" / "adapters"
+REPORT_HOOK = ROOT / "lab" / "seed" / "sitecustomize-report.py"  # the import hook as the report found it
+DOCKER = ROOT / "lab" / "standins" / "docker"
 MAGIC = 0x31344E4531565344
 ROWS = {1: 30, 14: 33}
 PREFIX = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} TP(\d) EP\1\] ")
@@ -330,6 +333,59 @@ def test_retention_drift_file(lab):
     assert "Worker ready" in boot_worker(lab, env={"LAB_ENGINE_DRIFT_FILE": str(drift)})
 
 
+# ------------------------------------------------------------------ retention adapter gated on the image
+
+def image_root(lab, *, keep_file: bool, registered: bool) -> Path:
+    """An image rootfs as the docker stand-in builds it: sgl-workspace/adapter/ with the seven local
+    adapters + sitecustomize.py, optionally autotune_keep.py and its _ADAPTERS entry (stage B's edit)."""
+    root = lab["tmp"] / f"rootfs-{int(keep_file)}{int(registered)}"
+    adir = root / "sgl-workspace" / "adapter"
+    adir.mkdir(parents=True)
+    for f in ADAPTERS.glob("*.py"):
+        if f.name != "autotune_keep.py" or keep_file:
+            shutil.copy(f, adir / f.name)
+    text = REPORT_HOOK.read_text()
+    if registered:
+        entry = '    "wo_a_w8": "DSV41_WO_A_W8",\n'
+        assert entry in text
+        text = text.replace(entry, entry + '    "autotune_keep": "DSV41_AUTOTUNE_KEEP",\n')
+        text += ('\nif _on("DSV41_AUTOTUNE_KEEP"):\n    from adapter import autotune_keep\n'
+                 '    _install("autotune_keep", autotune_keep)\n')
+    (adir / "sitecustomize.py").write_text(text)
+    return root
+
+
+@pytest.mark.parametrize("keep_file,registered", [(False, False), (True, False), (False, True)])
+def test_retention_switch_ignored_when_adapter_not_in_image(lab, keep_file, registered):
+    env = {"DSV41_AUTOTUNE_KEEP": "1", "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=keep_file, registered=registered)),
+           "LAB_ENGINE_DRIFT": "flashinfer_autotune_context"}  # drift is moot without the adapter
+    first = boot_worker(lab, env=env)
+    second = boot_worker(lab, env=env)
+    for text in (first, second):
+        assert "[autotune_keep]" not in text and "Adapters enabled: none" in text
+        assert text.count("FlashInfer autotune completed.") == 2
+    assert second.count(DISAGREE) == 2, "behaves like the stock engine"
+    (cache,) = cache_files(lab)
+    assert not Path(str(cache) + ".launch").exists()
+
+
+def test_retention_armed_when_adapter_in_image(lab):
+    env = {"DSV41_AUTOTUNE_KEEP": "1", "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=True, registered=True))}
+    first = boot_worker(lab, env=env)
+    assert "[autotune_keep] armed" in first and "Adapters enabled: DSV41_AUTOTUNE_KEEP" in first
+    assert first.count("[autotune_keep] tuned and saved") == 2
+    assert boot_worker(lab, env=env).count("[autotune_keep] reused") == 2
+    # switch off with the adapter in the image: stock
+    off = boot_worker(lab, env={**env, "DSV41_AUTOTUNE_KEEP": "0"})
+    assert "[autotune_keep]" not in off and off.count(DISAGREE) == 2
+    # drift only matters when the adapter is armed
+    rc, text = run_to_exit(lab, engine_argv("worker", 1), env={**env, "LAB_ENGINE_DRIFT": "_autotune_cache_digest"})
+    assert rc == 1 and "DSV41_AUTOTUNE_KEEP: _autotune_cache_digest is gone; engine drifted" in text
+    # an image root that does not exist (an engine image without a build): not armed
+    gone = boot_worker(lab, env={**env, "LAB_IMAGE_ROOT": str(lab["tmp"] / "no-such-rootfs")})
+    assert "[autotune_keep]" not in gone
+
+
 # ------------------------------------------------------------------ head HTTP
 
 @pytest.fixture()
@@ -521,3 +577,103 @@ def test_serve_order_and_forwarding_with_fakes(checkout, tmp_path):
     assert st.returncode == 0, st.stderr
     assert len(st.stdout.splitlines()) == 3 and "engram=/src/e" in st.stdout and "rank=2" in st.stdout
     assert bash("./start.sh pack", checkout, env=env).returncode == 2
+
+
+FAKE_BUILD_DOCKER = r"""#!/usr/bin/env bash
+echo "${FAKE_HOST:-head} docker $*" >> "$CALLS"
+if [[ $1 == build ]]; then
+  if [[ ${FAKE_HOST:-head} == "${FAIL_HOST:-none}" ]]; then
+    echo "Sending build context to Docker daemon  2kB" ; echo 'ERROR: unable to prepare context: path "x" not found' >&2; exit 1
+  fi
+  echo "Successfully built 0123456789ab"; echo "Successfully tagged $3"
+fi
+"""
+FAKE_BUILD_SSH = r"""#!/usr/bin/env bash
+echo "ssh $*" >> "$CALLS"
+host=${@: -2:1}; export FAKE_HOST=${host#*@}
+bash -c "${@: -1}"
+"""
+
+
+def fake_bin(tmp_path, docker, ssh):
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name, body in (("docker", docker), ("ssh", ssh)):
+        (bindir / name).write_text(body)
+        (bindir / name).chmod(0o755)
+    return bindir
+
+
+def test_build_on_every_node_with_fakes(checkout, tmp_path):
+    bindir = fake_bin(tmp_path, FAKE_BUILD_DOCKER, FAKE_BUILD_SSH)
+    calls = tmp_path / "calls.txt"
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "CALLS": str(calls), "HOME": str(tmp_path)}
+    r = bash("./start.sh build", checkout, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == [
+        f"[start.sh] built dsv41-sglang:tp3 on spark1 (rank 0) from {checkout}: image 0123456789ab",
+        "[start.sh] built dsv41-sglang:tp3 on spark2 (rank 1) from /home/zurih/dsv41-3x-spark: image 0123456789ab",
+        "[start.sh] built dsv41-sglang:tp3 on spark3 (rank 2) from /home/zurih/dsv41-3x-spark: image 0123456789ab"]
+    lines = calls.read_text().splitlines()
+    assert lines[0] == f"head docker build -t dsv41-sglang:tp3 {checkout}"
+    assert "ssh -o BatchMode=yes -o ConnectTimeout=10 zurih@spark2 docker build -t dsv41-sglang:tp3 " \
+           "/home/zurih/dsv41-3x-spark" in lines
+    assert "spark3 docker build -t dsv41-sglang:tp3 /home/zurih/dsv41-3x-spark" in lines
+    # one node fails: the others are still built, exit 1 naming it
+    calls.unlink()
+    r = bash("./start.sh build", checkout, env={**env, "FAIL_HOST": "spark2"})
+    assert r.returncode == 1
+    assert "[start.sh] ERROR: build of dsv41-sglang:tp3 failed on spark2 (rank 1): " \
+           'ERROR: unable to prepare context: path "x" not found' in r.stderr
+    assert r.stderr.rstrip().endswith("[start.sh] ERROR: build failed on: spark2")
+    assert "on spark1 (rank 0)" in r.stdout and "on spark3 (rank 2)" in r.stdout
+    builds = [l for l in calls.read_text().splitlines() if not l.startswith("ssh ") and " docker build " in l]
+    assert [l.split()[0] for l in builds] == ["head", "spark2", "spark3"]
+    r = bash("./start.sh build", checkout, env={**env, "FAIL_HOST": "head"})
+    assert r.returncode == 1 and "build failed on: spark1" in r.stderr
+
+
+def test_build_with_the_docker_standin(tmp_path):
+    """start.sh build against the real docker stand-in, one state dir per node (no podman)."""
+    nodes = {}
+    for host, user in (("spark1", "mia"), ("spark2", "zurih"), ("spark3", "zurih")):
+        co = tmp_path / host / "home" / user / "dsv41-3x-spark"
+        (co / "adapter").mkdir(parents=True)
+        for f in ADAPTERS.glob("*.py"):
+            if f.name != "autotune_keep.py":
+                shutil.copy(f, co / "adapter" / f.name)
+        nodes[host] = co
+    head = nodes["spark1"]
+    shutil.copy(START_SH, head / "start.sh")
+    # WORKER_DIR is one path for all workers; the fake ssh maps its @WORKER@ part to the worker's tree
+    env_text = SEED_ENV.read_text().replace("WORKER_DIR=/home/zurih/dsv41-3x-spark",
+                                            f"WORKER_DIR={tmp_path}/@WORKER@/home/zurih/dsv41-3x-spark")
+    assert env_text != SEED_ENV.read_text()
+    (head / ".env").write_text(env_text)
+    # stage B's change on spark3 only: the retention adapter is added there
+    shutil.copy(ADAPTERS / "autotune_keep.py", nodes["spark3"] / "adapter" / "autotune_keep.py")
+    docker = f"""#!/usr/bin/env bash
+export LAB_DOCKER_STATE_DIR={tmp_path}/${{FAKE_HOST:-spark1}}/state
+exec {sys.executable} {DOCKER} "$@"
+"""
+    ssh = r"""#!/usr/bin/env bash
+host=${@: -2:1}; export FAKE_HOST=${host#*@}
+cmd=${@: -1}
+bash -c "${cmd//@WORKER@/$FAKE_HOST}"
+"""
+    bindir = fake_bin(tmp_path, docker, ssh)
+    r = bash("./start.sh build", head, env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    ids = {}
+    for line in r.stdout.splitlines():
+        m = re.fullmatch(r"\[start\.sh\] built dsv41-sglang:tp3 on (spark\d) \(rank \d\) from (\S+): image ([0-9a-f]{12})",
+                         line)
+        assert m, line
+        ids[m.group(1)] = m.group(3)
+    assert sorted(ids) == ["spark1", "spark2", "spark3"]
+    assert ids["spark1"] == ids["spark2"] != ids["spark3"], "same adapters, same image; spark3 differs"
+    for host, co in nodes.items():
+        images = tmp_path / host / "state" / "images"
+        (rootfs,) = [d / "rootfs" for d in images.iterdir() if d.name.startswith(ids[host])]
+        assert sorted(p.name for p in (rootfs / "sgl-workspace/adapter").iterdir()) == \
+            sorted(p.name for p in (co / "adapter").iterdir())

@@ -24,6 +24,7 @@ DOCKER = LAB / "standins" / "docker"
 NVSMI = LAB / "standins" / "nvidia-smi"
 SEED = LAB / "seed" / "host_seed.py"
 ADAPTERS = LAB / "seed" / "adapters"
+REPORT_HOOK = LAB / "seed" / "sitecustomize-report.py"  # the import hook as the report found it
 LOCAL_ADAPTERS = ["engram_prefetch", "draft_head_fp8", "draft_tau", "block_verify", "verify_cap",
                   "folded_fence", "wo_a_w8"]
 PINNED = "4d8f4c0868ed3b394688b65d88cd99a82c237642"
@@ -252,7 +253,7 @@ def make_checkout(tmp_path, extra=()):
     (co / "adapter" / "tp4").mkdir(parents=True)
     for name in LOCAL_ADAPTERS + list(extra):
         shutil.copy(ADAPTERS / (name + ".py"), co / "adapter" / (name + ".py"))
-    shutil.copy(ADAPTERS / "sitecustomize.py", co / "adapter" / "sitecustomize.py")
+    shutil.copy(REPORT_HOOK, co / "adapter" / "sitecustomize.py")
     shutil.copy(ADAPTERS / "tp4" / "wo_a_w8.py", co / "adapter" / "tp4" / "wo_a_w8.py")
     (co / "adapter" / "README.txt").write_text("not python: never copied\n")
     return co
@@ -275,8 +276,10 @@ def test_adapter_sources():
     for sym in ("_autotune_cache_digest", "flashinfer_autotune_context", "flashinfer_autotune_cache_path"):
         assert sym in keep
     from ansible.module_utils import launcher as L  # tests/conftest.py maps module_utils
-    regs = L.sitecustomize_registrations((ADAPTERS / "sitecustomize.py").read_text())
+    regs = L.sitecustomize_registrations(REPORT_HOOK.read_text())
     assert sorted(regs) == sorted(LOCAL_ADAPTERS) and "autotune_keep" not in regs
+    ported = L.sitecustomize_registrations((ADAPTERS / "sitecustomize.py").read_text())
+    assert sorted(ported) == sorted(LOCAL_ADAPTERS + ["autotune_keep"])
 
 
 BUILD_RE = re.compile(r"Successfully built ([0-9a-f]{12})\nSuccessfully tagged dsv41-sglang:tp3\n$")
@@ -341,7 +344,7 @@ def test_docker_run_rm_sha256sum(dk, tmp_path):
     p = dk("run", "--rm", "--entrypoint", "sha256sum", "dsv41-sglang:tp3", "/sgl-workspace/adapter/*.py", check=False)
     assert p.returncode == 1 and p.stderr == "sha256sum: '/sgl-workspace/adapter/*.py': No such file or directory\n"
     assert dk("run", "--rm", "--entrypoint", "cat", "dsv41-sglang:tp3",
-              "/sgl-workspace/adapter/sitecustomize.py").stdout == (ADAPTERS / "sitecustomize.py").read_text()
+              "/sgl-workspace/adapter/sitecustomize.py").stdout == REPORT_HOOK.read_text()
     assert dk("run", "--rm", "dsv41-sglang:tp3", "ls", "/sgl-workspace/adapter").stdout.split() == \
         sorted([n + ".py" for n in LOCAL_ADAPTERS] + ["sitecustomize.py"])
     p = dk("run", "--rm", "--entrypoint", "cat", "dsv41-sglang:tp3", "/etc/hostname", check=False)
@@ -620,11 +623,13 @@ def test_host_seed_spark1(tmp_path, dk):
     (im,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout)
     check_engine_image(im)
     assert im["Created"] == "2026-09-19T22:41:07.000000000Z"
-    # adapter/: the seven local adapters + sitecustomize.py from lab/seed/adapters (no autotune_keep, no tp4/)
+    # adapter/: the seven local adapters from lab/seed/adapters and the report's sitecustomize.py
+    # (no autotune_keep, no tp4/)
     adir = co / "adapter"
     assert sorted(p.name for p in adir.iterdir()) == sorted([n + ".py" for n in LOCAL_ADAPTERS] + ["sitecustomize.py"])
     for f in adir.iterdir():
-        assert f.read_bytes() == (ADAPTERS / f.name).read_bytes() and f.stat().st_mode & 0o777 == 0o644
+        source = REPORT_HOOK if f.name == "sitecustomize.py" else ADAPTERS / f.name
+        assert f.read_bytes() == source.read_bytes() and f.stat().st_mode & 0o777 == 0o644
     # the image is built from that checkout
     rootfs = root / "var/lib/lab-docker/images" / im["Id"][7:] / "rootfs"
     assert sorted(p.name for p in (rootfs / "sgl-workspace/adapter").iterdir()) == sorted(p.name for p in adir.iterdir())
@@ -637,7 +642,7 @@ def test_host_seed_spark1(tmp_path, dk):
     assert dk("build", "-q", "-t", "dsv41-sglang:tp3", str(co), extra_env=env).stdout.strip() == im["Id"]
     # re-seeding leaves adapter files and an image the roles changed alone
     shutil.copy(ADAPTERS / "autotune_keep.py", adir / "autotune_keep.py")
-    (adir / "sitecustomize.py").write_text((ADAPTERS / "sitecustomize.py").read_text() + "# role edit\n")
+    (adir / "sitecustomize.py").write_text(REPORT_HOOK.read_text() + "# role edit\n")
     new_id = dk("build", "-q", "-t", "dsv41-sglang:tp3", str(co), extra_env=env).stdout.strip()
     (adir / "draft_tau.py").unlink()
     seed("spark1", root)

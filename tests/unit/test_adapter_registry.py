@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "library"))
 import adapter_registry  # noqa: E402
 
-HOOK = ROOT / "lab" / "seed" / "adapters" / "sitecustomize.py"
+HOOK = ROOT / "lab" / "seed" / "sitecustomize-report.py"
 
 
 def test_registered_adapter_passes():

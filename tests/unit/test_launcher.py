@@ -10,7 +10,7 @@ import fleet
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_SH = os.path.join(ROOT, "lab", "standins", "start.sh")
 LAUNCHER_ENV = os.path.join(ROOT, "lab", "seed", "launcher.env")
-SITECUSTOMIZE = os.path.join(ROOT, "lab", "seed", "adapters", "sitecustomize.py")
+SITECUSTOMIZE = os.path.join(ROOT, "lab", "seed", "sitecustomize-report.py")  # the report state: seven adapters
 HOME = {"HOME": "/home/mia"}
 
 

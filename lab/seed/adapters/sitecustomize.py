@@ -41,6 +41,7 @@ _ADAPTERS = {
     "verify_cap": "DSV41_VERIFY_CAP",
     "folded_fence": "DSV41_FOLDED_FENCE",
     "wo_a_w8": "DSV41_WO_A_W8",
+    "autotune_keep": "DSV41_AUTOTUNE_KEEP",
 }
 
 
@@ -135,6 +136,13 @@ def _install_adapters():
         except Exception as exc:  # noqa: BLE001
             _fail("wo_a_w8", exc)
         _install("wo_a_w8", wo_a_w8)
+
+    if _on("DSV41_AUTOTUNE_KEEP"):
+        try:
+            from adapter import autotune_keep
+        except Exception as exc:  # noqa: BLE001
+            _fail("autotune_keep", exc)
+        _install("autotune_keep", autotune_keep)
 
 
 _install_adapters()
