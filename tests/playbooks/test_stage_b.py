@@ -1,0 +1,90 @@
+"""Stage B (autotune retention) on the lab, and the adapters role's refusals."""
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from labhelpers import ROOT, lab, playbook, sh
+
+SOURCE = ROOT / "lab" / "seed" / "adapters"
+SIDECAR = "/home/zurih/.cache/sglang/flashinfer/autotune"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_lab():
+    lab("up")
+    yield
+
+
+def flat(out):
+    return " ".join(out.split())
+
+
+def adapter_files(host):
+    return sh(host, "cd ~/dsv41-3x-spark/adapter 2>/dev/null || cd /home/mia/dsv41-3x-spark/adapter; sha256sum *.py",
+              user="mia" if host == "spark1" else "zurih")
+
+
+@pytest.fixture
+def source_copy(tmp_path):
+    dst = tmp_path / "adapters"
+    shutil.copytree(SOURCE, dst)
+    return dst
+
+
+def manifest_for(directory, names):
+    return {n: hashlib.sha256((directory / n).read_bytes()).hexdigest() for n in names}
+
+
+def test_manifest_mismatch_is_refused_before_any_node_is_touched(source_copy):
+    (source_copy / "draft_tau.py").write_text((source_copy / "draft_tau.py").read_text() + "# local edit\n")
+    before = {h: adapter_files(h) for h in ("spark1", "spark2", "spark3")}
+    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true", "-e", f"dsv41_adapters_source_dir={source_copy}")
+    assert rc != 0
+    text = flat(out)
+    digest = hashlib.sha256((source_copy / "draft_tau.py").read_bytes()).hexdigest()
+    assert f"{source_copy}/draft_tau.py: sha256 {digest}, manifest expects" in text
+    assert {h: adapter_files(h) for h in ("spark1", "spark2", "spark3")} == before
+
+
+def test_tp4_wo_a_w8_is_refused(source_copy):
+    shutil.copy(source_copy / "tp4" / "wo_a_w8.py", source_copy / "wo_a_w8.py")
+    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true", "-e", f"dsv41_adapters_source_dir={source_copy}")
+    assert rc != 0
+    text = flat(out)
+    tp4 = hashlib.sha256((source_copy / "wo_a_w8.py").read_bytes()).hexdigest()
+    assert f"wo_a_w8.py: sha256 {tp4}, manifest expects" in text and "never replace it with the TP4 file" in text
+
+
+def test_enabled_adapter_missing_from_sitecustomize_is_refused(source_copy):
+    shutil.copy(ROOT / "lab" / "seed" / "sitecustomize-report.py", source_copy / "sitecustomize.py")
+    names = [p.name for p in source_copy.glob("*.py")]
+    manifest = json.dumps({"dsv41_adapters_manifest": manifest_for(source_copy, names)})
+    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true", "-e", f"dsv41_adapters_source_dir={source_copy}",
+                       "-e", manifest)
+    assert rc != 0
+    assert "adapter autotune_keep is not registered (no finder entry, no install branch)" in flat(out)
+    assert "sitecustomize.py" in flat(out)
+
+
+def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit():
+    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true")
+    assert rc == 0, out[-4000:]
+    text = flat(out)
+    for label, verdict in (("boot1-first", "tuned"), ("boot2-repeat", "reused"), ("boot3-changed", "tuned"),
+                           ("boot4-restored", "reused")):
+        table = text.split(f"{label}: host", 1)[1].split("TASK [", 1)[0]
+        assert table.count(f" {verdict} True") == 3, (label, table)
+    # the adapter is in the image that runs, on every node
+    for host in ("spark1", "spark2", "spark3"):
+        assert "autotune_keep.py" in sh(host, "docker run --rm --entrypoint sha256sum dsv41-sglang:tp3 "
+                                              "/sgl-workspace/adapter/autotune_keep.py")
+    # a stale sidecar on one rank: that rank retunes while the others reuse -> refused as a partial hit
+    sh("spark2", f"for f in $(find {SIDECAR} -name '*.launch'); do echo stale > $f; done", user="zurih")
+    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true")
+    assert rc != 0
+    text = flat(out)
+    assert "boot1-first: the ranks' autotune outcomes are" in text
+    assert "'spark2': 'tuned'" in text and "'spark1': 'reused'" in text
+    assert "a partial hit desynchronises the collectives" in text
