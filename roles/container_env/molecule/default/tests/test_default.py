@@ -19,7 +19,8 @@ def test_env_has_the_override_and_keeps_the_baseline(host):
 def test_previous_env_kept_as_timestamped_backup(host):
     if not head_only(host):
         return
-    backups = [f for f in host.file("/home/mia/dsv41-3x-spark").listdir() if f.startswith(".env.") and f.endswith("~")]
+    names = host.check_output("ls -a /home/mia/dsv41-3x-spark").split()  # File.listdir hides dotfiles
+    backups = [f for f in names if f.startswith(".env.") and f.endswith("~")]
     assert len(backups) == 1
     assert "DSPARK_BLOCK_SIZE=3" in host.file(f"/home/mia/dsv41-3x-spark/{backups[0]}").content_string
 
