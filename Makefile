@@ -17,7 +17,7 @@ export ANSIBLE_MODULE_UTILS := $(abspath module_utils)
 export ANSIBLE_FILTER_PLUGINS := $(abspath filter_plugins)
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help setup apt lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status \
+.PHONY: help setup apt lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status drift \
         test lint argspecs unit lab-tests molecule playbook-tests bench
 
 help:
@@ -56,6 +56,9 @@ lab-status:
 
 status: lab-ensure ## fleet status on the lab (read-only)
 	$(BIN)/ansible-playbook playbooks/fleet_status.yml
+
+drift: lab-ensure ## read-only drift check of the lab against the repo
+	$(BIN)/ansible-playbook playbooks/drift.yml --check --diff
 
 demo: lab-up ## bring the lab up and run the main job on it (stage A in check mode)
 	$(BIN)/ansible-playbook playbooks/fleet_status.yml

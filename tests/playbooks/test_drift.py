@@ -1,4 +1,4 @@
-"""drift.yml is read-only even without --check, and names what moved away from the declaration."""
+"""drift.yml refuses to run without --check, and names what moved away from the declaration."""
 import re
 
 import pytest
@@ -14,8 +14,13 @@ def fresh_lab():
     yield
 
 
-def test_no_drift_after_a_converge():
+def test_refuses_without_check_mode():
     rc, out = playbook("drift.yml")
+    assert rc != 0 and "drift.yml only reports; run it with --check" in out
+
+
+def test_no_drift_after_a_converge():
+    rc, out = playbook("drift.yml", "--check")
     assert rc == 0, out[-3000:]
     assert all(c["changed"] == 0 for c in recap(out).values()), recap(out)
 
@@ -23,7 +28,7 @@ def test_no_drift_after_a_converge():
 def test_manual_changes_show_as_drift_and_are_left_alone():
     sh("spark2", "nvidia-smi -rgc")
     sh("spark1", "sed -i 's/^MAX_RUNNING_REQUESTS=4$/MAX_RUNNING_REQUESTS=6/' /home/mia/dsv41-3x-spark/.env")
-    rc, out = playbook("drift.yml")
+    rc, out = playbook("drift.yml", "--check", "--diff")
     assert rc == 0, out[-3000:]
     assert recap(out)["spark2"]["changed"] >= 1
     assert "Re-apply the lock when it drifted from the inventory (e.g. a manual -rgc)" in " ".join(changed_tasks(out))

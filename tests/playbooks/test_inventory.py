@@ -87,7 +87,7 @@ def test_missing_and_mistyped_variables_are_named(broken_inventory):
 def test_an_inventory_named_production_is_refused_from_a_lab_only_machine(broken_inventory):
     # A copy of the lab inventory (lab addresses only) that calls itself production: the real
     # production inventory is never handed to ansible-playbook on this machine.
-    group_vars = broken_inventory / "group_vars" / "dsv41_ranks.yml"
+    group_vars = broken_inventory / "group_vars" / "dsv41_ranks" / "main.yml"
     group_vars.write_text(group_vars.read_text().replace("dsv41_fleet_name: lab", "dsv41_fleet_name: production"))
     rc, out = playbook("fleet_status.yml", inventories=(broken_inventory,))
     assert rc != 0
