@@ -9,8 +9,8 @@ module: engine_boot_facts
 short_description: Facts of the latest boot of an SGLang engine log (for run records)
 description:
   - Reads a rank's engine log (a file, streamed, or the serving container's C(docker logs)) with the
-    project's engine log parser and returns the latest boot's facts: server arguments (secrets masked
-    by the engine), Engram lines, memory and KV pool lines, autotune events, CUDA graph capture shapes,
+    project's engine log parser and returns the latest boot's facts, namely server arguments (secrets
+    masked by the engine), Engram lines, memory and KV pool lines, autotune events, CUDA graph capture shapes,
     fatal errors and readiness.
   - Read-only; runs the same in check mode. A log with no boot at all is a failure naming the source.
 options:
