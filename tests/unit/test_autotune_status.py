@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
+from modrun import run_main
+
 
 import autotune_status
 
@@ -68,20 +68,7 @@ def cache_tree(tmp_path, ranks=(0, 1, 2), digest=HASH, sidecar=True):
 
 
 def run(monkeypatch, capsys, args, run_command=None):
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    if hasattr(basic, "_ANSIBLE_PROFILE"):      # ansible-core >= 2.19 needs a serialization profile
-        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
-    calls = []
-    if run_command is not None:
-        def fake(self, cmd, *a, **kw):
-            calls.append(cmd)
-            return run_command(cmd)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
-    with pytest.raises(SystemExit):
-        autotune_status.main()
-    out = json.loads(capsys.readouterr().out)
-    out["_calls"] = calls
-    return out
+    return run_main(monkeypatch, capsys, autotune_status.main, args, run_command)
 
 
 def test_stock_boot_with_two_disagreements(monkeypatch, capsys, tmp_path):

@@ -1,11 +1,10 @@
 """The engram_packed module, run through its entry point like Ansible runs it."""
-import json
 import os
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
+from modrun import run_main
+
 
 import engram_packed
 
@@ -22,20 +21,7 @@ except ImportError:  # written by another helper; skip until it exists
 
 
 def run(monkeypatch, capsys, args, run_command=None):
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    if hasattr(basic, "_ANSIBLE_PROFILE"):      # ansible-core >= 2.19 needs a serialization profile
-        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
-    calls = []
-    if run_command is not None:
-        def fake(self, cmd, *a, **kw):
-            calls.append(cmd)
-            return run_command(cmd)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
-    with pytest.raises(SystemExit):
-        engram_packed.main()
-    out = json.loads(capsys.readouterr().out)
-    out["_calls"] = calls
-    return out
+    return run_main(monkeypatch, capsys, engram_packed.main, args, run_command)
 
 
 def base(**kw):

@@ -1,11 +1,10 @@
 """The kv_pool module, run through its entry point like Ansible runs it."""
-import json
 import os
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
+from modrun import run_main
+
 
 import kv_pool
 
@@ -17,20 +16,7 @@ GIB = 1 << 30
 
 
 def run(monkeypatch, capsys, args, run_command=None):
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    if hasattr(basic, "_ANSIBLE_PROFILE"):      # ansible-core >= 2.19 needs a serialization profile
-        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
-    calls = []
-    if run_command is not None:
-        def fake(self, cmd, *a, **kw):
-            calls.append(cmd)
-            return run_command(cmd)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
-    with pytest.raises(SystemExit):
-        kv_pool.main()
-    out = json.loads(capsys.readouterr().out)
-    out["_calls"] = calls
-    return out
+    return run_main(monkeypatch, capsys, kv_pool.main, args, run_command)
 
 
 def test_report_boot_two_boots_fixture(monkeypatch, capsys):
