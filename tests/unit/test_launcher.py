@@ -5,7 +5,6 @@ import pytest
 
 from ansible.module_utils import launcher as L
 
-import fleet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_SH = os.path.join(ROOT, "lab", "standins", "start.sh")
@@ -62,13 +61,7 @@ def test_parse_env_handles_quotes_exports_references():
     assert env["EMPTY"] == "" and "HOME" not in env and env["SPACED"] == "a b/c"
 
 
-@pytest.mark.parametrize("text", [ENV_CASES, None])
-def test_parse_env_agrees_with_the_filter(text):
-    text = read(LAUNCHER_ENV) if text is None else text
-    assert L.parse_env(text, HOME) == fleet.dsv41_env_parse(text, HOME)
-
-
-def test_parse_env_bash_details_beyond_the_filter():
+def test_parse_env_bash_details():
     env = L.parse_env('A="x y" # note\nB="say \\"hi\\" \\$HOME"\nC=${NOPE-unset}\nD=${A-other}\nE=a"b c"\'d\'\n', HOME)
     assert env == {"A": "x y", "B": 'say "hi" $HOME', "C": "unset", "D": "x y", "E": "ab cd"}
 
@@ -87,10 +80,9 @@ def test_baseline_env_is_the_report():
     ("WORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n", "spark3", False, "zurih", "/home/zurih/dsv41-3x-spark/engram"),
     ("ENGRAM_DIR=$HOME/other\n", "spark1", True, "mia", "/home/mia/other"),
 ])
-def test_effective_engram_dir_matches_the_filter(extra, host, is_head, user, expected):
+def test_effective_engram_dir_follows_launcher_rules(extra, host, is_head, user, expected):
     text = ENV_CASES + extra
     assert L.effective_engram_dir(text, host, is_head, user) == expected
-    assert fleet.dsv41_launcher_engram_dir(text, host, is_head, user) == expected
     parsed = L.parse_env(text, {"HOME": "/home/%s" % user})
     assert L.effective_engram_dir(parsed, host, is_head, user) == expected
 
