@@ -23,10 +23,19 @@ export ANSIBLE_FORCE_COLOR := 0
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-apt: ## install the Debian packages the lab needs (podman, runc, debootstrap)
-	@command -v podman >/dev/null && command -v debootstrap >/dev/null && command -v runc >/dev/null \
-	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	       podman runc debootstrap uidmap slirp4netns netavark aardvark-dns openssh-client make >/dev/null; }
+# Every Debian package the lab and the tests need. `make apt` installs whichever of them is missing
+# (checked one by one with dpkg, so a machine that already has podman still gets iptables, which
+# netavark needs to build the lab image).
+APT_PACKAGES := podman runc debootstrap uidmap slirp4netns netavark aardvark-dns iptables \
+                openssh-client make python3-venv ca-certificates
+
+apt: ## install the Debian packages the lab needs (podman, runc, iptables, debootstrap, ...)
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 $(STAMP): requirements.txt
 	python3 -m venv $(VENV)

@@ -30,9 +30,20 @@ STATE = LAB / ".state"
 SSH_DIR = STATE / "ssh"
 INVENTORY = REPO / "inventory" / "lab"
 
-NETWORK = "dsv41-lab"
-SUBNET = "172.29.33.0/24"
+# DSV41_LAB_INSTANCE=N (0..9, default 0) runs an independent lab beside the default one (its own
+# containers, network, subnet and connection files; a separate checkout per instance), so two lab
+# test runs on one machine never touch each other's hosts.
+try:
+    INSTANCE = int(os.environ.get("DSV41_LAB_INSTANCE", "0") or 0)
+except ValueError:
+    raise SystemExit("[lab] DSV41_LAB_INSTANCE must be an integer 0..9")
+if not 0 <= INSTANCE <= 9:
+    raise SystemExit("[lab] DSV41_LAB_INSTANCE must be an integer 0..9")
+NAME_PREFIX = "dsv41-lab-" if INSTANCE == 0 else f"dsv41-lab{INSTANCE}-"
+NETWORK = "dsv41-lab" if INSTANCE == 0 else f"dsv41-lab{INSTANCE}"
+SUBNET = f"172.29.{33 + INSTANCE}.0/24"
 LABEL = "dsv41-lab=1"
+INSTANCE_LABEL = f"dsv41-lab-instance={INSTANCE}"
 BASE_REPO = "localhost/dsv41-lab-base"
 IMAGE_REPO = "localhost/dsv41-lab"
 SUITE = "bookworm"
@@ -46,17 +57,17 @@ GIB = 1 << 30
 # choice where the report is silent), and the meminfo figures (kB) for MemAvailable 3.07/7.55/4.13 GiB.
 HOSTS = {
     "spark1": {
-        "ip": "172.29.33.11", "user": "mia", "models": "rw",
+        "ip": f"172.29.{33 + INSTANCE}.11", "user": "mia", "models": "rw",
         "tmpfs": {"/home/mia/dsv41-engram": 384 * GIB},
         "mem_available_kb": round(3.07 * 1024 * 1024),
     },
     "spark2": {
-        "ip": "172.29.33.12", "user": "zurih", "models": "ro",
+        "ip": f"172.29.{33 + INSTANCE}.12", "user": "zurih", "models": "ro",
         "tmpfs": {"/home/zurih/dsv41-3x-spark/engram": 64_906_600_448, "/data": 256 * GIB},
         "mem_available_kb": round(7.55 * 1024 * 1024),
     },
     "spark3": {
-        "ip": "172.29.33.13", "user": "zurih", "models": "ro",
+        "ip": f"172.29.{33 + INSTANCE}.13", "user": "zurih", "models": "ro",
         "tmpfs": {"/home/zurih/dsv41-3x-spark/engram": 448 * GIB},
         "mem_available_kb": round(4.13 * 1024 * 1024),
     },
@@ -80,7 +91,7 @@ def run(cmd, check=True, capture=False, **kw):
 
 
 def container(host):
-    return f"dsv41-lab-{host}"
+    return f"{NAME_PREFIX}{host}"
 
 
 def image_exists(ref):
@@ -160,8 +171,8 @@ def build():
 
 # ------------------------------------------------------------------------------------------ down/up
 def lab_containers():
-    out = run(["podman", "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}"],
-              capture=True, check=False).stdout or ""
+    out = run(["podman", "ps", "-a", "--filter", f"label={LABEL}", "--filter", f"label={INSTANCE_LABEL}",
+               "--format", "{{.Names}}"], capture=True, check=False).stdout or ""
     names = set(out.split())
     # Records left by a killed run may have lost their label; catch them by name too.
     out = run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture=True, check=False).stdout or ""
@@ -232,12 +243,12 @@ def ensure_network():
         if SUBNET in subnets:
             return
         run(["podman", "network", "rm", "-f", NETWORK], stdout=subprocess.DEVNULL)
-    run(["podman", "network", "create", "--label", LABEL, "--subnet", SUBNET, NETWORK], stdout=subprocess.DEVNULL)
+    run(["podman", "network", "create", "--label", LABEL, "--label", INSTANCE_LABEL, "--subnet", SUBNET, NETWORK], stdout=subprocess.DEVNULL)
 
 
 def start_host(host, spec, ref):
     args = PODMAN_RUN + [
-        "run", "-d", "--name", container(host), "--hostname", host, "--label", LABEL,
+        "run", "-d", "--name", container(host), "--hostname", host, "--label", LABEL, "--label", INSTANCE_LABEL,
         "--systemd=always", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096",
         "--network", NETWORK, "--ip", spec["ip"], "-p", "127.0.0.1::22",
         "-v", f"{write_meminfo(host, spec)}:/proc/meminfo:ro",

@@ -13,6 +13,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LAB_INVENTORY = ROOT / "inventory" / "lab"
 HOSTS = ("spark1", "spark2", "spark3")
+# The lab instance this checkout drives (lab/labctl.py: DSV41_LAB_INSTANCE); names its podman containers.
+LAB_INSTANCE = int(os.environ.get("DSV41_LAB_INSTANCE", "0") or 0)
+
+
+def lab_container(host):
+    """The podman container of a lab host (instance-aware, as lab/labctl.py names it)."""
+    return f"dsv41-lab-{host}" if LAB_INSTANCE == 0 else f"dsv41-lab{LAB_INSTANCE}-{host}"
 MODELS = ROOT / "lab" / ".state" / "models"
 FULL_CHECKPOINT = "/srv/models/DeepSeek-V4.1-Flash"
 MINI_CHECKPOINT = "/srv/models/DeepSeek-V4.1-Flash-mini"
@@ -66,7 +73,7 @@ def sh(host, script, user=None, check=True):
     cmd = ["podman", "exec"]
     if user:
         cmd += ["--user", user]
-    res = subprocess.run(cmd + [f"dsv41-lab-{host}", "bash", "-c", script], text=True,
+    res = subprocess.run(cmd + [lab_container(host), "bash", "-c", script], text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if check and res.returncode != 0:
         raise AssertionError(f"{host}: {script!r} failed ({res.returncode}): {res.stderr}")
@@ -74,7 +81,7 @@ def sh(host, script, user=None, check=True):
 
 
 def read_bytes(host, path):
-    res = subprocess.run(["podman", "exec", f"dsv41-lab-{host}", "cat", path], stdout=subprocess.PIPE, check=True)
+    res = subprocess.run(["podman", "exec", lab_container(host), "cat", path], stdout=subprocess.PIPE, check=True)
     return res.stdout
 
 
@@ -123,7 +130,7 @@ def snapshot(paths_by_host):
     """{host: {path: [size, mode, sha256]}} for every file and directory under the given roots."""
     snap = {}
     for host, roots in paths_by_host.items():
-        out = subprocess.run(["podman", "exec", f"dsv41-lab-{host}", "python3", "-c", SNAPSHOT_SCRIPT, *roots],
+        out = subprocess.run(["podman", "exec", lab_container(host), "python3", "-c", SNAPSHOT_SCRIPT, *roots],
                              check=True, text=True, stdout=subprocess.PIPE).stdout
         snap[host] = json.loads(out)
     return snap

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from labhelpers import lab, playbook, recap, sh
+from labhelpers import lab, lab_container, playbook, recap, sh
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,7 +56,7 @@ def test_lock_is_applied_again_at_boot():
     # A reboot resets the GPU clocks; emulate that, restart the lab host, and only the unit can relock it.
     sh("spark1", "nvidia-smi -rgc")
     assert applied("spark1") == ("N/A", "N/A")
-    subprocess.run(["podman", "restart", "-t", "5", "dsv41-lab-spark1"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["podman", "restart", "-t", "5", lab_container("spark1")], check=True, stdout=subprocess.DEVNULL)
     deadline = time.time() + 60
     while time.time() < deadline:
         state = sh("spark1", "systemctl is-system-running", check=False).strip()
