@@ -16,7 +16,9 @@ description:
     C(FlashInfer autotune: per-rank caches disagree ...) (disagreements), C(Running FlashInfer
     autotune with cache: <path>) and C(FlashInfer autotune completed.) (twice per boot: target
     and draft graphs). With the retention adapter: C([autotune_keep] armed), then per pass
-    C([autotune_keep] reused <path>) or C([autotune_keep] tuned and saved <path>); a missing
+    C([autotune_keep] reused <hash>/<file>) or C([autotune_keep] tuned and saved <hash>/<file>)
+    (the adapter prints the tuning-hash directory and file name only; the engine's own
+    C(Running FlashInfer autotune with cache:) line prints the full container path); a missing
     engine symbol fails the boot with C(DSV41_AUTOTUNE_KEEP: <name> is gone; engine drifted).
   - Lists the rank's cache files C(<cache_root>/<flashinfer version>/<sm>/<hash>/rank_tp{r}_pp0_dp0.json)
     with size, sha256, mtime and the retention adapter's C(.launch) sidecar (the launch
@@ -27,12 +29,16 @@ version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
   log_path:
-    description: Engine log file to read. Mutually exclusive with I(container).
+    description:
+      - Engine log file to read (a saved log). Its latest boot is found from the end of the file,
+        so the time taken does not grow with the log. Mutually exclusive with I(container).
     type: path
   container:
     description:
       - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
-        C(dsv41-worker). Mutually exclusive with I(log_path).
+        C(dsv41-worker). Both streams are read (the engine logs to stderr, C(print) lines go to
+        stdout) and merged back into log order by their timestamps.
+      - Mutually exclusive with I(log_path).
     type: str
   docker_bin:
     description: Docker client to run for I(container).
@@ -40,10 +46,16 @@ options:
     default: docker
   docker_timestamps:
     description:
-      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Set false for
-        a docker stand-in that does not support it.
+      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Without it the
+        two streams cannot be interleaved (stdout is read first, then stderr).
     type: bool
     default: true
+  count_boots:
+    description:
+      - Also count the boots in the whole log (C(boots_seen)); this reads every earlier boot's
+        marker, so it costs a pass over the log. Off by default (C(boots_seen) is then null).
+    type: bool
+    default: false
   rank:
     description: This node's tensor-parallel rank; selects the C(rank_tp{rank}) cache files.
     type: int
@@ -100,7 +112,7 @@ armed:
   returned: always
   type: bool
 reused:
-  description: Cache paths (as the container sees them) the adapter reused, in log order.
+  description: Cache files the adapter reused, as it prints them (C(<hash>/<file>)), in log order.
   returned: always
   type: list
   elements: str
@@ -174,7 +186,10 @@ from ansible.module_utils import engine_log
 from ansible.module_utils.engine_log import EngineLogError
 
 VERDICTS = ("reused", "tuned", "mixed", "failed", "none")
+# A cache file as the engine names it (container path, ".../autotune/<version>/<sm>/<hash>/<file>")
+# and as the retention adapter prints it ("<hash>/<file>", directory name and file only).
 CACHE_RE = re.compile(r"/autotune/([^/]+)/([^/]+)/([^/]+)/(rank_tp(\d+)_pp\d+_dp\d+\.json)$")
+SHORT_RE = re.compile(r"(?:^|/)([^/]+)/(rank_tp(\d+)_pp\d+_dp\d+\.json)$")
 SIDECAR_SUFFIX = ".launch"
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -188,9 +203,23 @@ def _sha256(path):
 
 
 def _rel_key(path):
-    """(version, sm, hash, file) of a cache path, or None."""
+    """(hash, file) of a cache path, full or ``<hash>/<file>``, or None.
+
+    The engine prints full container paths, the retention adapter only ``<hash>/<file>``; both
+    name the same file by its tuning-hash directory and file name.
+    """
+    m = SHORT_RE.search(path.replace("\\", "/"))
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _rank_of(path):
+    m = SHORT_RE.search(path.replace("\\", "/"))
+    return int(m.group(3)) if m else None
+
+
+def _version_sm(path):
     m = CACHE_RE.search(path.replace("\\", "/"))
-    return m.groups()[:4] if m else None
+    return (m.group(1), m.group(2)) if m else None
 
 
 def verdict_of(a):
@@ -220,11 +249,12 @@ def cache_files(cache_root, rank, outcomes):
             continue
         st = os.stat(path)
         key = _rel_key(path)
+        vs = _version_sm(path)
         sidecar = path + SIDECAR_SUFFIX
         entry = {"path": path, "size": st.st_size, "sha256": _sha256(path), "mtime": st.st_mtime,
                  "sidecar": None, "sidecar_sha256": None, "fingerprint": None,
-                 "flashinfer_version": key[0] if key else None, "sm": key[1] if key else None,
-                 "hash": key[2] if key else None, "in_latest_boot": key in outcomes,
+                 "flashinfer_version": vs[0] if vs else None, "sm": vs[1] if vs else None,
+                 "hash": key[0] if key else None, "in_latest_boot": key in outcomes,
                  "outcome": outcomes.get(key)}
         if os.path.isfile(sidecar):
             entry["sidecar"] = sidecar
@@ -241,6 +271,7 @@ def evaluate(facts, rank, cache_root):
 
     Raises :class:`EngineLogError` when the latest boot has no autotune line at all.
     """
+    facts.require_marker()
     a = facts.require_autotune()
     verdict = verdict_of(a)
     outcomes = {}
@@ -258,7 +289,7 @@ def evaluate(facts, rank, cache_root):
     problems = []
     drift = ["DSV41_AUTOTUNE_KEEP: %s is gone; engine drifted" % name for name in a["drift"]]
     problems.extend(drift)
-    ranks = sorted(set(int(m.group(5)) for m in (CACHE_RE.search(p) for p, _ in ordered) if m))
+    ranks = sorted(set(r for r in (_rank_of(p) for p, _ in ordered) if r is not None))
     if ranks and ranks != [rank]:
         problems.append("the log names cache files of rank(s) %s, expected rank_tp%d"
                         % (", ".join("rank_tp%d" % r for r in ranks), rank))
@@ -266,9 +297,12 @@ def evaluate(facts, rank, cache_root):
         problems.append("%d autotune run(s) but %d completed" % (a["run_count"], a["completed"]))
     files = cache_files(cache_root, rank, outcomes) if os.path.isdir(cache_root) else []
     version = sm = None
-    used = [_rel_key(p) for p, _ in ordered if _rel_key(p)]
+    used = [_version_sm(p) for p in a["runs"] if _version_sm(p)]
+    in_boot = [f for f in files if f["in_latest_boot"] and f["flashinfer_version"]]
     if used:
-        version, sm = used[-1][0], used[-1][1]
+        version, sm = used[-1]
+    elif in_boot:
+        version, sm = in_boot[-1]["flashinfer_version"], in_boot[-1]["sm"]
     elif files:
         newest = max(files, key=lambda f: f["mtime"])
         version, sm = newest["flashinfer_version"], newest["sm"]
@@ -333,9 +367,9 @@ def run_module():
                                                             result["disagreements"])
         if result["problems"]:
             detail += "; " + "; ".join(result["problems"])
-        module.fail_json(msg="%s: autotune verdict %s, expected %s (%s; %s, latest of %d boot(s))"
+        module.fail_json(msg="%s: autotune verdict %s, expected %s (%s; %s, %s)"
                          % (who, result["verdict"], " or ".join(p["expect"]), detail, result["source"],
-                            result["boots_seen"]), **result)
+                            engine_log.boots_label(result["boots_seen"])), **result)
     module.exit_json(**result)
 
 

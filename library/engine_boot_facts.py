@@ -15,19 +15,33 @@ description:
   - Read-only; runs the same in check mode. A log with no boot at all is a failure naming the source.
 options:
   log_path:
-    description: Engine log file. Mutually exclusive with I(container).
+    description:
+      - Engine log file to read (a saved log). Its latest boot is found from the end of the file,
+        so the time taken does not grow with the log. Mutually exclusive with I(container).
     type: path
   container:
-    description: Serving container whose C(docker logs) are read. Mutually exclusive with I(log_path).
+    description:
+      - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
+        C(dsv41-worker). Both streams are read (the engine logs to stderr, C(print) lines go to
+        stdout) and merged back into log order by their timestamps.
+      - Mutually exclusive with I(log_path).
     type: str
   docker_bin:
-    description: docker client to run.
+    description: Docker client to run for I(container).
     type: str
     default: docker
   docker_timestamps:
-    description: Ask docker for timestamps to merge its stdout and stderr in log order.
+    description:
+      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Without it the
+        two streams cannot be interleaved (stdout is read first, then stderr).
     type: bool
     default: true
+  count_boots:
+    description:
+      - Also count the boots in the whole log (C(boots_seen)); this reads every earlier boot's
+        marker, so it costs a pass over the log. Off by default (C(boots_seen) is then null).
+    type: bool
+    default: false
   host_label:
     description: Name used in messages (defaults to the host name).
     type: str
@@ -48,7 +62,15 @@ boot:
   returned: success
   type: dict
   contains:
-    boots_seen: {description: Boots found in the log., type: int}
+    boots_seen: {description: Boots found in the log (only with count_boots; else null)., type: int}
+    marker_found: {description: The latest boot starts at a boot marker (server_args=)., type: bool}
+    marker_form: {description: C(dict) (current builds) or C(ServerArgs) (older builds)., type: str}
+    rank: {description: The boot's rank (node_rank of the marker, else the TP tag of its prefixes)., type: int}
+    startup: {description: Load-weight and memory-pool start-up lines (avail mem, elapsed, mem usage)., type: dict}
+    graphs: {description: CUDA graph capture begin/end lines per pass (target, draft)., type: dict}
+    decode: {description: Decode batch lines (count, last, accept lengths)., type: dict}
+    partial_last_line: {description: The last line when it was still being written (ignored)., type: str}
+    malformed: {description: Lines with a value that is not a number (line, key, value, text)., type: list}
     server_args: {description: Fields of the server_args line., type: dict}
     engram: {description: Start-up Engram line per layer., type: list}
     memory: {description: DSV4 memory calculation fields., type: dict}
@@ -80,8 +102,9 @@ def main():
         facts = read_boot_params(module.run_command, p)
     except (EngineLogError, OSError) as exc:
         module.fail_json(msg="%s: cannot read the engine log: %s" % (label, exc), changed=False)
-    if not facts.boots_seen:
-        module.fail_json(msg="%s: %s holds no engine boot" % (label, facts.source), changed=False)
+    if not facts.marker_found:
+        module.fail_json(msg="%s: %s holds no engine boot (no 'server_args=' boot marker)" % (label, facts.source),
+                         changed=False, boot=facts.to_dict())
     module.exit_json(changed=False, boot=facts.to_dict())
 
 

@@ -14,8 +14,14 @@ description:
     rank's container) and reports, for each Engram layer, the C(packed=) flag and the row range of
     the C(Exact nvme Engram layer=L ...) start-up line, plus the periodic C(Engram layer=L ...
     packed=) lines of the same boot and any fatal packed-shard errors.
-  - Only the latest boot counts (from the last C(server_args=ServerArgs() marker to the end); earlier
-    boots in the same log are counted in C(boots_seen) and otherwise ignored.
+  - Only the latest boot counts, from the last boot marker (a message that is C(server_args={...}),
+    or C(server_args=ServerArgs(...)) in older builds) to the end. A latest boot that died after its
+    marker, before its Engram lines, fails even when an earlier boot in the same log was fully
+    packed. Text that merely contains these words (an echoed request) starts no boot and cannot
+    stand in for an C(Exact ... packed=True) line.
+  - Fatal Engram errors (C(Engram retrieval failed) lines) name no file; they are attributed to the
+    rank of the boot and to the first requested layer not attached before them.
+  - Older engine builds print no C(packed=) flag: packed is then unknown, never true.
   - Compares each layer's rows with the rank's expected range, rows N*r//tp up to N*(r+1)//tp
     (exclusive), when the layer's row count N is known (I(rows_total) or I(checkpoint)).
   - Read-only; a log file is read in bounded memory whatever its size. Parsing is done by
@@ -25,14 +31,15 @@ author: TP3 fleet config repo
 options:
   log_path:
     description:
-      - Engine log file to read. Mutually exclusive with I(container).
+      - Engine log file to read (a saved log). Its latest boot is found from the end of the file,
+        so the time taken does not grow with the log. Mutually exclusive with I(container).
     type: path
   container:
     description:
       - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
-        C(dsv41-worker). stdout and stderr are merged back into log order by timestamp.
-      - Mutually exclusive with I(log_path). The whole C(docker logs) output is held in memory;
-        for very large logs point I(log_path) at a saved file instead.
+        C(dsv41-worker). Both streams are read (the engine logs to stderr, C(print) lines go to
+        stdout) and merged back into log order by their timestamps.
+      - Mutually exclusive with I(log_path).
     type: str
   docker_bin:
     description: Docker client to run for I(container).
@@ -40,10 +47,16 @@ options:
     default: docker
   docker_timestamps:
     description:
-      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Set false for
-        a docker stand-in that does not support it (then stdout is followed by stderr).
+      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Without it the
+        two streams cannot be interleaved (stdout is read first, then stderr).
     type: bool
     default: true
+  count_boots:
+    description:
+      - Also count the boots in the whole log (C(boots_seen)); this reads every earlier boot's
+        marker, so it costs a pass over the log. Off by default (C(boots_seen) is then null).
+    type: bool
+    default: false
   rank:
     description: This node's tensor-parallel rank.
     type: int
@@ -103,7 +116,7 @@ EXAMPLES = r"""
   register: packed
 
 - ansible.builtin.debug:
-    msg: "all packed: {{ packed.all_packed }} ({{ packed.boots_seen }} boots in the log)"
+    msg: "all packed: {{ packed.all_packed }} ({{ packed.problems | join('; ') }})"
 """
 
 RETURN = r"""
@@ -141,14 +154,20 @@ all_ok:
   returned: always
   type: bool
 boots_seen:
-  description: Number of boots found in the log; only the latest is evaluated.
+  description: Number of boots found in the log (only with I(count_boots)); only the latest is evaluated.
   returned: always
   type: int
 fatal:
-  description: Fatal packed-shard errors of the latest boot (path, shard, reason, layer, rank, line).
+  description:
+    - Fatal Engram errors of the latest boot (reason, errno, line, rank, attached_layers, and
+      C(layer), the first requested layer not attached before the error).
   returned: always
   type: list
   elements: dict
+partial_last_line:
+  description: The log's last line when it was still being written (ignored), else null.
+  returned: always
+  type: str
 problems:
   description: Human-readable list of what is not packed or not matching (empty when all_ok).
   returned: always
@@ -207,15 +226,33 @@ def _shard_name(layer, rank, tp_size):
 def evaluate(facts, rank, tp_size, layers, rows_total):
     """Turn :class:`engine_log.BootFacts` into the module result (without ``changed``).
 
-    Raises :class:`EngineLogError` when a requested layer has no start-up line.
+    Raises :class:`EngineLogError` when the log has no boot marker or a requested layer has no
+    start-up line in the latest boot (the message carries the fatal errors that explain it).
     """
+    facts.require_marker()
+    fatal = []
+    for f in facts.fatal:
+        entry = dict(f)
+        entry["layer"] = next((layer for layer in layers if layer not in f["attached_layers"]), None)
+        if entry["rank"] is None:
+            entry["rank"] = rank
+        fatal.append(entry)
+    fatal_text = ["fatal on rank %s while attaching layer %s: %s" % (x["rank"], x["layer"], x["line"])
+                  for x in fatal]
     out_layers = []
     problems = []        # not-packed layers first, then rank/row mismatches, then fatal errors
     mismatches = []
     all_packed = True
     all_ok = True
     for layer in layers:
-        f = facts.require_engram(layer)
+        if layer not in facts.engram:
+            raise EngineLogError(facts.source, "'Exact ... Engram layer=%d'" % layer,
+                                 "layers attached: %s%s%s" % (
+                                     sorted(facts.engram) or "none",
+                                     "; " + "; ".join(fatal_text) if fatal_text else "",
+                                     "; last line still being written: %r" % facts.partial_last_line
+                                     if facts.partial_last_line else ""), facts.boots_seen)
+        f = facts.engram[layer]
         per = facts.periodic.get(layer)
         periodic_packed = per["last"]["packed"] if per and per["last"] else None
         periodic_unpacked = per["packed_false"] if per else 0
@@ -229,14 +266,17 @@ def evaluate(facts, rank, tp_size, layers, rows_total):
             "lo": f["lo"], "hi": f["hi"], "rank": f["rank"], "rank_ok": rank_ok,
             "expected_lo": exp_lo, "expected_hi": exp_hi, "rows_ok": rows_ok,
             "rows_total": rows_total.get(layer), "shard": _shard_name(layer, rank, tp_size),
-            "io_threads": f["io_threads"], "cache_gib": f["cache_gib"], "line": f["line"],
+            "io_threads": f["io_threads"], "cache_gib": f["cache_gib"], "mode": f["mode"], "line": f["line"],
         }
         out_layers.append(entry)
         layer_packed = packed is True and periodic_unpacked == 0
         if not layer_packed:
             all_packed = False
             all_ok = False
-            msg = "layer %d packed=%s" % (layer, packed)
+            if packed is None:
+                msg = "layer %d packed=unknown (this engine build prints no packed= flag)" % layer
+            else:
+                msg = "layer %d packed=%s" % (layer, packed)
             if packed is True and periodic_unpacked:
                 msg += " at start but %d periodic line(s) packed=False" % periodic_unpacked
             problems.append(msg)
@@ -246,19 +286,20 @@ def evaluate(facts, rank, tp_size, layers, rows_total):
         if rows_ok is False:
             all_ok = False
             mismatches.append("layer %d rows [%s,%s) expected [%d,%d)"
-                            % (layer, f["lo"], f["hi"], exp_lo, exp_hi))
+                              % (layer, f["lo"], f["hi"], exp_lo, exp_hi))
     problems.extend(mismatches)
-    for fatal in facts.fatal:
+    if fatal_text:
         all_ok = False
-        problems.append("fatal: %s" % fatal["line"])
+        problems.extend(fatal_text)
     return {
         "source": facts.source,
         "layers": out_layers,
         "all_packed": all_packed,
         "all_ok": all_ok,
         "boots_seen": facts.boots_seen,
-        "fatal": [dict(x) for x in facts.fatal],
+        "fatal": fatal,
         "problems": problems,
+        "partial_last_line": facts.partial_last_line,
     }
 
 
@@ -305,9 +346,9 @@ def run_module():
         module.fail_json(msg="%s: %s" % (who, exc), changed=False)
     result["changed"] = False
     if p["require_packed"] and not result["all_ok"]:
-        module.fail_json(msg="%s: %s (%s, latest of %d boot(s))"
-                         % (who, "; ".join(result["problems"]), result["source"], result["boots_seen"]),
-                         **result)
+        module.fail_json(msg="%s: %s (%s, %s)"
+                         % (who, "; ".join(result["problems"]), result["source"],
+                            engine_log.boots_label(result["boots_seen"])), **result)
     module.exit_json(**result)
 
 

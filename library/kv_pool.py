@@ -13,11 +13,19 @@ description:
   - Reads the latest boot of an SGLang engine log (a saved log file or C(docker logs) of the
     rank's container) and reports the KV pool the engine allocated, the memory figures it was
     computed from, and whether the requested pin (C(MAX_TOTAL_TOKENS)) was silently clamped.
+  - The engine allocates whole pages of C(page_size) tokens (C(server_args), 256 by default), so a
+    request of 3,000,000 allocated as 2,999,808 is page rounding (C(page_rounded)), not a clamp.
+    C(clamped) is true only when the pool is smaller than the request rounded down to a page
+    (the report's 750,000 -> 491,520).
   - The allocated pool is C(full=) of the LAST C(DSV4 pool sizes:) line of the latest boot (the
     line is printed twice; the last one is what was allocated). When the boot has no pool line,
     C(max_total_num_tokens=) is used instead.
-  - Only the latest boot counts (from the last C(server_args=ServerArgs() marker to the end); earlier
-    boots in the same log are counted in C(boots_seen) and otherwise ignored.
+  - Only the latest boot counts, from the last boot marker (C(server_args={...}) in current builds,
+    C(server_args=ServerArgs(...)) in older ones) to the end. Workers print the memory and pool lines
+    too (not C(max_total_num_tokens), which is rank 0 only), so every rank is verified from its own log.
+  - Numbers are read as the engine prints them (thousands separators, GB meaning 2**30 bytes, a bare
+    C(available_bytes) being bytes); a malformed value fails naming the source and line; a last
+    line still being written is ignored and reported in C(partial_last_line).
   - Read-only; a log file is read in bounded memory whatever its size. Parsing is done by
     C(module_utils/engine_log.py), the project's one engine-log parser.
 version_added: "0.1.0"
@@ -25,12 +33,14 @@ author: TP3 fleet config repo
 options:
   log_path:
     description:
-      - Engine log file to read. Mutually exclusive with I(container).
+      - Engine log file to read (a saved log). Its latest boot is found from the end of the file,
+        so the time taken does not grow with the log. Mutually exclusive with I(container).
     type: path
   container:
     description:
       - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
-        C(dsv41-worker). stdout and stderr are merged back into log order by timestamp.
+        C(dsv41-worker). Both streams are read (the engine logs to stderr, C(print) lines go to
+        stdout) and merged back into log order by their timestamps.
       - Mutually exclusive with I(log_path).
     type: str
   docker_bin:
@@ -39,14 +49,20 @@ options:
     default: docker
   docker_timestamps:
     description:
-      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Set false for
-        a docker stand-in that does not support it.
+      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Without it the
+        two streams cannot be interleaved (stdout is read first, then stderr).
     type: bool
     default: true
+  count_boots:
+    description:
+      - Also count the boots in the whole log (C(boots_seen)); this reads every earlier boot's
+        marker, so it costs a pass over the log. Off by default (C(boots_seen) is then null).
+    type: bool
+    default: false
   requested_tokens:
     description:
       - The pin requested for this node (its C(MAX_TOTAL_TOKENS) setting, 750000 today).
-      - When omitted, C(max_total_tokens) of the boot's C(server_args=ServerArgs(...)) line is used
+      - When omitted, C(max_total_tokens) of the boot's C(server_args) marker is used
         (None there means no pin was requested; then C(clamped) is None).
     type: int
   min_tokens:
@@ -115,10 +131,38 @@ requested_from:
   returned: always
   type: str
 clamped:
-  description: I(allocated_tokens) < I(requested_tokens); None when no pin is known.
+  description:
+    - I(allocated_tokens) < I(requested_rounded_tokens), that is the engine gave less than the request
+      rounded down to a whole page. None when no pin is known.
   returned: always
   type: bool
   sample: true
+clamped_by_tokens:
+  description: How many tokens short of I(requested_rounded_tokens) the pool is (0 when not clamped).
+  returned: always
+  type: int
+page_size:
+  description: Tokens per KV page (C(page_size) of C(server_args), else 256).
+  returned: always
+  type: int
+  sample: 256
+page_size_from:
+  description: C(server_args) or C(default).
+  returned: always
+  type: str
+requested_rounded_tokens:
+  description: The request rounded down to whole pages (what an unclamped pool holds).
+  returned: always
+  type: int
+  sample: 749824
+page_rounded:
+  description: True when the request was not a whole number of pages and the pool is exactly the rounded request.
+  returned: always
+  type: bool
+partial_last_line:
+  description: The log's last line when it was still being written (ignored), else null.
+  returned: always
+  type: str
 available_bytes_printed:
   description: C(available_bytes=) exactly as printed on the C(DSV4 memory calculation:) line.
   returned: always
@@ -167,7 +211,7 @@ memory:
   returned: always
   type: dict
 boots_seen:
-  description: Number of boots found in the log; only the latest is evaluated.
+  description: Number of boots found in the log (only with I(count_boots)); only the latest is evaluated.
   returned: always
   type: int
 rank:
@@ -203,19 +247,22 @@ def _first(*values):
     return None
 
 
+DEFAULT_PAGE_SIZE = 256   # SGLang's page size when the boot marker does not print one
+
+
 def evaluate(facts, requested_tokens=None):
     """Turn :class:`engine_log.BootFacts` into the module result (without ``changed``).
 
-    Raises :class:`EngineLogError` when the memory line, or both the pool and max_total lines,
-    are missing from the latest boot.
+    Raises :class:`EngineLogError` when the boot marker, the memory line, or both the pool and
+    max_total lines are missing from the latest boot, or when a value on them is malformed.
     """
+    facts.require_marker()
     mem = facts.require_memory()
     max_total = facts.max_total or {}
-    pool = facts.pool
-    if pool is not None and _int_or_none(pool.get("full")) is not None:
-        allocated, allocated_from = int(pool["full"]), "pool_sizes"
-    elif max_total.get("max_total_num_tokens") is not None:
-        allocated, allocated_from = int(max_total["max_total_num_tokens"]), "max_total_num_tokens"
+    if facts.pool_sizes:
+        allocated, allocated_from = int(facts.require_pool()["full"]), "pool_sizes"
+    elif facts.max_total is not None:
+        allocated, allocated_from = int(facts.require_max_total()["max_total_num_tokens"]), "max_total_num_tokens"
     else:
         raise EngineLogError(facts.source, "'DSV4 pool sizes: full=' or 'max_total_num_tokens='",
                              "memory calculation found (available_bytes=%s) but no pool was allocated"
@@ -227,6 +274,14 @@ def evaluate(facts, requested_tokens=None):
         requested, requested_from = int(sargs["max_total_tokens"]), "server_args"
     else:
         requested, requested_from = None, None
+    page_size = _int_or_none(sargs.get("page_size"))
+    page_from = "server_args" if page_size else "default"
+    if not page_size or page_size < 1:
+        page_size = DEFAULT_PAGE_SIZE
+    # The engine allocates whole pages: a request of 3,000,000 gives 2,999,808 (rounding). Only
+    # less than the request rounded down to a page is a clamp (the report's 750,000 -> 491,520).
+    rounded = None if requested is None else requested // page_size * page_size
+    clamped = None if rounded is None else allocated < rounded
     return {
         "source": facts.source,
         "boots_seen": facts.boots_seen,
@@ -235,7 +290,12 @@ def evaluate(facts, requested_tokens=None):
         "max_total_num_tokens": _int_or_none(max_total.get("max_total_num_tokens")),
         "requested_tokens": requested,
         "requested_from": requested_from,
-        "clamped": None if requested is None else allocated < requested,
+        "page_size": page_size,
+        "page_size_from": page_from,
+        "requested_rounded_tokens": rounded,
+        "page_rounded": None if rounded is None else (rounded != requested and allocated == rounded),
+        "clamped": clamped,
+        "clamped_by_tokens": None if rounded is None else max(0, rounded - allocated),
         "available_bytes_printed": mem.get("available_bytes"),
         "available_bytes": mem.get("available_bytes_bytes"),
         "bytes_per_full_token": mem.get("bytes_per_full_token"),
@@ -245,11 +305,18 @@ def evaluate(facts, requested_tokens=None):
         "chunked_prefill_size": _int_or_none(_first(max_total.get("chunked_prefill_size"),
                                                     sargs.get("chunked_prefill_size"))),
         "available_gpu_mem_printed": max_total.get("available_gpu_mem_printed"),
-        "pool": dict(pool) if pool else None,
+        "pool": _public(facts.pool),
         "pool_lines": facts.pool_count,
-        "memory": dict(mem),
-        "rank": _int_or_none(sargs.get("node_rank")),
+        "memory": _public(mem),
+        "rank": facts.rank,
+        "partial_last_line": facts.partial_last_line,
     }
+
+
+def _public(fields):
+    if fields is None:
+        return None
+    return dict((k, v) for k, v in fields.items() if not k.startswith("_"))
 
 
 def below_min_message(who, result, min_tokens):
@@ -289,7 +356,7 @@ def run_module():
                              changed=False)
     try:
         facts = read_facts(module)
-        rank = p["rank"] if p["rank"] is not None else _int_or_none((facts.server_args or {}).get("node_rank"))
+        rank = p["rank"] if p["rank"] is not None else facts.rank
         who = label if rank is None else "%s rank %d" % (label, rank)
         result = evaluate(facts, p["requested_tokens"])
     except EngineLogError as exc:

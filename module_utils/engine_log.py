@@ -1,76 +1,95 @@
 # -*- coding: utf-8 -*-
-"""The one parser of SGLang engine logs for this repository (standard library only).
+"""The one reader of SGLang engine logs for this repository (standard library only).
 
-Every module that reads an engine log (``engram_packed``, ``kv_pool``, ``autotune_status``)
-is a thin wrapper over this file; nothing else in the project interprets log lines.
+Every module and role that needs a boot log goes through this file (``engram_packed``,
+``kv_pool``, ``autotune_status``, ``engine_boot_facts``, ``engine_boot_log``); nothing else
+interprets engine log lines.
 
-Line grammar (SPEC section 3). Each line may carry a prefix such as
-``[2026-09-24 02:55:01 TP1 EP1] ``, may contain ANSI colour codes, and keywords are
-matched case-insensitively (``DSV4``/``DSv4``, ``Engram``/``ENGRAM`` ...).
+What a real log looks like (SPEC section 3)
+-------------------------------------------
+* One container log holds one boot after another.  Python logging lines carry a prefix
+  ``[2026-09-11 23:34:14 TP1 EP1] `` (before the scheduler starts ``[2026-09-11 23:34:03] ``) and go
+  to the container's stderr; ``print()`` lines (adapters, ``Ready: ...``, fatal Engram errors) carry
+  none and go to stdout.  ``docker logs`` returns the two on its own stdout and stderr, so a reader
+  takes both (:func:`merge_docker_streams` puts them back in order by their ``--timestamps``).
+* tqdm progress bars glue messages: ``Capturing batches (...):   0%|...| 0/4 [...][2026-09-11
+  23:46:45 TP0 EP0] FlashInfer autotune: ...`` and redraw with ``\\r`` and cursor codes (``ESC[A``).
+* A boot begins at its marker, a message that IS ``server_args={...}`` (a Python dict literal,
+  current builds) or ``server_args=ServerArgs(...)`` (older builds).
+
+How lines become messages (:func:`split_messages`)
+--------------------------------------------------
+A physical line that starts with a logging prefix is ONE record: the logging handler ends every
+record with a newline, so nothing inside it (an echoed request quoting ``server_args=`` or an
+``Exact ... packed=True`` line) starts another message.  Only raw output (no prefix) is split: at
+carriage returns and cursor codes (tqdm redraws), and at a logging prefix glued after a progress
+bar (``%|``).  Colour codes are removed; CRLF is accepted.  Every kind below is recognised only at
+the START of a message, so text that merely contains the words elsewhere is ignored.
 
 ==================  ==========================================================================
-kind                line (after :func:`strip_line`)
+kind                message (after the prefix)
 ==================  ==========================================================================
-``boot``            ``server_args=ServerArgs(model_path='...', tp_size=3, ...)``
+``boot``            ``server_args={'model_path': ..., 'page_size': 256, ...}`` /
+                    ``server_args=ServerArgs(model_path='...', tp_size=3, ...)``
 ``engram``          ``Exact nvme Engram layer=1 rank=0 rows=[0,128002056) cache=0.0GiB (0 slots,
                     4-way, 0.0% of owned rows) scales=0.0GiB io_threads=96 packed=True``
-``engram_periodic`` ``Engram layer=1 lookups=.. hit_rate=..% reads=.. cache=..GiB(4-way)
-                    scales=..GiB threads=96 packed=False``
-``memory``          ``DSV4 memory calculation: bytes_per_full_token=1670.75, available_bytes=1.04 GB,
-                    c128_state_fixed=0.00 GB, swa_fixed=0.30 GB, full_token=0.74 GB``
-``pool``            ``DSV4 pool sizes: full=491520, swa=61440, c128=3840`` (printed twice; last wins)
-``max_total``       ``max_total_num_tokens=491520, chunked_prefill_size=1024, ...,
-                    available_gpu_mem=2.81 GB``
-``autotune_*``      ``FlashInfer autotune: per-rank caches disagree, ...`` (``autotune_disagree``),
-                    ``Running FlashInfer autotune with cache: <path>`` (``autotune_run``),
-                    ``FlashInfer autotune completed.`` (``autotune_completed``),
-                    ``[autotune_keep] armed`` / ``reused <path>`` / ``tuned and saved <path>``,
-                    ``DSV41_AUTOTUNE_KEEP: <name> is gone; engine drifted`` (``autotune_drift``)
-``fatal_engram``    ``... packed Engram shard <path> does not match this rank's range ...`` /
-                    ``... is truncated`` / ``... has no header``
+                    (``ssd`` also occurs; older builds print ``cache_budget=`` and no ``packed=``:
+                    packed is then unknown, never true)
+``engram_periodic`` ``Engram layer=1 lookups=6040 hit_rate=0.0% reads=6040 cache=0.0GiB(4-way)
+                    scales=0.0GiB threads=96 packed=True``
+``fatal_engram``    ``Engram retrieval failed: packed Engram shard does not match this rank's range;
+                    re-run the pack step (errno=0)`` / ``... is truncated ...`` / ``... has no
+                    header ...``.  They name no file: the fact records the rank (boot's
+                    ``node_rank``, else the prefixes' ``TP`` rank) and the layers attached before it.
+``memory``          ``DSV4 memory calculation: bytes_per_full_token=1670.75, available_bytes=8.84 GB,
+                    c128_state_fixed=0.00 GB, swa_fixed=0.30 GB, full_token=5491200`` (``DSv4`` too)
+``pool``            ``DSV4 pool sizes: full=5491200, swa=13312, c4=..., c128=..., ...`` (printed
+                    twice; the last one is what was allocated)
+``max_total``       ``max_total_num_tokens=2999808, chunked_prefill_size=1024, ...,
+                    available_gpu_mem=7.68 GB`` (rank 0 only)
+``startup``         ``Load weight begin. avail mem=111.47 GB``, ``Load weight end. elapsed=541.76 s,
+                    ..., avail mem=17.47 GB, mem usage=94.00 GB.`` (target, then draft),
+                    ``Memory pool end. avail mem=9.90 GB``
+``graph``           ``Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=6,
+                    bs=[1, 2, 3, 4], avail mem=8.20 GB`` / ``... end. elapsed=13.48 s, mem
+                    usage=0.58 GB, avail mem=7.62 GB.`` (and ``draft verify``); older builds
+                    ``Capture cuda graph bs [1, 2, 3, 4]`` / ``Capture draft cuda graph bs [...]``
+``autotune_*``      ``FlashInfer autotune: per-rank caches disagree, ...`` (rank 0, stock engine),
+                    ``Running FlashInfer autotune with cache: <container path>``, ``FlashInfer
+                    autotune completed.``, ``[autotune_keep] armed`` / ``reused <hash>/<file>`` /
+                    ``tuned and saved <hash>/<file>``, ``DSV41_AUTOTUNE_KEEP: <name> is gone;
+                    engine drifted``
+``decode``          ``Decode batch, #running-req: 1, ..., accept len: 3.08, accept rate: 0.41,
+                    ..., gen throughput (token/s): 3.12, #queue-req: 0`` (rank 0)
 ``ready``           ``Ready: API on port 8888``
-``graph_shapes``    ``Capture cuda graph bs [1, 2, 3, 4]`` (target pass) /
-                    ``Capture draft cuda graph bs [1, 2, 3, 4]`` (speculative draft pass);
-                    the last line of each pass in the boot wins
 ==================  ==========================================================================
 
-Units: SGLang computes its memory figures as ``bytes / (1 << 30)`` and labels them ``GB``.
-This parser follows the engine: a printed ``GB`` (and ``GiB``) is 2**30 bytes, ``MB`` 2**20,
-``KB`` 2**10.  Every memory value is kept twice: the string exactly as printed
-(``available_bytes: "1.04 GB"``) and an integer byte count (``available_bytes_bytes:
-1116691497`` = round(1.04 * 2**30)); with two decimals the integer is only good to
-+-0.005 GiB (about 5 MiB).
+Numbers and units
+-----------------
+``491,520`` is four hundred ninety-one thousand five hundred and twenty (thousands separators are
+accepted where a comma is followed by exactly three digits).  The engine computes its memory
+figures as ``bytes / 2**30`` and labels them ``GB``: a printed ``GB``/``GiB`` is 2**30 bytes,
+``MB``/``MiB`` 2**20, ``KB``/``KiB`` 2**10; a bare number in a ``*_bytes`` field, or ``B``/``bytes``,
+is bytes.  Each memory value is kept as printed (``available_bytes: "8.84 GB"``) and as an integer
+byte count (``available_bytes_bytes``).  A value that is not a number (``available_bytes=1.0.4 GB``)
+is recorded as malformed; asking for it raises :class:`MalformedLogLine` naming the source, the
+line number and the line, never a traceback.
 
-Boots. A log (``docker logs`` of a restarted container, or a saved file) may hold several
-boots; facts come from the LATEST boot only. A boot starts at each ``server_args=ServerArgs(``
-marker and, defensively, at an ``Exact nvme Engram layer=L rank=R`` line for a (layer, rank)
-already seen in the current boot (one log may hold the start-up lines of several ranks, e.g. the
-lab's saved head log; ``engram`` then keeps the first line of each layer in the boot).
-Text before the first boundary counts as a boot when it holds an Exact
-Engram line (its marker was lost, e.g. by log rotation) or when the log has no marker at all
-(then the whole log is one boot). ``boots_seen`` is the number of boots counted that way.
-
-Speed and memory. Logs can be gigabytes: scanning works on bounded binary chunks and keeps
-only the facts of the current boot (reset at every boundary), so memory does not grow with the
-log. Cheap C-level substring searches find the rare candidate lines; only those go through the
-regular expressions, and the frequent periodic Engram lines are aggregated per chunk with one
-``findall``. For a seekable file :func:`scan_file` first finds the last boot marker from the end
-of the file, counts the earlier boots with a boundary-only pass, and fully parses only the
-latest boot.  Limitation of the boundary-only pass over superseded boots: it finds the marker
-and the repeated-Exact boundary only in the engine's own spelling (``server_args=ServerArgs(``,
-``Exact nvme Engram layer=``, not split by colour codes); this can only affect ``boots_seen``, never
-the facts of the latest boot, which are parsed with the full tolerant grammar.  Likewise the cheap candidate
-searches of the full parse are case-insensitive but need each keyword phrase (``nvme engram
-layer=``, ``engram layer=N lookups=``, ``engram shard``, ``memory calculation:``, ``pool sizes:``,
-``max_total_num_tokens=``, ``autotune``, ``ready: api on port``, ``cuda graph bs``,
-``server_args=serverargs(``) not to
-be split by a colour code; colour codes elsewhere in a line (around the prefix, the whole message,
-or a value) are fine.
+Latest boot, partial lines
+--------------------------
+Facts come from the LATEST boot only: from the last marker to the end.  For a file (or bytes
+held in memory) the last marker is found by searching backwards from the end, so the cost is the
+size of the latest boot, not of the log: a log that has grown for months is read as fast as a new
+one.  Counting the earlier boots is optional (``count_boots=True``: one forward pass over the
+marker needle); otherwise ``boots_seen`` is None.  A log without any marker is read whole and
+flagged (``marker_found`` false): its lines cannot be tied to a boot.  A last line without its
+newline is being written: it is ignored and reported (``partial_last_line``), so a half-written
+``full=49`` never wins over the complete line before it.
 """
 from __future__ import absolute_import, division, print_function
 
+import ast
 import heapq
-import mmap
 import os
 import re
 
@@ -78,7 +97,7 @@ __metaclass__ = type
 
 GIB = 1 << 30
 UNIT_BYTES = {
-    "B": 1,
+    "B": 1, "BYTES": 1,
     "KB": 1 << 10, "KIB": 1 << 10,
     "MB": 1 << 20, "MIB": 1 << 20,
     "GB": 1 << 30, "GIB": 1 << 30,
@@ -86,19 +105,20 @@ UNIT_BYTES = {
 }
 
 CHUNK_SIZE = 4 << 20          # bytes per read; memory use is a small multiple of this
-WINDOW_SIZE = 16 << 20        # mmap window of the boundary-only pass (resident while searched)
 MAX_EVENTS = 256              # cap of every per-boot list (counts keep counting)
+MAX_QUOTE = 240               # characters of a line quoted in a message
 
 # Kinds of facts a scan can be restricted to (``kinds=``). Boot boundaries are always tracked.
 KIND_ENGRAM = "engram"        # Exact + periodic Engram lines
-KIND_FATAL = "fatal"          # fatal packed-shard errors
-KIND_MEMORY = "memory"        # memory calculation, pool sizes, max_total_num_tokens
+KIND_FATAL = "fatal"          # fatal Engram errors
+KIND_MEMORY = "memory"        # memory calculation, pool sizes, max_total_num_tokens, start-up peaks
 KIND_AUTOTUNE = "autotune"
 KIND_READY = "ready"
 KIND_SERVER_ARGS = "server_args"
-KIND_GRAPH_SHAPES = "graph_shapes"  # CUDA-graph capture batch sizes (target / draft pass)
+KIND_GRAPH_SHAPES = "graph_shapes"  # CUDA-graph captures (target / draft)
+KIND_DECODE = "decode"        # Decode batch lines (accept length, throughput)
 ALL_KINDS = frozenset([KIND_ENGRAM, KIND_FATAL, KIND_MEMORY, KIND_AUTOTUNE, KIND_READY,
-                       KIND_SERVER_ARGS, KIND_GRAPH_SHAPES])
+                       KIND_SERVER_ARGS, KIND_GRAPH_SHAPES, KIND_DECODE])
 ENGRAM_KINDS = frozenset([KIND_ENGRAM, KIND_FATAL])
 
 
@@ -118,88 +138,263 @@ class EngineLogError(Exception):
         super(EngineLogError, self).__init__(msg)
 
 
+class MalformedLogLine(EngineLogError):
+    """A needed line is present but one of its values is not what the engine prints."""
+
+    def __init__(self, source, line_no, key, value, line, boots_seen=None):
+        Exception.__init__(self, "%s line %s: malformed value %s=%r in %r"
+                           % (source, line_no if line_no is not None else "?", key, value, _quote(line)))
+        self.source = source
+        self.kind = "well-formed " + key
+        self.detail = None
+        self.boots_seen = boots_seen
+        self.line_no = line_no
+        self.key = key
+        self.value = value
+
+
+def _quote(text):
+    text = text or ""
+    return text if len(text) <= MAX_QUOTE else text[:MAX_QUOTE] + "..."
+
+
 # ---------------------------------------------------------------------------------------------
-# Line level
+# Messages
 # ---------------------------------------------------------------------------------------------
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-# One or more leading bracketed prefixes: "[2026-09-24 02:55:01 TP1 EP1] ".  Only brackets that
-# open at the start of the line and close before a space are removed, so "[autotune_keep] armed"
-# (the message itself) is kept: prefixes are recognised by carrying a date/time or a rank tag.
-PREFIX_RE = re.compile(
-    r"^(?:\s*\[(?=[^\]]*(?:\d{2}:\d{2}|\bTP\d|\bEP\d|\bDP\d|\bPP\d|\d{4}-\d{2}-\d{2}))[^\]]*\]\s?)+")
+# Colour (SGR) codes are removed; every other escape sequence (cursor up ``ESC[A``, erase line
+# ``ESC[2K``, ...) is a redraw boundary, like a carriage return.
+SGR_RE = re.compile(r"\x1b\[[0-9;]*m")
+ESCAPE_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_PREFIX = r"\[(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)((?:\s+[A-Z]{2}\d+)*)\]"
+PREFIX_AT_START_RE = re.compile(r"^\s*" + _PREFIX + r" ?")
+PREFIX_ANYWHERE_RE = re.compile(_PREFIX + r" ?")
+TP_TAG_RE = re.compile(r"\bTP(\d+)\b")
 DOCKER_TS_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}))\s")
+PROGRESS_BAR = "%|"           # what a tqdm bar prints before a record can be glued after it
+
+
+class Message(object):
+    """One log message: its text without prefix, whether it had a logging prefix, its TP rank."""
+
+    __slots__ = ("text", "prefixed", "tp_rank", "time")
+
+    def __init__(self, text, prefixed=False, tp_rank=None, time=None):
+        self.text = text
+        self.prefixed = prefixed
+        self.tp_rank = tp_rank
+        self.time = time
+
+    def __repr__(self):
+        return "Message(%r, prefixed=%r, tp_rank=%r)" % (self.text, self.prefixed, self.tp_rank)
+
+
+def _message(text, m):
+    tags = m.group(2) or ""
+    r = TP_TAG_RE.search(tags)
+    return Message(text.strip(), True, int(r.group(1)) if r else None, m.group(1))
+
+
+def split_messages(line):
+    """The messages of one physical line (str or bytes), in order (rules: module doc)."""
+    if isinstance(line, (bytes, bytearray, memoryview)):
+        line = bytes(line).decode("utf-8", "replace")
+    line = line.rstrip("\r\n")
+    if "\x1b" in line:
+        line = SGR_RE.sub("", line)
+    m = PREFIX_AT_START_RE.match(line)
+    if m:
+        # A logging record: atomic up to its newline.  Cursor codes inside are noise.
+        rest = ESCAPE_RE.sub("", line[m.end():]) if "\x1b" in line else line[m.end():]
+        return [_message(rest.replace("\r", ""), m)]
+    if "\x1b" in line:
+        line = ESCAPE_RE.sub("\r", line)
+    out = []
+    for seg in line.split("\r"):
+        if not seg.strip():
+            continue
+        m = PREFIX_AT_START_RE.match(seg)
+        if m:
+            out.append(_message(seg[m.end():], m))
+            continue
+        if PROGRESS_BAR in seg:
+            m = PREFIX_ANYWHERE_RE.search(seg)
+            if m and PROGRESS_BAR in seg[:m.start()]:
+                out.append(Message(seg[:m.start()].strip()))
+                out.append(_message(seg[m.end():], m))
+                continue
+        out.append(Message(seg.strip()))
+    return out
 
 
 def strip_line(line):
-    """Return ``line`` without ANSI colour codes, the ``[...]`` prefix(es) and the line end.
+    """The text of the last message of ``line`` (prefix, colour and cursor codes removed)."""
+    msgs = split_messages(line)
+    return msgs[-1].text if msgs else ""
 
-    Accepts str or bytes (bytes are decoded as UTF-8 with replacement).
-    """
-    if isinstance(line, (bytes, bytearray)):
-        line = bytes(line).decode("utf-8", "replace")
-    if "\x1b" in line:
-        line = ANSI_RE.sub("", line)
-    line = line.rstrip("\r\n")
-    if line.startswith("[") or line[:1].isspace():
-        line = PREFIX_RE.sub("", line, count=1)
-    return line.strip()
+
+# ---------------------------------------------------------------------------------------------
+# Numbers
+# ---------------------------------------------------------------------------------------------
+
+NUMBER_RE = re.compile(r"^([+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*"
+                       r"([KMGT]i?B|B|bytes|s|ms|%)?$", re.I)
+
+
+class Malformed(object):
+    """A value that looks like it should be a number and is not one (kept as printed)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def __eq__(self, other):
+        return isinstance(other, Malformed) and other.raw == self.raw
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self.raw)
+
+    def __repr__(self):
+        return "Malformed(%r)" % self.raw
+
+
+def parse_number(raw):
+    """``"491,520"`` -> (491520, None); ``"8.84 GB"`` -> (8.84, "GB"); not a number -> None."""
+    m = NUMBER_RE.match(raw.strip())
+    if not m:
+        return None
+    text = m.group(1).replace(",", "")
+    try:
+        value = int(text)
+    except ValueError:
+        value = float(text)
+    return value, m.group(2)
 
 
 def to_bytes(value, unit):
-    """``to_bytes("1.04", "GB") -> 1116691497`` (GB = 2**30, see module doc)."""
+    """``to_bytes("1.04", "GB") -> 1116691497`` (GB = 2**30, see module doc); None if unknown."""
     if value is None:
         return None
     mult = UNIT_BYTES.get((unit or "B").upper())
     if mult is None:
         return None
-    return int(round(float(value) * mult))
+    return int(round(float(str(value).replace(",", "")) * mult))
 
+
+_EQ_SPLIT = re.compile(r",\s*(?=[A-Za-z_][\w ]*?=)")
+_COLON_SPLIT = re.compile(r",\s*(?=#?[A-Za-z_][\w #()/-]*?:)")
+
+
+def _norm_key(key):
+    return re.sub(r"[^0-9a-z]+", "_", key.strip().lower()).strip("_")
+
+
+def _value(key, raw, out):
+    """Store ``key`` from ``raw`` into ``out`` (number, string or :class:`Malformed`)."""
+    raw = raw.strip().rstrip(".") if re.search(r"\d\.$", raw.strip()) else raw.strip()
+    num = parse_number(raw)
+    if num is None:
+        if raw[:1].isdigit() or (raw[:1] in "+-." and raw[1:2].isdigit()):
+            out[key] = Malformed(raw)
+        else:
+            out[key] = raw
+        return
+    value, unit = num
+    if unit and unit.upper() in UNIT_BYTES:
+        out[key] = float(value)
+        out[key + "_printed"] = raw
+        out[key + "_bytes"] = to_bytes(value, unit)
+    elif unit:
+        out[key] = float(value)
+        out[key + "_printed"] = raw
+    else:
+        out[key] = value
+        if key.endswith("_bytes") or key == "bytes":
+            out[key + "_printed"] = raw
+            out[key + "_bytes"] = int(value)
+
+
+def kv_fields(text, sep="="):
+    """``a=1, b=491,520, c=8.84 GB`` -> {'a': 1, 'b': 491520, 'c': 8.84, 'c_printed': ..., 'c_bytes': ...}.
+
+    ``sep=":"`` reads ``#running-req: 1, accept len: 3.08`` style lists.  Keys are normalised to
+    lower-case identifiers (``avail mem`` -> ``avail_mem``).
+    """
+    out = {}
+    splitter = _EQ_SPLIT if sep == "=" else _COLON_SPLIT
+    for part in splitter.split(text.strip()):
+        key, found, raw = part.partition(sep)
+        if not found:
+            continue
+        key = _norm_key(key)
+        if not key:
+            continue
+        if raw.strip().startswith("["):
+            out[key] = [int(x) for x in re.findall(r"-?\d+", raw)]
+            continue
+        _value(key, raw, out)
+    return out
+
+
+def malformed_keys(fields):
+    return sorted(k for k, v in fields.items() if isinstance(v, Malformed))
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification of one message
+# ---------------------------------------------------------------------------------------------
 
 _I = re.IGNORECASE
-RE_BOOT = re.compile(r"server_args\s*=\s*ServerArgs\((.*)", _I)
-RE_EXACT = re.compile(r"Exact\s+nvme\s+Engram\s+layer=(\d+)", _I)
-RE_PERIODIC = re.compile(r"Engram layer=(\d+) lookups=.*packed=(\w+)", _I)   # on stripped lines
-# Bulk form of RE_PERIODIC for lowered bytes; tolerates colour codes before the value.
-RE_PERIODIC_B = re.compile(rb"engram layer=(\d+) lookups=[^\n]*packed=(?:\x1b\[[0-9;]*m)*(\w+)")
-RE_FATAL = re.compile(r"packed\s+Engram\s+shard\s+(\S+?)[:,;]?\s+(does not match[^;]*|is truncated|has no header|.*)", _I)
-RE_MEMORY = re.compile(r"\bDSV4\s+memory\s+calculation:\s*(.*)", _I)
-RE_POOL = re.compile(r"\bDSV4\s+pool\s+sizes:\s*(.*)", _I)
-RE_MAX_TOTAL = re.compile(r"\bmax_total_num_tokens=(\d+)(.*)", _I)
-RE_AT_DISAGREE = re.compile(r"FlashInfer\s+autotune:\s*per-rank\s+caches\s+disagree", _I)
-RE_AT_RUN = re.compile(r"Running\s+FlashInfer\s+autotune\s+with\s+cache:\s*(\S+)", _I)
-RE_AT_DONE = re.compile(r"FlashInfer\s+autotune\s+completed", _I)
-RE_AT_KEEP = re.compile(r"\[autotune_keep\]\s*(armed|reused|tuned\s+and\s+saved)\s*(\S*)", _I)
-RE_AT_DRIFT = re.compile(r"DSV41_AUTOTUNE_KEEP:\s*(\S+)\s+is\s+gone", _I)
-RE_READY = re.compile(r"Ready:\s*API\s+on\s+port\s+(\d+)", _I)
-RE_GRAPH = re.compile(r"\bCapture\s+(draft\s+)?cuda\s+graph\s+bs\s*\[([\d,\s]*)\]", _I)
-RE_KV_NUM = re.compile(r"(\w+)=(-?[\d.]+(?:e[+-]?\d+)?)(?:\s*([KMGT]i?B)\b)?", _I)
+RE_BOOT = re.compile(r"^server_args\s*=\s*(\{|ServerArgs\()(.*)$", _I | re.S)
+RE_EXACT = re.compile(r"^Exact\s+(\w+)\s+Engram\s+layer=(\d+)\b(.*)$", _I)
+RE_PERIODIC = re.compile(r"^Engram\s+layer=(\d+)\s+lookups=(.*)$", _I)
+# Raised errors may reach the log as "RuntimeError: <message>" (the traceback's last line).
+_EXC = r"(?:[A-Za-z_]\w*(?:Error|Exception):\s*)?"
+RE_EXC_HEAD = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception):\s*")
+RE_FATAL = re.compile(r"^" + _EXC + r"Engram\s+retrieval\s+failed:\s*(.*)$", _I)
+RE_MEMORY = re.compile(r"^DSV4\s+memory\s+calculation:\s*(.*)$", _I)
+RE_POOL = re.compile(r"^DSV4\s+pool\s+sizes:\s*(.*)$", _I)
+RE_MAX_TOTAL = re.compile(r"^max_total_num_tokens\s*=", _I)
+RE_LOAD = re.compile(r"^Load\s+weight\s+(begin|end)\.\s*(.*)$", _I)
+RE_POOL_END = re.compile(r"^Memory\s+pool\s+end\.\s*(.*)$", _I)
+RE_GRAPH = re.compile(r"^Capture\s+(target|draft)\s+verify\s+CUDA\s+graph\s+(begin|end)\.\s*(.*)$", _I)
+RE_GRAPH_OLD = re.compile(r"^Capture\s+(draft\s+)?cuda\s+graph\s+bs\s*\[([\d,\s]*)\]", _I)
+RE_AT_DISAGREE = re.compile(r"^FlashInfer\s+autotune:\s*per-rank\s+caches\s+disagree", _I)
+RE_AT_RUN = re.compile(r"^Running\s+FlashInfer\s+autotune\s+with\s+cache:\s*(\S+)", _I)
+RE_AT_DONE = re.compile(r"^FlashInfer\s+autotune\s+completed", _I)
+RE_AT_KEEP = re.compile(r"^\[autotune_keep\]\s*(armed|reused|tuned\s+and\s+saved)\s*(\S*)", _I)
+RE_AT_DRIFT = re.compile(r"^" + _EXC + r"DSV41_AUTOTUNE_KEEP:\s*(\S+)\s+is\s+gone", _I)
+RE_DECODE = re.compile(r"^Decode\s+batch[,.]\s*(.*)$", _I)
+RE_READY = re.compile(r"^Ready:\s*API\s+on\s+port\s+(\d+)", _I)
 RE_ROWS = re.compile(r"rows=\[\s*(\d+)\s*,\s*(\d+)\s*\)", _I)
-RE_RANK = re.compile(r"\brank=(\d+)", _I)
-RE_PACKED = re.compile(r"\bpacked=(\w+)", _I)
-RE_CACHE = re.compile(r"\bcache=([\d.]+)\s*(GiB|GB|MiB|MB)?", _I)
-RE_SCALES = re.compile(r"\bscales=([\d.]+)\s*(GiB|GB|MiB|MB)?", _I)
 RE_SLOTS = re.compile(r"\((\d+)\s+slots", _I)
 RE_WAYS = re.compile(r"(\d+)-way", _I)
 RE_OWNED = re.compile(r"([\d.]+)%\s+of\s+owned", _I)
-RE_THREADS = re.compile(r"\b(?:io_)?threads=(\d+)", _I)
-RE_IO_THREADS = re.compile(r"\bio_threads=(\d+)", _I)
-RE_SHARD_NAME = re.compile(r"engram-l(\d+)-r(\d+)of(\d+)\.bin", _I)
+RE_UNIT_VAL = re.compile(r"^([\d.]+)\s*(GiB|GB|MiB|MB)", _I)
 RE_SARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?[\d.]+(?:e[+-]?\d+)?|None|True|False)(?=[,)])")
+RE_DICT_ITEM = re.compile(r"'(\w+)':\s*('(?:[^'\\]|\\.)*'|-?[\d.]+(?:e[+-]?\d+)?|None|True|False)(?=[,}])")
+_FATAL_REASONS = (("does not match", "range_mismatch"), ("is truncated", "truncated"),
+                  ("has no header", "no_header"))
 
 
 def _bool(word):
     if word is None:
         return None
     w = word.lower()
-    if w == "true":
-        return True
-    if w == "false":
-        return False
-    return None
+    return True if w == "true" else False if w == "false" else None
 
 
-def _num(text):
+def _scalar(text):
+    if text[:1] in ("'", '"'):
+        return text[1:-1]
+    if text == "None":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
     try:
         return int(text)
     except ValueError:
@@ -209,164 +404,176 @@ def _num(text):
             return text
 
 
-def _kv_numbers(text):
-    """``a=1, b=1.04 GB`` -> {'a': 1, 'b': 1.04, 'b_printed': '1.04 GB', 'b_bytes': ...}."""
-    out = {}
-    for key, val, unit in RE_KV_NUM.findall(text):
-        key = key.lower()
-        out[key] = _num(val)
-        if unit:
-            out[key] = float(val)
-            out[key + "_printed"] = "%s %s" % (val, unit)
-            out[key + "_bytes"] = to_bytes(val, unit)
-    return out
+def parse_server_args(opening, body):
+    """Fields of a boot marker.  Returns (dict, complete, form)."""
+    if opening == "{":
+        try:
+            value = ast.literal_eval("{" + body)
+            if isinstance(value, dict):
+                return dict((str(k), v) for k, v in value.items()), True, "dict"
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            pass
+        return dict((k, _scalar(v)) for k, v in RE_DICT_ITEM.findall(body)), False, "dict"
+    fields = dict((k, _scalar(v)) for k, v in RE_SARG.findall(body))
+    return fields, body.rstrip().endswith(")"), "ServerArgs"
 
 
-def _server_args(text):
-    out = {}
-    for key, val in RE_SARG.findall(text):
-        if val[:1] in ("'", '"'):
-            out[key] = val[1:-1]
-        elif val == "None":
-            out[key] = None
-        elif val in ("True", "False"):
-            out[key] = val == "True"
-        else:
-            out[key] = _num(val)
-    return out
-
-
-def _gib(m):
+def _unit_gib(raw):
+    m = RE_UNIT_VAL.match(raw or "")
     if not m:
         return None
-    return float(m.group(1))
+    return to_bytes(m.group(1), m.group(2)) / float(GIB)
 
 
-def parse_line(line):
-    """Classify one log line.
+def _engram_fields(mode, layer, rest, text):
+    f = {"layer": int(layer), "mode": mode.lower(), "line": text}
+    r = RE_ROWS.search(rest)
+    f["lo"], f["hi"] = (int(r.group(1)), int(r.group(2))) if r else (None, None)
+    m = re.search(r"\brank=(\d+)", rest, _I)
+    f["rank"] = int(m.group(1)) if m else None
+    m = re.search(r"\bpacked=(\w+)", rest, _I)
+    f["packed"] = _bool(m.group(1)) if m else None      # older builds: unknown, never true
+    f["packed_printed"] = m is not None
+    m = re.search(r"\bcache(?:_budget)?=(\S+?)(?=[\s(,]|$)", rest, _I)
+    f["cache_gib"] = _unit_gib(m.group(1)) if m else None
+    m = re.search(r"\bscales=(\S+?)(?=[\s(,]|$)", rest, _I)
+    f["scales_gib"] = _unit_gib(m.group(1)) if m else None
+    r = RE_SLOTS.search(rest)
+    f["cache_slots"] = int(r.group(1)) if r else None
+    r = RE_WAYS.search(rest)
+    f["cache_ways"] = int(r.group(1)) if r else None
+    r = RE_OWNED.search(rest)
+    f["cache_owned_pct"] = float(r.group(1)) if r else None
+    m = re.search(r"\bio_threads=(\d+)", rest, _I)
+    f["io_threads"] = int(m.group(1)) if m else None
+    return f
 
-    Returns ``(kind, fields)`` or ``None`` for lines this parser does not need.  ``line`` may be
-    raw (prefix, colour codes, str or bytes).  Kinds: see module doc.
-    """
-    s = strip_line(line)
-    if not s:
+
+def _periodic_fields(layer, rest):
+    f = {"layer": int(layer), "packed": None}
+    m = re.search(r"\bpacked=(\w+)", rest, _I)
+    f["packed"] = _bool(m.group(1)) if m else None
+    m = re.match(r"(\d+)", rest)
+    f["lookups"] = int(m.group(1)) if m else None
+    for key in ("reads", "threads"):
+        m = re.search(r"\b%s=(\d+)" % key, rest, _I)
+        f[key] = int(m.group(1)) if m else None
+    m = re.search(r"hit_rate=([\d.]+)%", rest, _I)
+    f["hit_rate_pct"] = float(m.group(1)) if m else None
+    m = re.search(r"\bcache=(\S+?)(?=[\s(,]|$)", rest, _I)
+    f["cache_gib"] = _unit_gib(m.group(1)) if m else None
+    return f
+
+
+def classify(text):
+    """Classify one message (prefix already removed).  Returns ``(kind, fields)`` or None."""
+    if not text:
         return None
-    low = s.lower()
-    if "ngram" in low:
-        m = RE_EXACT.search(s)
+    m = RE_EXC_HEAD.match(text)
+    if m:
+        # "RuntimeError: <message>": only the fatal kinds are raised as exceptions.
+        ev = classify(text[m.end():])
+        return ev if ev is not None and ev[0] in ("fatal_engram", "autotune_drift") else None
+    c = text[0]
+    if c in "sS":
+        m = RE_BOOT.match(text)
         if m:
-            f = {"layer": int(m.group(1)), "line": s}
-            r = RE_RANK.search(s)
-            f["rank"] = int(r.group(1)) if r else None
-            r = RE_ROWS.search(s)
-            f["lo"], f["hi"] = (int(r.group(1)), int(r.group(2))) if r else (None, None)
-            r = RE_PACKED.search(s)
-            f["packed"] = _bool(r.group(1)) if r else None
-            f["cache_gib"] = _gib(RE_CACHE.search(s))
-            r = RE_SLOTS.search(s)
-            f["cache_slots"] = int(r.group(1)) if r else None
-            r = RE_WAYS.search(s)
-            f["cache_ways"] = int(r.group(1)) if r else None
-            r = RE_OWNED.search(s)
-            f["cache_owned_pct"] = float(r.group(1)) if r else None
-            f["scales_gib"] = _gib(RE_SCALES.search(s))
-            r = RE_IO_THREADS.search(s)
-            f["io_threads"] = int(r.group(1)) if r else None
-            return ("engram", f)
-        m = RE_PERIODIC.search(s)
+            fields, complete, form = parse_server_args(m.group(1), m.group(2))
+            return ("boot", {"server_args": fields, "complete": complete, "form": form})
+        return None
+    if c in "eE":
+        m = RE_EXACT.match(text)
         if m:
-            return ("engram_periodic", _periodic_fields(s, int(m.group(1)), m.group(2)))
-        m = RE_FATAL.search(s)
+            return ("engram", _engram_fields(m.group(1), m.group(2), m.group(3), text))
+        m = RE_PERIODIC.match(text)
         if m:
-            return ("fatal_engram", _fatal_fields(s, m))
-    if "server_args" in low:
-        m = RE_BOOT.search(s)
+            return ("engram_periodic", _periodic_fields(m.group(1), m.group(2)))
+        m = RE_FATAL.match(text)
         if m:
-            return ("boot", {"server_args": _server_args(m.group(1))})
-    if "dsv4" in low:
-        m = RE_MEMORY.search(s)
+            tail = m.group(1).lower()
+            reason = next((r for needle, r in _FATAL_REASONS if needle in tail), "other")
+            errno = re.search(r"\(errno=(-?\d+)\)", tail)
+            return ("fatal_engram", {"reason": reason, "line": text,
+                                     "errno": int(errno.group(1)) if errno else None})
+        return None
+    if c in "dD":
+        m = RE_MEMORY.match(text)
         if m:
-            return ("memory", _memory_fields(m.group(1)))
-        m = RE_POOL.search(s)
+            return ("memory", _memory_fields(kv_fields(m.group(1))))
+        m = RE_POOL.match(text)
         if m:
-            return ("pool", _kv_numbers(m.group(1)))
-    if "max_total_num_tokens=" in low:
-        m = RE_MAX_TOTAL.search(s)
+            return ("pool", kv_fields(m.group(1)))
+        m = RE_AT_DRIFT.match(text)
         if m:
-            f = _kv_numbers(m.group(0))
-            return ("max_total", f)
-    if "autotune" in low:
-        if RE_AT_DISAGREE.search(s):
-            return ("autotune_disagree", {"line": s})
-        m = RE_AT_RUN.search(s)
+            return ("autotune_drift", {"name": m.group(1), "line": text})
+        m = RE_DECODE.match(text)
+        if m:
+            return ("decode", kv_fields(m.group(1), sep=":"))
+        return None
+    if c in "mM":
+        if RE_MAX_TOTAL.match(text):
+            return ("max_total", kv_fields(text))
+        m = RE_POOL_END.match(text)
+        if m:
+            return ("startup", dict(kv_fields(m.group(1)), step="memory_pool_end"))
+        return None
+    if c in "lL":
+        m = RE_LOAD.match(text)
+        if m:
+            return ("startup", dict(kv_fields(m.group(2).rstrip(".")), step="load_weight_" + m.group(1).lower()))
+        return None
+    if c in "cC":
+        m = RE_GRAPH.match(text)
+        if m:
+            f = kv_fields(m.group(3).rstrip("."))
+            f.update({"pass": m.group(1).lower(), "phase": m.group(2).lower()})
+            return ("graph", f)
+        m = RE_GRAPH_OLD.match(text)
+        if m:
+            return ("graph", {"pass": "draft" if m.group(1) else "target", "phase": "begin",
+                              "bs": [int(x) for x in re.findall(r"\d+", m.group(2))]})
+        return None
+    if c in "fF":
+        if RE_AT_DISAGREE.match(text):
+            return ("autotune_disagree", {"line": text})
+        if RE_AT_DONE.match(text):
+            return ("autotune_completed", {})
+        return None
+    if c in "rR":
+        m = RE_AT_RUN.match(text)
         if m:
             return ("autotune_run", {"cache": m.group(1)})
-        if RE_AT_DONE.search(s):
-            return ("autotune_completed", {})
-        m = RE_AT_KEEP.search(s)
+        m = RE_READY.match(text)
+        if m:
+            return ("ready", {"port": int(m.group(1))})
+        return None
+    if c == "[":
+        m = RE_AT_KEEP.match(text)
         if m:
             what = " ".join(m.group(1).lower().split())
             if what == "armed":
                 return ("autotune_armed", {})
-            if what == "reused":
-                return ("autotune_reused", {"path": m.group(2)})
-            return ("autotune_tuned_saved", {"path": m.group(2)})
-        m = RE_AT_DRIFT.search(s)
-        if m:
-            return ("autotune_drift", {"name": m.group(1), "line": s})
-    if "ready" in low:
-        m = RE_READY.search(s)
-        if m:
-            return ("ready", {"port": int(m.group(1))})
-    if "graph" in low:
-        m = RE_GRAPH.search(s)
-        if m:
-            return ("graph_shapes", {"pass": "draft" if m.group(1) else "target",
-                                     "bs": [int(x) for x in re.findall(r"\d+", m.group(2))]})
+            return ("autotune_reused" if what == "reused" else "autotune_tuned_saved", {"path": m.group(2)})
     return None
 
 
-def _periodic_fields(s, layer, packed_word):
-    f = {"layer": layer, "packed": _bool(packed_word)}
-    for key in ("lookups", "reads", "threads"):
-        m = re.search(r"\b%s=(\d+)" % key, s, _I)
-        f[key] = int(m.group(1)) if m else None
-    m = re.search(r"hit_rate=([\d.]+)%", s, _I)
-    f["hit_rate_pct"] = float(m.group(1)) if m else None
-    f["cache_gib"] = _gib(RE_CACHE.search(s))
-    m = RE_WAYS.search(s)
-    f["cache_ways"] = int(m.group(1)) if m else None
-    f["scales_gib"] = _gib(RE_SCALES.search(s))
-    return f
+def parse_line(line):
+    """Classify one physical line: the first message of it that this reader knows, or None."""
+    for msg in split_messages(line):
+        ev = classify(msg.text)
+        if ev is not None:
+            return ev
+    return None
 
 
-def _fatal_fields(s, m):
-    path = m.group(1)
-    tail = m.group(2).lower()
-    if tail.startswith("does not match"):
-        reason = "range_mismatch"
-    elif tail.startswith("is truncated"):
-        reason = "truncated"
-    elif tail.startswith("has no header"):
-        reason = "no_header"
-    else:
-        reason = "other"
-    f = {"path": path, "shard": path.rsplit("/", 1)[-1], "reason": reason, "line": s,
-         "layer": None, "rank": None, "tp_size": None}
-    n = RE_SHARD_NAME.search(path)
-    if n:
-        f["layer"], f["rank"], f["tp_size"] = int(n.group(1)), int(n.group(2)), int(n.group(3))
-    return f
-
-
-def _memory_fields(text):
-    f = _kv_numbers(text)
-    # Names used by callers: bytes_per_full_token (float), available_bytes (printed string),
-    # available_bytes_bytes (int bytes), available_gib (float as printed).
-    if "available_bytes" in f:
-        f["available_gib"] = f["available_bytes"]
+def _memory_fields(f):
+    # Names callers use: available_bytes (as printed), available_bytes_bytes (int bytes),
+    # available_gib (float, computed from the bytes whatever the printed unit).
+    if "available_bytes" in f and not isinstance(f["available_bytes"], Malformed):
         f["available_bytes"] = f.pop("available_bytes_printed", None)
-    if "bytes_per_full_token" in f:
+        b = f.get("available_bytes_bytes")
+        f["available_gib"] = None if b is None else b / float(GIB)
+    if isinstance(f.get("bytes_per_full_token"), (int, float)):
         f["bytes_per_full_token"] = float(f["bytes_per_full_token"])
     return f
 
@@ -380,22 +587,31 @@ class BootFacts(object):
 
     def __init__(self, source="<log>"):
         self.source = source
-        self.boots_seen = 0
-        self.boundary = None          # 'server_args' | 'engram_repeat' | 'start' | None (empty)
+        self.boots_seen = None        # counted only on request (count_boots=True)
+        self.marker_found = False
+        self.marker_form = None       # 'dict' | 'ServerArgs'
+        self.marker_complete = None
         self.server_args = {}
+        self.tp_rank = None           # TP rank of the boot's prefixed lines (first seen)
         self.engram = {}              # layer -> fields of the Exact line (first of the boot)
+        self.engram_order = []        # layers in the order they were attached
         self.periodic = {}            # layer -> {count, packed_true, packed_false, packed_other, last}
         self.memory = None            # last memory calculation
         self.memory_count = 0
-        self.pool_sizes = []          # every pool line of the boot, in order (capped)
+        self.pool_sizes = []          # every pool line of the boot, in order (capped, latest kept)
         self.pool_count = 0
         self.max_total = None
+        self.startup = {"load_weight": [], "load_weight_begin": None, "memory_pool_end": None}
+        self.graphs = {}              # 'target'/'draft' -> {'begin': {...}, 'end': {...}}
+        self.graph_shapes = {}        # 'target'/'draft' -> captured batch sizes
         self.autotune = {"disagree": 0, "runs": [], "run_count": 0, "completed": 0,
                          "armed": 0, "reused": [], "tuned_saved": [], "drift": []}
+        self.decode = {"count": 0, "last": None, "accept_len": []}
         self.fatal = []
         self.ready = False
         self.ready_port = None
-        self.graph_shapes = {}        # 'target' / 'draft' -> captured batch sizes (last line wins)
+        self.partial_last_line = None
+        self.malformed = []           # {line, key, value, text} of lines with a non-number value
 
     # -- convenience --------------------------------------------------------------------------
     @property
@@ -403,40 +619,62 @@ class BootFacts(object):
         """The pool that was allocated: the last ``pool sizes`` line of the boot."""
         return self.pool_sizes[-1] if self.pool_sizes else None
 
+    @property
+    def rank(self):
+        """The boot's rank: ``node_rank`` of its marker, else the TP tag of its prefixes."""
+        r = self.server_args.get("node_rank")
+        if isinstance(r, int) and not isinstance(r, bool):
+            return r
+        return self.tp_rank
+
     def engram_layer(self, layer):
         return self.engram.get(int(layer))
 
     def periodic_packed(self, layer):
         """Last periodic ``packed=`` value for a layer, or None when no periodic line."""
         p = self.periodic.get(int(layer))
-        return p["last"]["packed"] if p else None
+        return p["last"]["packed"] if p and p["last"] else None
 
     def _missing(self, kind, detail=None):
         return EngineLogError(self.source, kind, detail, self.boots_seen)
 
+    def _check(self, fields, keys):
+        for key in keys:
+            if isinstance(fields.get(key), Malformed):
+                raise MalformedLogLine(self.source, fields.get("_line"), key, fields[key].raw,
+                                       fields.get("_text"), self.boots_seen)
+        return fields
+
+    def require_marker(self):
+        if not self.marker_found:
+            raise self._missing("boot marker ('server_args=')",
+                                "the lines read cannot be tied to a boot (log rotated, or not an engine log)")
+
     def require_engram(self, layer):
         f = self.engram.get(int(layer))
         if f is None:
-            raise self._missing("'Exact nvme Engram layer=%d'" % int(layer),
-                                "layers found: %s" % (sorted(self.engram) or "none")
-                                + ("; fatal: %s" % "; ".join(x["line"] for x in self.fatal)
-                                   if self.fatal else ""))
+            detail = "layers found: %s" % (sorted(self.engram) or "none")
+            if self.fatal:
+                detail += "; fatal: %s" % "; ".join(x["line"] for x in self.fatal)
+            if self.partial_last_line:
+                detail += "; last line still being written: %r" % _quote(self.partial_last_line)
+            raise self._missing("'Exact ... Engram layer=%d'" % int(layer), detail)
         return f
 
     def require_memory(self):
         if self.memory is None:
             raise self._missing("'DSV4 memory calculation:'")
-        return self.memory
+        return self._check(self.memory, ("available_bytes", "bytes_per_full_token"))
 
     def require_pool(self):
         if not self.pool_sizes:
             raise self._missing("'DSV4 pool sizes:'")
-        return self.pool
+        return self._check(self.pool, ("full",))
 
     def require_max_total(self):
         if self.max_total is None:
             raise self._missing("'max_total_num_tokens='")
-        return self.max_total
+        return self._check(self.max_total, ("max_total_num_tokens",))
 
     def require_ready(self):
         if not self.ready:
@@ -447,7 +685,7 @@ class BootFacts(object):
         """Captured CUDA-graph batch sizes of one pass (``'target'`` or ``'draft'``)."""
         shapes = self.graph_shapes.get(pass_name)
         if shapes is None:
-            raise self._missing("'Capture %scuda graph bs'" % ("draft " if pass_name == "draft" else ""))
+            raise self._missing("'Capture %s verify CUDA graph begin'" % pass_name)
         return shapes
 
     def require_autotune(self):
@@ -457,24 +695,40 @@ class BootFacts(object):
         return a
 
     def to_dict(self):
+        def clean(d):
+            if d is None:
+                return None
+            return dict((k, (v.raw if isinstance(v, Malformed) else v)) for k, v in d.items()
+                        if not k.startswith("_"))
         return {
             "source": self.source,
             "boots_seen": self.boots_seen,
-            "boundary": self.boundary,
+            "marker_found": self.marker_found,
+            "marker_form": self.marker_form,
+            "marker_complete": self.marker_complete,
+            "rank": self.rank,
             "server_args": dict(self.server_args),
-            "engram": [dict(self.engram[k]) for k in sorted(self.engram)],
+            "engram": [clean(self.engram[k]) for k in sorted(self.engram)],
             "periodic": [dict(self.periodic[k], layer=k) for k in sorted(self.periodic)],
-            "memory": dict(self.memory) if self.memory else None,
+            "memory": clean(self.memory),
             "memory_count": self.memory_count,
-            "pool": dict(self.pool) if self.pool else None,
-            "pool_sizes": [dict(p) for p in self.pool_sizes],
+            "pool": clean(self.pool),
+            "pool_sizes": [clean(p) for p in self.pool_sizes],
             "pool_count": self.pool_count,
-            "max_total": dict(self.max_total) if self.max_total else None,
-            "autotune": {k: (list(v) if isinstance(v, list) else v) for k, v in self.autotune.items()},
+            "max_total": clean(self.max_total),
+            "startup": {"load_weight_begin": clean(self.startup["load_weight_begin"]),
+                        "load_weight": [clean(x) for x in self.startup["load_weight"]],
+                        "memory_pool_end": clean(self.startup["memory_pool_end"])},
+            "graphs": dict((p, dict((ph, clean(v)) for ph, v in g.items())) for p, g in self.graphs.items()),
+            "graph_shapes": dict((k, list(v)) for k, v in self.graph_shapes.items()),
+            "autotune": dict((k, (list(v) if isinstance(v, list) else v)) for k, v in self.autotune.items()),
+            "decode": {"count": self.decode["count"], "last": clean(self.decode["last"]),
+                       "accept_len": list(self.decode["accept_len"])},
             "fatal": [dict(f) for f in self.fatal],
             "ready": self.ready,
             "ready_port": self.ready_port,
-            "graph_shapes": {k: list(v) for k, v in self.graph_shapes.items()},
+            "partial_last_line": self.partial_last_line,
+            "malformed": [dict(m) for m in self.malformed],
         }
 
 
@@ -483,61 +737,64 @@ def _capped_append(lst, item):
         lst.append(item)
 
 
+_EVENT_KIND = {
+    "engram": KIND_ENGRAM, "engram_periodic": KIND_ENGRAM, "fatal_engram": KIND_FATAL,
+    "memory": KIND_MEMORY, "pool": KIND_MEMORY, "max_total": KIND_MEMORY, "startup": KIND_MEMORY,
+    "ready": KIND_READY, "graph": KIND_GRAPH_SHAPES, "decode": KIND_DECODE,
+}
+
+
+def _kind_of(kind):
+    return KIND_AUTOTUNE if kind.startswith("autotune") else _EVENT_KIND.get(kind)
+
+
 class _State(object):
-    """Streaming state machine: applies events, resets on boot boundaries."""
+    """Applies events in order; a boot marker starts a new boot (facts reset)."""
 
     def __init__(self, source, kinds):
         self.source = source
         self.kinds = kinds
         self.facts = BootFacts(source)
         self.markers = 0
-        self.boots = 0
-        self.leading = True           # before the first boundary
-        self.leading_has_engram = False
-        self.saw_text = False
-        self.seen_exact = set()       # (layer, rank) of the Exact lines of the current boot
 
-    def new_boot(self, boundary):
-        if self.leading:
-            # Text before the first boundary is a boot only if it showed an Exact Engram line
-            # (a boot whose marker was lost); otherwise it is launcher noise.
-            if self.leading_has_engram:
-                self.boots += 1
-            self.leading = False
-        self.boots += 1
-        if boundary == "server_args":
-            self.markers += 1
-        self.facts = BootFacts(self.source)
-        self.facts.boundary = boundary
-        self.seen_exact = set()
-
-    def is_exact_repeat(self, f):
-        """An Exact line whose (layer, rank) was already seen in the current boot (a boundary)."""
-        return (f["layer"], f.get("rank")) in self.seen_exact
-
-    def apply(self, kind, f):
+    def apply(self, msg, kind, f, line_no):
         facts = self.facts
         if kind == "boot":
-            self.new_boot("server_args")
-            if KIND_SERVER_ARGS in self.kinds:
-                self.facts.server_args = f["server_args"]
+            self.markers += 1
+            facts = self.facts = BootFacts(self.source)
+            facts.marker_found = True
+            facts.marker_form = f["form"]
+            facts.marker_complete = f["complete"]
+            facts.server_args = f["server_args"]     # always kept: rank and page size come from it
             return
+        if msg.tp_rank is not None and facts.tp_rank is None:
+            facts.tp_rank = msg.tp_rank
+        if kind is None or _kind_of(kind) not in self.kinds:
+            return
+        for key in malformed_keys(f):
+            _capped_append(facts.malformed, {"line": line_no, "key": key, "value": f[key].raw,
+                                             "text": _quote(msg.text)})
+        if isinstance(f, dict):
+            f["_line"] = line_no
+            f["_text"] = msg.text
         if kind == "engram":
-            if self.is_exact_repeat(f):
-                self.new_boot("engram_repeat")
-                facts = self.facts
-            if self.leading:
-                self.leading_has_engram = True
-            self.seen_exact.add((f["layer"], f.get("rank")))
-            if f["layer"] not in facts.engram:      # first line of the layer in this boot
+            if f["layer"] not in facts.engram:
                 facts.engram[f["layer"]] = f
-            return
-        if kind == "engram_periodic":
-            self.add_periodic(f["layer"], 1, 1 if f["packed"] is True else 0,
-                              1 if f["packed"] is False else 0, f)
-            return
-        if kind == "fatal_engram":
-            _capped_append(facts.fatal, f)
+                facts.engram_order.append(f["layer"])
+        elif kind == "engram_periodic":
+            p = facts.periodic.get(f["layer"])
+            if p is None:
+                p = facts.periodic[f["layer"]] = {"count": 0, "packed_true": 0, "packed_false": 0,
+                                                  "packed_other": 0, "last": None}
+            p["count"] += 1
+            key = "packed_true" if f["packed"] is True else "packed_false" if f["packed"] is False else "packed_other"
+            p[key] += 1
+            p["last"] = dict((k, v) for k, v in f.items() if not k.startswith("_"))
+        elif kind == "fatal_engram":
+            fatal = {"reason": f["reason"], "line": f["line"], "errno": f["errno"], "line_no": line_no,
+                     "rank": facts.rank if facts.rank is not None else msg.tp_rank,
+                     "attached_layers": list(facts.engram_order)}
+            _capped_append(facts.fatal, fatal)
         elif kind == "memory":
             facts.memory = f
             facts.memory_count += 1
@@ -548,6 +805,16 @@ class _State(object):
             facts.pool_sizes.append(f)
         elif kind == "max_total":
             facts.max_total = f
+        elif kind == "startup":
+            step = f["step"]
+            if step == "load_weight_end":
+                _capped_append(facts.startup["load_weight"], f)
+            else:
+                facts.startup[step] = f
+        elif kind == "graph":
+            facts.graphs.setdefault(f["pass"], {})[f["phase"]] = f
+            if f["phase"] == "begin" and isinstance(f.get("bs"), list):
+                facts.graph_shapes[f["pass"]] = f["bs"]
         elif kind == "autotune_disagree":
             facts.autotune["disagree"] += 1
         elif kind == "autotune_run":
@@ -563,60 +830,40 @@ class _State(object):
             _capped_append(facts.autotune["tuned_saved"], f["path"])
         elif kind == "autotune_drift":
             _capped_append(facts.autotune["drift"], f["name"])
+        elif kind == "decode":
+            facts.decode["count"] += 1
+            facts.decode["last"] = f
+            if isinstance(f.get("accept_len"), (int, float)):
+                _capped_append(facts.decode["accept_len"], f["accept_len"])
         elif kind == "ready":
             facts.ready = True
             facts.ready_port = f["port"]
-        elif kind == "graph_shapes":
-            facts.graph_shapes[f["pass"]] = f["bs"]
-
-    def add_periodic(self, layer, count, n_true, n_false, last):
-        p = self.facts.periodic.get(layer)
-        if p is None:
-            p = self.facts.periodic[layer] = {"count": 0, "packed_true": 0, "packed_false": 0,
-                                              "packed_other": 0, "last": None}
-        p["count"] += count
-        p["packed_true"] += n_true
-        p["packed_false"] += n_false
-        p["packed_other"] += count - n_true - n_false
-        if last is not None:
-            p["last"] = last
-
-    def finish(self, boots_before=0):
-        facts = self.facts
-        boots = self.boots
-        if self.leading and (self.leading_has_engram or (boots_before == 0 and self.saw_text)):
-            # No boundary at all in the scanned text: the whole text is one boot
-            # (if it holds anything, or if it is all we have).
-            boots += 1
-            facts.boundary = facts.boundary or "start"
-        facts.boots_seen = boots + boots_before
-        return facts
 
 
-# Which needles (searched in the lowered chunk) select candidate lines, per kind.
+# Needles (lower-case) that select the candidate lines of each kind; everything else is skipped
+# with C-level substring searches.  A candidate is then split into messages and classified.
 _NEEDLES = {
-    KIND_ENGRAM: [],
-    KIND_FATAL: [b"engram shard"],
-    KIND_MEMORY: [b"memory calculation:", b"pool sizes:", b"max_total_num_tokens="],
+    KIND_ENGRAM: [b"engram layer="],
+    KIND_FATAL: [b"engram retrieval failed"],
+    KIND_MEMORY: [b"memory calculation:", b"pool sizes:", b"max_total_num_tokens=", b"load weight ",
+                  b"memory pool end"],
     KIND_AUTOTUNE: [b"autotune"],
     KIND_READY: [b"ready: api on port"],
     KIND_SERVER_ARGS: [],
-    KIND_GRAPH_SHAPES: [b"cuda graph bs"],      # only scanned when this kind is asked for
+    KIND_GRAPH_SHAPES: [b"cuda graph"],
+    KIND_DECODE: [b"decode batch"],
 }
-_BOOT_NEEDLE = b"server_args=serverargs("
-_EXACT_NEEDLE = b"nvme engram layer="            # Exact lines are boundaries: always tracked
-_EVENT_KIND = {
-    "engram": KIND_ENGRAM, "engram_periodic": KIND_ENGRAM, "fatal_engram": KIND_FATAL,
-    "memory": KIND_MEMORY, "pool": KIND_MEMORY, "max_total": KIND_MEMORY, "ready": KIND_READY,
-    "graph_shapes": KIND_GRAPH_SHAPES,
-}
+_MARKER_NEEDLE = b"server_args"
+_ATTACH_NEEDLE = b"engram layer="    # fatal errors are attributed to the layers attached before them
 
 
 def _needles_for(kinds):
-    out = [_BOOT_NEEDLE, _EXACT_NEEDLE]
+    out = [_MARKER_NEEDLE]
+    if KIND_FATAL in kinds:
+        out.append(_ATTACH_NEEDLE)
     for k in sorted(kinds):
         out.extend(_NEEDLES.get(k, []))
-    return out
+    return sorted(set(out))
 
 
 class Scanner(object):
@@ -625,7 +872,7 @@ class Scanner(object):
     Memory is bounded by the chunk size plus the longest line, whatever the log size.
     """
 
-    def __init__(self, source="<log>", kinds=ALL_KINDS):
+    def __init__(self, source="<log>", kinds=ALL_KINDS, first_line=1):
         self.kinds = frozenset(kinds)
         unknown = self.kinds - ALL_KINDS
         if unknown:
@@ -633,6 +880,7 @@ class Scanner(object):
         self.state = _State(source, self.kinds)
         self.needles = _needles_for(self.kinds)
         self._carry = b""
+        self.line_no = first_line     # number of the next line to be processed
 
     def feed(self, data):
         if not data:
@@ -654,17 +902,21 @@ class Scanner(object):
         if start < last + 1:
             self._process(data, start, last + 1)
 
-    def finish(self, boots_before=0):
-        if self._carry:
-            data, self._carry = self._carry + b"\n", b""
-            self._process(data, 0, len(data))
-        return self.state.finish(boots_before)
+    def finish(self):
+        carry, self._carry = self._carry, b""
+        if carry.strip():
+            # A last line without its newline is still being written: its values are not read.
+            # If it is a boot marker, though, a new boot has begun and the previous one is over.
+            for msg in split_messages(carry):
+                ev = classify(msg.text)
+                if ev is not None and ev[0] == "boot":
+                    ev[1]["complete"] = False
+                    self.state.apply(msg, "boot", ev[1], self.line_no)
+            self.state.facts.partial_last_line = _quote(carry.decode("utf-8", "replace"))
+        return self.state.facts
 
-    # The hot path ------------------------------------------------------------------------------
     def _process(self, chunk, start, end):
         """Handle the complete lines in ``chunk[start:end]`` (``end`` is just after a newline)."""
-        if end > start:
-            self.state.saw_text = True
         low = chunk.lower()               # ASCII-only lowering keeps every offset
         starts = set()
         find = low.find
@@ -678,55 +930,17 @@ class Scanner(object):
                     break
                 pos = find(needle, le, end)
         state = self.state
-        want_periodic = KIND_ENGRAM in self.kinds
-        seg = start
+        counted = start
+        line_no = self.line_no
         for ls in sorted(starts):
+            line_no += chunk.count(b"\n", counted, ls)
+            counted = ls
             le = find(b"\n", ls, end)
-            if le == -1:
-                le = end
-            ev = parse_line(chunk[ls:le])
-            if ev is None:
-                continue
-            kind, f = ev
-            if kind == "engram_periodic":
-                continue                      # counted in bulk below
-            is_boundary = kind == "boot" or (kind == "engram" and state.is_exact_repeat(f))
-            if is_boundary and want_periodic:
-                self._periodic(low, chunk, seg, ls)
-                seg = le
-            want = _EVENT_KIND.get(kind)
-            if kind.startswith("autotune"):
-                want = KIND_AUTOTUNE
-            if kind in ("boot", "engram") or want in self.kinds:
-                state.apply(kind, f)
-        if want_periodic:
-            self._periodic(low, chunk, seg, end)
-
-    def _periodic(self, low, chunk, start, end):
-        if start >= end or low.find(b"engram layer=", start, end) == -1:
-            return
-        counts = {}
-        for layer, packed in RE_PERIODIC_B.findall(low, start, end):
-            key = (layer, packed)
-            counts[key] = counts.get(key, 0) + 1
-        per_layer = {}
-        for (layer, packed), n in counts.items():
-            t = per_layer.setdefault(layer, [0, 0, 0])
-            t[0] += n
-            if packed == b"true":
-                t[1] += n
-            elif packed == b"false":
-                t[2] += n
-        for layer, (n, n_true, n_false) in per_layer.items():
-            last = None
-            pos = low.rfind(b"engram layer=" + layer + b" lookups=", start, end)
-            if pos != -1:
-                ls = low.rfind(b"\n", 0, pos) + 1
-                le = low.find(b"\n", pos)
-                ev = parse_line(chunk[ls:le if le != -1 else len(chunk)])
-                if ev and ev[0] == "engram_periodic":
-                    last = ev[1]
-            self.state.add_periodic(int(layer), n, n_true, n_false, last)
+            for msg in split_messages(chunk[ls:le if le != -1 else end]):
+                ev = classify(msg.text)
+                if ev is not None:
+                    state.apply(msg, ev[0], ev[1], line_no)
+        self.line_no = line_no + chunk.count(b"\n", counted, end)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -734,24 +948,13 @@ class Scanner(object):
 # ---------------------------------------------------------------------------------------------
 
 def _iter_chunks(source, chunk_size=CHUNK_SIZE):
-    """Yield bytes chunks from a path, a binary/text stream, str/bytes, or an iterable of lines."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        mv = memoryview(source)
-        for i in range(0, len(mv), chunk_size):
-            yield bytes(mv[i:i + chunk_size])
-        return
-    if isinstance(source, str):
-        data = source.encode("utf-8", "surrogateescape")
-        for c in _iter_chunks(data, chunk_size):
-            yield c
-        return
+    """Yield bytes chunks from a binary/text stream or an iterable of lines."""
     if hasattr(source, "read"):
         while True:
             c = source.read(chunk_size)
             if not c:
                 return
             yield c.encode("utf-8", "surrogateescape") if isinstance(c, str) else c
-    # iterable of lines (str or bytes), batched
     buf, size = [], 0
     for line in source:
         if isinstance(line, str):
@@ -767,150 +970,168 @@ def _iter_chunks(source, chunk_size=CHUNK_SIZE):
         yield b"".join(buf)
 
 
-def scan(source, name=None, kinds=ALL_KINDS, chunk_size=CHUNK_SIZE):
-    """Forward streaming scan of any source -> :class:`BootFacts` of the latest boot.
+def is_marker_line(line):
+    """True when one of the messages of ``line`` is a boot marker."""
+    return any(RE_BOOT.match(m.text) for m in split_messages(line))
 
-    ``source``: str (log text), bytes, a file object (binary or text), or an iterable of lines.
-    For a path use :func:`scan_file` (faster: it skips superseded boots).
+
+def find_last_marker(read_at, size, chunk_size=CHUNK_SIZE):
+    """Offset of the start of the line holding the last boot marker, or None.
+
+    ``read_at(offset, length) -> bytes``.  Searches backwards from the end: the cost is the size of
+    the latest boot.  A candidate (the needle ``server_args``) counts only when its line really
+    holds a marker message, so an echoed request that quotes ``server_args=`` is passed over.
     """
-    if name is None:
-        name = getattr(source, "name", None) or "<log>"
-    sc = Scanner(name, kinds)
-    for chunk in _iter_chunks(source, chunk_size):
-        sc.feed(chunk)
-    return sc.finish()
-
-
-def scan_text(text, name="<log>", kinds=ALL_KINDS):
-    return scan(text, name=name, kinds=kinds)
-
-
-def scan_lines(lines, name="<log>", kinds=ALL_KINDS):
-    return scan(iter(lines), name=name, kinds=kinds)
-
-
-_MARKER_B = b"server_args=ServerArgs("
-_EXACT_B = b"Exact nvme Engram layer="          # long needles search fastest
-_RE_EXACT_LAYER_B = re.compile(rb"Exact nvme Engram layer=(\d+)(?: rank=(\d+))?")
-
-
-def _find_last_marker(f, size, chunk_size):
-    """Offset of the start of the line holding the last boot marker, or None."""
-    overlap = len(_MARKER_B) - 1
     end = size
+    overlap = len(_MARKER_NEEDLE) - 1
     while end > 0:
         start = max(0, end - chunk_size)
-        f.seek(start)
-        buf = f.read(min(end + overlap, size) - start)
-        pos = buf.rfind(_MARKER_B)
-        if pos != -1:
-            hit = start + pos
-            # walk back to the line start
-            back = hit
-            while back > 0:
-                lo = max(0, back - 65536)
-                f.seek(lo)
-                piece = f.read(back - lo)
-                nl = piece.rfind(b"\n")
-                if nl != -1:
-                    return lo + nl + 1
-                back = lo
-            return 0
+        buf = read_at(start, min(end + overlap, size) - start)
+        pos = len(buf)
+        while True:
+            pos = buf.rfind(_MARKER_NEEDLE, 0, pos)
+            if pos == -1:
+                break
+            ls = _line_start(read_at, start + pos)
+            le = _line_end(read_at, start + pos, size)
+            # A marker still being written (no newline yet) starts the boot all the same: the
+            # previous boot is over, and its facts must not stand in for this one.
+            if is_marker_line(read_at(ls, le - ls)):
+                return ls
         end = start
     return None
 
 
-class _BoundaryCounter(object):
-    """Boot counting over superseded text from boundary events only (see module doc)."""
-
-    def __init__(self):
-        self.boots = 0
-        self.leading = True
-        self.leading_has_engram = False
-        self.seen = set()
-
-    def events(self, data, owned, end):
-        """Boundary events ``(pos, kind, (layer, rank))`` starting in ``data[0:owned]``, sorted.
-
-        ``end`` (> owned) lets a needle that starts in the owned part finish in the overlap.
-        """
-        out = []
-        find = data.find
-        pos = find(_MARKER_B, 0, end)
-        while pos != -1 and pos < owned:
-            out.append((pos, 0, None))
-            pos = find(_MARKER_B, pos + 1, end)
-        pos = find(_EXACT_B, 0, end)
-        while pos != -1 and pos < owned:
-            m = _RE_EXACT_LAYER_B.match(data, pos, end)
-            if m:
-                out.append((pos, 1, (int(m.group(1)), int(m.group(2)) if m.group(2) else None)))
-            pos = find(_EXACT_B, pos + 1, end)
-        out.sort()
-        return out
-
-    def apply(self, events):
-        for _pos, kind, layer in events:
-            if kind == 0 or layer in self.seen:
-                if self.leading:
-                    if self.leading_has_engram:
-                        self.boots += 1
-                    self.leading = False
-                self.boots += 1
-                self.seen = set()
-            if kind == 1:
-                if self.leading:
-                    self.leading_has_engram = True
-                self.seen.add(layer)
-
-    def total(self):
-        return self.boots + (1 if self.leading and self.leading_has_engram else 0)
+def _line_start(read_at, pos):
+    back = pos
+    while back > 0:
+        lo = max(0, back - 65536)
+        piece = read_at(lo, back - lo)
+        nl = piece.rfind(b"\n")
+        if nl != -1:
+            return lo + nl + 1
+        back = lo
+    return 0
 
 
-def _count_boots_before(f, limit, chunk_size, window_size=WINDOW_SIZE):
-    """Boundary-only pass over ``[0, limit)`` (the superseded boots). Returns the boot count.
-
-    Searches read-only memory-mapped windows of the file in place (no copies; resident memory
-    bounded by the window), falling back to reads into one reusable buffer.
-    """
-    counter = _BoundaryCounter()
-    overlap = max(len(_MARKER_B), len(_EXACT_B)) + 32
-    window = max(mmap.ALLOCATIONGRANULARITY, (window_size // mmap.ALLOCATIONGRANULARITY)
-                 * mmap.ALLOCATIONGRANULARITY)
-    try:
-        off = 0
-        while off < limit:
-            length = min(window + overlap, limit - off)
-            mm = mmap.mmap(f.fileno(), length, offset=off, access=mmap.ACCESS_READ)
-            try:
-                # a needle starting in [0, window) belongs to this window
-                counter.apply(counter.events(mm, window, length))
-            finally:
-                mm.close()
-            off += window
-        return counter.total()
-    except (ValueError, OSError, mmap.error):
-        counter = _BoundaryCounter()
-    f.seek(0)
-    buf = bytearray(chunk_size + overlap)
-    view = memoryview(buf)
-    off = 0
-    while off < limit:
-        f.seek(off)
-        n = f.readinto(view[:min(chunk_size + overlap, limit - off)])
-        if not n:
+def _line_end(read_at, pos, size):
+    while pos < size:
+        piece = read_at(pos, min(65536, size - pos))
+        nl = piece.find(b"\n")
+        if nl != -1:
+            return pos + nl + 1
+        pos += len(piece)
+        if not piece:
             break
-        counter.apply(counter.events(buf, chunk_size, n))
-        off += chunk_size
-    return counter.total()
+    return size
 
 
-def scan_file(path, kinds=ALL_KINDS, chunk_size=CHUNK_SIZE, name=None):
-    """Scan a log file -> :class:`BootFacts` of its latest boot, in bounded memory.
+def _count_markers(read_at, limit, chunk_size):
+    """Boots before ``limit``: marker lines, in one forward pass over the needle."""
+    count = 0
+    pos = 0
+    overlap = len(_MARKER_NEEDLE) - 1
+    while pos < limit:
+        buf = read_at(pos, min(chunk_size + overlap, limit - pos))
+        if not buf:
+            break
+        i = buf.find(_MARKER_NEEDLE)
+        while i != -1 and i < chunk_size:
+            ls = _line_start(read_at, pos + i)
+            le = _line_end(read_at, pos + i, limit)
+            if is_marker_line(read_at(ls, le - ls)):
+                count += 1
+            nxt = le - pos
+            i = buf.find(_MARKER_NEEDLE, max(i + 1, nxt))
+        pos += chunk_size
+    return count
 
-    Finds the last ``server_args=ServerArgs(`` marker from the end of the file, fully parses
-    from there to the end, and counts earlier boots with a cheap boundary-only pass.
-    """
+
+def _scan_random_access(read_at, size, name, kinds, chunk_size, count_boots):
+    start = find_last_marker(read_at, size, chunk_size) if size else None
+    first_line = None
+    if start:
+        first_line = 1 + _count_newlines(read_at, start, chunk_size) if count_boots else None
+    sc = Scanner(name, kinds, first_line=first_line or 1)
+    pos = start or 0
+    while pos < size:
+        data = read_at(pos, min(chunk_size, size - pos))
+        if not data:
+            break
+        sc.feed(data)
+        pos += len(data)
+    facts = sc.finish()
+    if start and first_line is None and facts.malformed:
+        # Line numbers were counted from the marker; make them absolute for the message.
+        base = _count_newlines(read_at, start, chunk_size)
+        _shift_lines(facts, base)
+    if count_boots:
+        facts.boots_seen = (_count_markers(read_at, start, chunk_size) if start else 0) + (
+            1 if facts.marker_found else (1 if size else 0))
+    return facts
+
+
+def _shift_lines(facts, base):
+    for m in facts.malformed:
+        m["line"] += base
+    for group in ([facts.memory, facts.max_total] + facts.pool_sizes + list(facts.engram.values())
+                  + facts.startup["load_weight"]):
+        if group and "_line" in group:
+            group["_line"] += base
+
+
+def _count_newlines(read_at, limit, chunk_size):
+    n = 0
+    pos = 0
+    while pos < limit:
+        buf = read_at(pos, min(chunk_size, limit - pos))
+        if not buf:
+            break
+        n += buf.count(b"\n")
+        pos += len(buf)
+    return n
+
+
+def scan_bytes(data, name="<log>", kinds=ALL_KINDS, chunk_size=CHUNK_SIZE, count_boots=False):
+    """Latest-boot facts of a log held in memory (bytes or str)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    mv = memoryview(data)
+
+    def read_at(offset, length):
+        return mv[offset:offset + length].tobytes()
+
+    return _scan_random_access(read_at, len(data), name, kinds, chunk_size, count_boots)
+
+
+def scan(source, name=None, kinds=ALL_KINDS, chunk_size=CHUNK_SIZE, count_boots=False):
+    """Latest-boot facts of any source: str/bytes, a file object (binary or text), or an iterable
+    of lines.  For a path use :func:`scan_file`.  Streams are read forward once (each marker
+    starts the facts afresh); text and bytes are searched from the end."""
+    if name is None:
+        name = getattr(source, "name", None) or "<log>"
+    if isinstance(source, (str, bytes, bytearray, memoryview)):
+        return scan_bytes(bytes(source) if not isinstance(source, str) else source, name, kinds,
+                          chunk_size, count_boots)
+    sc = Scanner(name, kinds)
+    for chunk in _iter_chunks(source, chunk_size):
+        sc.feed(chunk)
+    facts = sc.finish()
+    if count_boots:
+        facts.boots_seen = sc.state.markers or (1 if sc.line_no > 1 else 0)
+    return facts
+
+
+def scan_text(text, name="<log>", kinds=ALL_KINDS, count_boots=False):
+    return scan(text, name=name, kinds=kinds, count_boots=count_boots)
+
+
+def scan_lines(lines, name="<log>", kinds=ALL_KINDS, count_boots=False):
+    return scan(iter(lines), name=name, kinds=kinds, count_boots=count_boots)
+
+
+def scan_file(path, kinds=ALL_KINDS, chunk_size=CHUNK_SIZE, name=None, count_boots=False):
+    """Latest-boot facts of a log file, found from the end (cost: the latest boot's size)."""
     name = name or str(path)
     try:
         f = open(path, "rb")
@@ -918,64 +1139,119 @@ def scan_file(path, kinds=ALL_KINDS, chunk_size=CHUNK_SIZE, name=None):
         raise EngineLogError(name, "readable", "cannot open: %s" % exc)
     with f:
         size = os.fstat(f.fileno()).st_size
-        start = _find_last_marker(f, size, chunk_size) if size else None
-        boots_before = 0
-        if start:
-            boots_before = _count_boots_before(f, start, chunk_size, min(chunk_size * 4, WINDOW_SIZE))
-        sc = Scanner(name, kinds)
-        f.seek(start or 0)
-        while True:
-            data = f.read(chunk_size)
-            if not data:
-                break
-            sc.feed(data)
-        return sc.finish(boots_before)
+
+        def read_at(offset, length):
+            f.seek(offset)
+            return f.read(length)
+
+        return _scan_random_access(read_at, size, name, kinds, chunk_size, count_boots)
 
 
 def latest_boot(lines):
-    """Return the lines (unchanged) of the latest boot of ``lines`` (boot rules: module doc).
+    """The lines (unchanged) of the latest boot of ``lines``: from the last marker line on.
 
-    Keeps only the current boot in memory; with no boundary the whole input is returned.
+    With no marker the whole input is returned.
     """
     current = []
-    seen = set()
     for line in lines:
-        s = strip_line(line)
-        low = s.lower()
-        layer = None
-        boundary = False
-        if "server_args" in low and RE_BOOT.search(s):
-            boundary = True
-        elif "ngram" in low:
-            m = RE_EXACT.search(s)
-            if m:
-                r = RE_RANK.search(s)
-                layer = (int(m.group(1)), int(r.group(1)) if r else None)
-                boundary = layer in seen
-        if boundary:
+        if is_marker_line(line):
             current = []
-            seen = set()
-        if layer is not None:
-            seen.add(layer)
         current.append(line)
     return current
+
+
+def _latest_boot_slice(read_at, size, max_bytes):
+    """``(bytes, info)`` of the latest boot through ``read_at``, bounded to ``max_bytes``.
+
+    When the boot is longer, its first and last halves are kept around a line saying how much
+    was left out: the start-up lines and the most recent ones are what a reader needs.
+    """
+    start = find_last_marker(read_at, size) if size else None
+    begin = start or 0
+    length = size - begin
+    # A last line without its newline is still being written: left out and reported.
+    tail = read_at(max(begin, size - 65536), min(65536, length)) if length else b""
+    partial = None
+    if tail and not tail.endswith(b"\n"):
+        nl = tail.rfind(b"\n")
+        if nl != -1 or size - 65536 <= begin:
+            partial = tail[nl + 1:]
+            length -= len(partial)
+    info = {"marker_found": start is not None, "boot_bytes": length, "omitted_bytes": 0,
+            "partial_last_line": _quote(partial.decode("utf-8", "replace")) if partial and partial.strip() else None}
+    if max_bytes and length > max_bytes:
+        half = max_bytes // 2
+        head = read_at(begin, half)
+        head = head[:head.rfind(b"\n") + 1] or head
+        tail = read_at(begin + length - half, half)
+        tail = tail[tail.find(b"\n") + 1:] if b"\n" in tail[:-1] else tail
+        omitted = length - len(head) - len(tail)
+        info["omitted_bytes"] = omitted
+        return head + ("[... %d bytes of this boot omitted ...]\n" % omitted).encode() + tail, info
+    return read_at(begin, length), info
+
+
+def latest_boot_bytes(data, max_bytes=None):
+    """``(text_bytes, info)``: the latest boot of an in-memory log (see :func:`_latest_boot_slice`)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    mv = memoryview(data)
+    return _latest_boot_slice(lambda o, n: mv[o:o + n].tobytes(), len(data), max_bytes)
+
+
+def read_boot_text(run_command, log_path=None, container=None, docker="docker", timestamps=True,
+                   max_bytes=None):
+    """``(text, info)``: the latest boot of a log file or of a container's ``docker logs`` (both
+    streams, in order), as the one way roles collect boot logs.  ``info`` adds ``source``."""
+    if log_path:
+        try:
+            f = open(log_path, "rb")
+        except (IOError, OSError) as exc:
+            raise EngineLogError(log_path, "readable", "cannot open: %s" % exc)
+        with f:
+            size = os.fstat(f.fileno()).st_size
+
+            def read_at(offset, length):
+                f.seek(offset)
+                return f.read(length)
+
+            data, info = _latest_boot_slice(read_at, size, max_bytes)
+        info["source"] = str(log_path)
+    elif container:
+        partial = []
+        text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps, partial=partial)
+        data, info = latest_boot_bytes(text, max_bytes)
+        if partial and not info["partial_last_line"]:
+            info["partial_last_line"] = _quote(partial[-1])
+        info["source"] = "docker logs %s" % container
+    else:
+        raise ValueError("read_boot_text needs log_path or container")
+    return data.decode("utf-8", "replace"), info
 
 
 # ---------------------------------------------------------------------------------------------
 # docker logs
 # ---------------------------------------------------------------------------------------------
 
-def merge_docker_streams(stdout, stderr):
+def merge_docker_streams(stdout, stderr, partial=None):
     """Merge ``docker logs --timestamps`` stdout and stderr into one text in log order.
 
     ``docker logs`` writes the container's stdout to stdout and its stderr to stderr, so the
     interleaving is lost when the two are captured apart; each line's RFC 3339 timestamp puts
     it back (stable merge; a line without a timestamp keeps the previous line's).  The
-    timestamps are removed.  Without timestamps the result is stdout followed by stderr.
+    timestamps are removed.  A stream whose last line has no newline is still being written:
+    that line is left out of the merge (it would glue onto a line of the other stream) and
+    appended to ``partial`` (a list) when one is given.
     """
     def keyed(text, which):
+        text = text or ""
+        lines = text.split("\n")
+        tail = lines.pop()            # "" when the stream ends with a newline
+        if tail.strip() and partial is not None:
+            m = DOCKER_TS_RE.match(tail)
+            partial.append(tail[m.end():] if m else tail)
         last = ""
-        for i, line in enumerate((text or "").splitlines()):
+        for i, line in enumerate(lines):
             m = DOCKER_TS_RE.match(line)
             if m:
                 last = m.group(1)
@@ -998,11 +1274,11 @@ def _ts_key(ts):
     return head + ".000000000" + ts[len(head):]
 
 
-def docker_logs_text(run_command, container, docker="docker", timestamps=True):
+def docker_logs_text(run_command, container, docker="docker", timestamps=True, partial=None):
     """Run ``docker logs [--timestamps] <container>`` through ``run_command`` and return text.
 
-    ``run_command`` is ``AnsibleModule.run_command`` (args list -> (rc, stdout, stderr)).
-    Raises :class:`EngineLogError` when docker fails.
+    ``run_command`` is ``AnsibleModule.run_command`` (args list -> (rc, stdout, stderr)); both
+    streams are read.  Raises :class:`EngineLogError` when docker fails.
     """
     args = [docker, "logs"]
     if timestamps:
@@ -1013,13 +1289,27 @@ def docker_logs_text(run_command, container, docker="docker", timestamps=True):
         raise EngineLogError("docker logs %s" % container, "readable",
                              "docker exited %s: %s" % (rc, (err or out or "").strip()[-500:]))
     if timestamps:
-        return merge_docker_streams(out, err)
-    return (out or "") + ("" if not out or out.endswith("\n") else "\n") + (err or "")
+        return merge_docker_streams(out, err, partial)
+    parts = []
+    for text in (out, err):
+        text = text or ""
+        if text and not text.endswith("\n"):
+            nl = text.rfind("\n")
+            if partial is not None and text[nl + 1:].strip():
+                partial.append(text[nl + 1:])
+            text = text[:nl + 1]
+        parts.append(text)
+    return "".join(parts)
 
 
-def scan_docker(run_command, container, kinds=ALL_KINDS, docker="docker", timestamps=True):
-    text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps)
-    return scan(text, name="docker logs %s" % container, kinds=kinds)
+def scan_docker(run_command, container, kinds=ALL_KINDS, docker="docker", timestamps=True,
+                count_boots=False):
+    partial = []
+    text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps, partial=partial)
+    facts = scan(text, name="docker logs %s" % container, kinds=kinds, count_boots=count_boots)
+    if partial and not facts.partial_last_line:
+        facts.partial_last_line = _quote(partial[-1])
+    return facts
 
 
 # The log source every engine-log module takes: a log file (streamed) or a container's docker logs.
@@ -1028,6 +1318,7 @@ SOURCE_ARGUMENT_SPEC = dict(
     container=dict(type="str"),
     docker_bin=dict(type="str", default="docker"),
     docker_timestamps=dict(type="bool", default=True),
+    count_boots=dict(type="bool", default=False),
 )
 SOURCE_MUTUALLY_EXCLUSIVE = [("log_path", "container")]
 SOURCE_REQUIRED_ONE_OF = [("log_path", "container")]
@@ -1036,16 +1327,24 @@ SOURCE_REQUIRED_ONE_OF = [("log_path", "container")]
 def read_boot_params(run_command, params, kinds=ALL_KINDS):
     """read_boot with a module's SOURCE_ARGUMENT_SPEC parameters."""
     return read_boot(run_command, log_path=params["log_path"], container=params["container"], kinds=kinds,
-                     docker=params["docker_bin"], timestamps=params["docker_timestamps"])
+                     docker=params["docker_bin"], timestamps=params["docker_timestamps"],
+                     count_boots=params.get("count_boots") or False)
 
 
-def read_boot(run_command, log_path=None, container=None, kinds=ALL_KINDS, docker="docker", timestamps=True):
-    """Latest-boot facts from a log file (streamed) or a container's ``docker logs``.
+def read_boot(run_command, log_path=None, container=None, kinds=ALL_KINDS, docker="docker", timestamps=True,
+              count_boots=False):
+    """Latest-boot facts from a log file or a container's ``docker logs`` (both streams).
 
     The one entry point modules use, so every module reads an engine log the same way.
     """
     if log_path:
-        return scan_file(log_path, kinds=kinds)
+        return scan_file(log_path, kinds=kinds, count_boots=count_boots)
     if container:
-        return scan_docker(run_command, container, kinds=kinds, docker=docker, timestamps=timestamps)
+        return scan_docker(run_command, container, kinds=kinds, docker=docker, timestamps=timestamps,
+                           count_boots=count_boots)
     raise ValueError("read_boot needs log_path or container")
+
+
+def boots_label(boots_seen):
+    """``"latest of 3 boot(s)"`` or ``"latest boot"`` when the boots were not counted."""
+    return "latest boot" if boots_seen is None else "latest of %d boot(s)" % boots_seen

@@ -5,7 +5,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import sys
+
 import pytest
+
+from ansible.module_utils.engine_log import SOURCE_ARGUMENT_SPEC
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))
@@ -14,7 +18,9 @@ MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))
 @pytest.fixture(scope="module")
 def docs():
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    out = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-doc"), "--json", "-t", "module", "-M",
+    # ansible-doc of the interpreter running the tests (the venv's, whatever the venv's path).
+    ansible_doc = str(Path(sys.executable).parent / "ansible-doc")
+    out = subprocess.run([ansible_doc, "--json", "-t", "module", "-M",
                           str(ROOT / "library"), *MODULES], env=env, cwd=ROOT, check=True, text=True,
                          stdout=subprocess.PIPE).stdout
     return json.loads(out)
@@ -29,7 +35,7 @@ def spec_keys(path):
             for arg in node.value.args:  # dict(SHARED_SPEC, extra=...) style
                 if isinstance(arg, ast.Attribute) and arg.attr == "SOURCE_ARGUMENT_SPEC" or \
                         isinstance(arg, ast.Name) and arg.id == "SOURCE_ARGUMENT_SPEC":
-                    keys |= {"log_path", "container", "docker_bin", "docker_timestamps"}
+                    keys |= set(SOURCE_ARGUMENT_SPEC)
             return keys
     return None
 
