@@ -73,7 +73,8 @@ def run(monkeypatch, capsys, args, run_command=None):
 
 def test_stock_boot_with_two_disagreements(monkeypatch, capsys, tmp_path):
     root = cache_tree(tmp_path, sidecar=False)
-    res = run(monkeypatch, capsys, {"log_path": SEED_LOG, "rank": 0, "cache_root": root, "host_label": "spark1"})
+    res = run(monkeypatch, capsys, {"log_path": SEED_LOG, "rank": 0, "cache_root": root, "host_label": "spark1",
+                                    "count_boots": True})
     assert not res.get("failed"), res.get("msg")
     assert res["verdict"] == "tuned" and res["armed"] is False and res["changed"] is False
     assert res["disagreements"] == 2 and res["completed"] == 2 and res["tuned_count"] == 2
@@ -93,7 +94,7 @@ def test_stock_boot_with_two_disagreements(monkeypatch, capsys, tmp_path):
 def test_retention_boot_reuses_twice(monkeypatch, capsys, tmp_path):
     root = cache_tree(tmp_path)
     res = run(monkeypatch, capsys, {"log_path": reused_boot(tmp_path), "rank": 1, "cache_root": root,
-                                    "expect": ["reused"]})
+                                    "expect": ["reused"], "count_boots": True})
     assert not res.get("failed"), res.get("msg")
     assert res["verdict"] == "reused" and res["armed"] is True
     assert res["reused"] == [cpath(1), cpath(1)] and res["reused_count"] == 2
@@ -151,7 +152,8 @@ def test_disagreement_beside_reuse_is_mixed(monkeypatch, capsys, tmp_path):
 
 
 def test_drift_failure(monkeypatch, capsys, tmp_path):
-    res = run(monkeypatch, capsys, {"log_path": DRIFT, "rank": 2, "cache_root": str(tmp_path), "host_label": "spark3"})
+    res = run(monkeypatch, capsys, {"log_path": DRIFT, "rank": 2, "cache_root": str(tmp_path), "host_label": "spark3",
+                                    "count_boots": True})
     assert not res.get("failed"), res.get("msg")
     assert res["verdict"] == "failed" and res["armed"] is True
     assert res["drift"] == ["DSV41_AUTOTUNE_KEEP: _autotune_cache_digest is gone; engine drifted"]
@@ -161,7 +163,7 @@ def test_drift_failure(monkeypatch, capsys, tmp_path):
     assert failed["failed"]
     assert failed["msg"].startswith("spark3 rank 2: autotune verdict failed, expected reused or tuned (reused 0, "
                                     "tuned 0, disagreements 0; DSV41_AUTOTUNE_KEEP: _autotune_cache_digest is gone; "
-                                    "engine drifted; %s, latest of 1 boot(s))" % DRIFT)
+                                    "engine drifted; %s, latest boot)" % DRIFT)
 
 
 def test_log_without_autotune_lines_fails_naming_source(monkeypatch, capsys, tmp_path):
@@ -228,7 +230,7 @@ DOCKER_ERR = ("2026-09-25T10:01:00.000000000Z [2026-09-25 10:01:00 TP1 EP1] [aut
 
 def test_docker_path(monkeypatch, capsys, tmp_path):
     res = run(monkeypatch, capsys, {"container": "dsv41-worker", "rank": 1, "cache_root": str(tmp_path),
-                                    "expect": ["reused"], "_ansible_check_mode": True},
+                                    "expect": ["reused"], "_ansible_check_mode": True, "count_boots": True},
               run_command=lambda cmd: (0, DOCKER_OUT, DOCKER_ERR))
     assert not res.get("failed"), res.get("msg")
     assert res["_calls"] == [["docker", "logs", "--timestamps", "dsv41-worker"]]
@@ -259,7 +261,7 @@ def test_documentation_blocks_parse():
     import yaml
     doc = yaml.safe_load(autotune_status.DOCUMENTATION)
     assert doc["module"] == "autotune_status"
-    assert set(doc["options"]) == {"log_path", "container", "docker_bin", "docker_timestamps", "rank", "cache_root",
+    assert set(doc["options"]) == {"log_path", "container", "docker_bin", "docker_timestamps", "count_boots", "rank", "cache_root",
                                    "expect", "host_label"}
     yaml.safe_load(autotune_status.EXAMPLES)
     ret = yaml.safe_load(autotune_status.RETURN)

@@ -31,7 +31,7 @@ def base(**kw):
 
 
 def test_report_latest_boot(monkeypatch, capsys):
-    res = run(monkeypatch, capsys, base(rows_total={"1": ROWS[1], "14": ROWS[14]}))
+    res = run(monkeypatch, capsys, base(rows_total={"1": ROWS[1], "14": ROWS[14]}, count_boots=True))
     assert not res.get("failed") and res["changed"] is False
     assert res["boots_seen"] == 2 and res["all_packed"] is False and res["all_ok"] is False
     l1, l14 = res["layers"]
@@ -57,7 +57,7 @@ def test_require_packed_names_layer_rank_and_rows(monkeypatch, capsys):
     assert res["failed"] is True
     assert res["msg"].startswith("spark2 rank 1: layer 14 packed=False; layer 1 rows [128002056,256004112) "
                                  "expected [5,10)")
-    assert TWO_BOOTS in res["msg"] and "latest of 2 boot(s)" in res["msg"]
+    assert TWO_BOOTS in res["msg"] and "latest boot" in res["msg"]
     assert res["layers"][1]["packed"] is False            # details still returned
 
 
@@ -96,8 +96,9 @@ def test_check_mode_is_read_only_and_same(monkeypatch, capsys):
 def test_missing_layer_fails_naming_source_and_layer(monkeypatch, capsys):
     res = run(monkeypatch, capsys, base(log_path=os.path.join(FIX, "drift_fatal.log"), rank=2))
     assert res["failed"]
-    assert "drift_fatal.log" in res["msg"] and "'Exact nvme Engram layer=14'" in res["msg"]
-    assert "engram-l14-r2of3.bin is truncated" in res["msg"]
+    assert "drift_fatal.log" in res["msg"] and "'Exact ... Engram layer=14'" in res["msg"]
+    assert "fatal on rank 2 while attaching layer 14: Engram retrieval failed: packed Engram shard is truncated" \
+        in res["msg"]
     assert res["msg"].startswith("spark2 rank 2: ")
 
 
@@ -109,10 +110,11 @@ def test_missing_log_file(monkeypatch, capsys, tmp_path):
 def test_fatal_error_fails_require_packed(monkeypatch, capsys, tmp_path):
     log = tmp_path / "fatal.log"
     log.write_text(open(TWO_BOOTS).read().replace("packed=False", "packed=True")
-                   + "[2026-09-24 02:56:00 TP1 EP1] RuntimeError: packed Engram shard /engram/engram-l1-r1of3.bin "
-                     "does not match this rank's range; re-run the pack step\n")
+                   + "Engram retrieval failed: packed Engram shard does not match this rank's range; "
+                     "re-run the pack step (errno=0)\n")
     res = run(monkeypatch, capsys, base(log_path=str(log), require_packed=True))
-    assert res["failed"] and "fatal: RuntimeError: packed Engram shard /engram/engram-l1-r1of3.bin" in res["msg"]
+    assert res["failed"] and ("fatal on rank 1 while attaching layer None: Engram retrieval failed: packed Engram "
+                              "shard does not match this rank's range") in res["msg"]
     assert res["fatal"][0]["reason"] == "range_mismatch" and res["all_packed"] is True
 
 
@@ -129,7 +131,7 @@ DOCKER_ERR = ("2026-09-24T02:52:48.100000000Z [2026-09-24 02:52:48 TP0 EP0] Exac
 def test_docker_path(monkeypatch, capsys):
     res = run(monkeypatch, capsys,
               {"container": "dsv41-head", "rank": 0, "tp_size": 3, "rows_total": ROWS, "require_packed": True,
-               "_ansible_check_mode": True},
+               "_ansible_check_mode": True, "count_boots": True},
               run_command=lambda cmd: (0, DOCKER_OUT, DOCKER_ERR))
     assert not res.get("failed"), res
     assert res["_calls"] == [["docker", "logs", "--timestamps", "dsv41-head"]]
@@ -174,7 +176,7 @@ def test_documentation_blocks_parse():
     import yaml
     doc = yaml.safe_load(engram_packed.DOCUMENTATION)
     assert doc["module"] == "engram_packed"
-    assert set(doc["options"]) == {"log_path", "container", "docker_bin", "docker_timestamps", "rank", "tp_size",
+    assert set(doc["options"]) == {"log_path", "container", "docker_bin", "docker_timestamps", "count_boots", "rank", "tp_size",
                                    "layers", "rows_total", "checkpoint", "require_packed", "host_label"}
     yaml.safe_load(engram_packed.EXAMPLES)
     ret = yaml.safe_load(engram_packed.RETURN)
