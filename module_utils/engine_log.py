@@ -449,7 +449,40 @@ def _engram_fields(mode, layer, rest, text):
     return f
 
 
+# The periodic line exactly as the engine prints it (the common case, read with one match).
+RE_PERIODIC_FAST = re.compile(
+    r"^(\d+) hit_rate=([\d.]+)% reads=(\d+) cache=([\d.]+)(GiB|GB|MiB|MB)\((\d+)-way\) "
+    r"scales=[\d.]+(?:GiB|GB|MiB|MB) threads=(\d+)(?: packed=(\w+))?\s*$")
+
+
+# The same periodic line as a whole logging record, matched on raw bytes: the hot path of a long
+# boot, where these lines are most of what the reader sees.
+RE_PERIODIC_RECORD_B = re.compile(
+    rb"\s*\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?((?:\s+[A-Z]{2}\d+)*)\] ?Engram layer=(\d+) lookups="
+    rb"(\d+) hit_rate=([\d.]+)% reads=(\d+) cache=([\d.]+)(GiB|GB|MiB|MB)\((\d+)-way\) "
+    rb"scales=[\d.]+(?:GiB|GB|MiB|MB) threads=(\d+)(?: packed=(\w+))?[ \t\r]*$")
+_TP_TAG_B = re.compile(rb"\bTP(\d+)\b")
+
+
+def _periodic_record(m):
+    """``(Message, fields)`` of a :data:`RE_PERIODIC_RECORD_B` match."""
+    r = _TP_TAG_B.search(m.group(1))
+    msg = Message("", True, int(r.group(1)) if r else None)
+    packed = m.group(10)
+    f = {"layer": int(m.group(2)), "packed": _bool(packed.decode()) if packed else None,
+         "lookups": int(m.group(3)), "hit_rate_pct": float(m.group(4)), "reads": int(m.group(5)),
+         "cache_gib": to_bytes(m.group(6).decode(), m.group(7).decode()) / float(GIB),
+         "cache_ways": int(m.group(8)), "threads": int(m.group(9))}
+    return msg, f
+
+
 def _periodic_fields(layer, rest):
+    m = RE_PERIODIC_FAST.match(rest)
+    if m:
+        return {"layer": int(layer), "packed": _bool(m.group(8)), "lookups": int(m.group(1)),
+                "hit_rate_pct": float(m.group(2)), "reads": int(m.group(3)),
+                "cache_gib": to_bytes(m.group(4), m.group(5)) / float(GIB), "cache_ways": int(m.group(6)),
+                "threads": int(m.group(7))}
     f = {"layer": int(layer), "packed": None}
     m = re.search(r"\bpacked=(\w+)", rest, _I)
     f["packed"] = _bool(m.group(1)) if m else None
@@ -936,7 +969,14 @@ class Scanner(object):
             line_no += chunk.count(b"\n", counted, ls)
             counted = ls
             le = find(b"\n", ls, end)
-            for msg in split_messages(chunk[ls:le if le != -1 else end]):
+            if le == -1:
+                le = end
+            m = RE_PERIODIC_RECORD_B.match(chunk, ls, le)
+            if m:
+                msg, f = _periodic_record(m)
+                state.apply(msg, "engram_periodic", f, line_no)
+                continue
+            for msg in split_messages(chunk[ls:le]):
                 ev = classify(msg.text)
                 if ev is not None:
                     state.apply(msg, ev[0], ev[1], line_no)

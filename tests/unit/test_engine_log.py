@@ -301,3 +301,14 @@ def test_memory_is_bounded_by_the_latest_boot_not_the_log(tmp_path):
         builtins.open = real_open
     assert facts.engram[14]["packed"] is True
     assert sum(reads) < 4 * 65536 + 3 * len(L.text(L.boot(1))) < log.stat().st_size / 5
+
+
+def test_periodic_fast_path_reads_what_the_line_parser_reads(tmp_path):
+    lines = [l for s, l in L.boot(1, periodic=2) if "lookups=" in l]
+    facts = all_ways(L.text(L.boot(1, periodic=2)), tmp_path)
+    assert facts.periodic[14]["last"] == E.parse_line(lines[-1])[1]
+    assert facts.periodic[14]["count"] == 2 and facts.periodic[14]["packed_true"] == 2
+    # an odd spelling still goes through the tolerant parser
+    odd = P + "Engram layer=14 lookups=1 hit_rate=0.0% reads=1 cache=0.0 GiB(4-way) scales=0.0GiB threads=96 packed=False"
+    facts = all_ways(L.text(L.boot(1)) + odd + "\n", tmp_path)
+    assert facts.periodic[14]["packed_false"] == 1 and facts.periodic[14]["last"]["packed"] is False
