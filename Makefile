@@ -17,17 +17,22 @@ export ANSIBLE_MODULE_UTILS := $(abspath module_utils)
 export ANSIBLE_FILTER_PLUGINS := $(abspath filter_plugins)
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help setup apt lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status drift \
+.PHONY: help setup apt apt-check fresh-check lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status drift \
         test lint argspecs unit lab-tests molecule playbook-tests bench
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-# Every Debian package the lab and the tests need. `make apt` installs whichever of them is missing
-# (checked one by one with dpkg, so a machine that already has podman still gets iptables, which
-# netavark needs to build the lab image).
-APT_PACKAGES := podman runc debootstrap uidmap slirp4netns netavark aardvark-dns iptables \
-                openssh-client make python3-venv ca-certificates
+# Every Debian package the lab and the tests need, each with what proves it is there (a command on
+# PATH or a file). `make apt` installs whichever is missing (checked one by one, so a machine that
+# already has podman still gets iptables, which netavark needs to build the lab image); `make
+# apt-check` fails naming each one still missing. `make fresh-check` runs both in a clean Debian
+# container, so a package missing from this list cannot hide behind a well-equipped machine.
+APT_REQUIRES := podman:podman runc:runc debootstrap:debootstrap uidmap:newuidmap slirp4netns:slirp4netns \
+                netavark:/usr/lib/podman/netavark aardvark-dns:/usr/lib/podman/aardvark-dns \
+                iptables:iptables openssh-client:ssh-keygen make:make python3-venv:/usr/lib/python3.11/ensurepip \
+                ca-certificates:/etc/ssl/certs/ca-certificates.crt
+APT_PACKAGES := $(foreach r,$(APT_REQUIRES),$(firstword $(subst :, ,$(r))))
 
 apt: ## install the Debian packages the lab needs (podman, runc, iptables, debootstrap, ...)
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -36,6 +41,15 @@ apt: ## install the Debian packages the lab needs (podman, runc, iptables, deboo
 	  echo "apt: installing" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@$(MAKE) --no-print-directory apt-check
+
+apt-check: ## fail naming every lab package whose command or file is missing
+	@bad=""; for r in $(APT_REQUIRES); do p=$${r%%:*}; what=$${r#*:}; \
+	  case $$what in /*) [ -e "$$what" ] ;; *) command -v "$$what" >/dev/null ;; esac || bad="$$bad $$p($$what)"; \
+	done; if [ -n "$$bad" ]; then echo "apt-check: missing Debian packages:$$bad" >&2; exit 1; fi
+
+fresh-check: ## make apt + apt-check + make setup in a clean Debian 12 container (nothing preinstalled)
+	bash lab/fresh_machine_check.sh
 
 $(STAMP): requirements.txt
 	python3 -m venv $(VENV)
