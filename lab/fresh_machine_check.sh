@@ -11,8 +11,16 @@ cd "$(dirname "$0")/.."
 python3 lab/labctl.py build >/dev/null            # the base image (debootstrap) is a build cache
 base=$(podman images --format '{{.Repository}}:{{.Tag}}' | grep '^localhost/dsv41-lab-base:' | head -1)
 [ -n "$base" ] || { echo "fresh-check: no lab base image" >&2; exit 1; }
+# The machine's own network trust (a TLS-inspecting proxy's CA in its bundle, pip index settings)
+# belongs to the machine, not to the project: it is handed to the container as it is.
+net=()
+ca=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
+if [ -f "$ca" ]; then net+=(-v "$ca:/host-ca.crt:ro" -e PIP_CERT=/host-ca.crt); fi
+for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_DEFAULT_TIMEOUT http_proxy https_proxy HTTP_PROXY HTTPS_PROXY; do
+  if [ -n "${!v:-}" ]; then net+=(-e "$v=${!v}"); fi
+done
 started=$(date +%s)
-podman --runtime runc run --rm --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 \
+podman --runtime runc run --rm --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 "${net[@]}" \
   -v "$PWD/Makefile:/src/Makefile:ro" -v "$PWD/requirements.txt:/src/requirements.txt:ro" \
   "$base" bash -euo pipefail -c '
     cp -r /src /repo && cd /repo
