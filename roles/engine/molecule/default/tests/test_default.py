@@ -1,9 +1,27 @@
-"""After the restart every rank runs a fresh boot, workers before the head, and the head answers /health."""
+"""After the restart every rank runs a fresh boot, workers before the head, and the head answers /health.
+
+Boot logs are read with the project's one engine-log reader (module_utils/engine_log.py) on both
+streams of `docker logs`, as the roles read them.
+"""
 import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[5] / "module_utils"))
+import engine_log  # noqa: E402  (the project's reader, standard library only)
 
 
 def container(host):
     return "dsv41-head" if host.ansible.get_variables()["dsv41_rank"] == 0 else "dsv41-worker"
+
+
+def latest_boot(host):
+    def run(args):
+        res = host.run(" ".join(args))
+        return res.rc, res.stdout, res.stderr
+    return engine_log.scan_docker(run, container(host))
 
 
 def test_container_running_with_declared_engram_source(host):
@@ -14,15 +32,17 @@ def test_container_running_with_declared_engram_source(host):
 
 
 def test_latest_boot_has_engram_and_memory_lines(host):
-    log = host.check_output(f"docker logs {container(host)}")
-    latest = log[log.rfind("server_args=ServerArgs("):]
-    assert latest.count("Exact nvme Engram layer=") == 2
-    assert "max_total_num_tokens=" in latest
+    facts = latest_boot(host)
+    assert facts.marker_found and sorted(facts.engram) == [1, 14]
+    assert facts.pool is not None and facts.memory is not None
+    if host.ansible.get_variables()["dsv41_rank"] == 0:
+        assert facts.max_total is not None          # rank 0 only
+    else:
+        assert facts.max_total is None
 
 
 def test_head_is_ready_and_healthy(host):
     if host.ansible.get_variables()["dsv41_rank"] != 0:
-        return
-    log = host.check_output("docker logs dsv41-head")
-    assert "Ready: API on port 8888" in log[log.rfind("server_args=ServerArgs("):]
+        pytest.skip("only the head serves the API")
+    assert latest_boot(host).ready
     assert host.check_output("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8888/health") == "200"

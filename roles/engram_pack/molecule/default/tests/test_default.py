@@ -1,8 +1,13 @@
 """After converge every rank has both packed shards, complete and published, and the engine reads them."""
 import json
 import struct
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[5] / "module_utils"))
+import engine_log  # noqa: E402  (the project's reader, standard library only)
 
 MAGIC = 0x31344E4531565344
 
@@ -32,8 +37,12 @@ def test_no_partial_left(host):
 def test_engine_latest_boot_is_packed(host):
     hv = host.ansible.get_variables()
     name = "dsv41-head" if hv["dsv41_rank"] == 0 else "dsv41-worker"
-    log = host.check_output(f"docker logs {name}")
-    latest = log[log.rfind("server_args=ServerArgs("):]
-    lines = [line for line in latest.splitlines() if "Exact nvme Engram" in line]
-    assert len(lines) == 2 and all(line.endswith("packed=True") for line in lines)
+
+    def run(args):
+        res = host.run(" ".join(args))
+        return res.rc, res.stdout, res.stderr
+
+    facts = engine_log.scan_docker(run, name)     # both streams, the project's one reader
+    assert facts.marker_found and sorted(facts.engram) == [1, 14]
+    assert all(facts.engram[layer]["packed"] is True for layer in (1, 14))
     assert json.loads(host.check_output(f"docker inspect {name}"))[0]["State"]["Status"] == "running"
