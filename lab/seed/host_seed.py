@@ -11,13 +11,14 @@ directory in /usr/local/lib/dsv41-lab/seed/ (the repo layout lab/standins + lab/
 What it creates (SPEC sections 1 and 5):
   all hosts  group ``docker`` (login user added); /var/lib/lab-docker (2775 root:docker) and
              /var/lib/lab-nvidia (0755 root); clocks locked 0,2200; nvidia-clock-lock.service;
-             the per-rank autotune cache under ~/.cache/sglang/flashinfer/autotune/0.6.1/sm121/<hash>/;
+             the per-rank autotune cache under ~/.cache/sglang/flashinfer/autotune/0.6.18/sm121/<hash>/;
              the serving container record (dsv41-head / dsv41-worker, exited; the launcher's
              ``serve`` replaces it with a running one); the launcher start.sh in the checkout
   all hosts  the checkout's adapter/ (lab/seed/adapters: the seven local adapters + sitecustomize.py,
              0644, login user; written only when absent); the engine image dsv41-sglang:tp3 built
              from that checkout (/var/lib/lab-docker/images/<id>/rootfs/sgl-workspace/adapter/)
   spark1     /home/mia/dsv41-3x-spark/{.env (0600), adapter/, logs/dsv41.log (saved boot log)},
+             /etc/dsv41-lab/launcher.env (LAB_SERVE_POLL_SECONDS=1: the launcher polls every second),
              /home/mia/dsv41-engram (empty), one non-serving container; default multi-user.target
   spark2     /home/zurih/dsv41-3x-spark/{adapter/, engram/}, old TP2 shards
              /home/zurih/dsv41-engram/engram-l{1,14}-r1of2.bin (sparse, 101,379,024,656 bytes in all),
@@ -28,8 +29,9 @@ What it creates (SPEC sections 1 and 5):
              NV_ERR_NO_MEMORY kernel message in the journal (timestamp: now; text: 01:33:54)
 
 Idempotent: running it again restores these items to the report state (seeded containers,
-clock lock, .env, boot log, autotune cache, units) and leaves everything else alone: other
-containers, a running serving container, files the roles wrote (packed shards, sidecars, adapters).
+clock lock, .env, boot log (also as dsv41-head's json-file docker log), autotune cache, units,
+lab knobs) and leaves everything else alone: other containers, a running serving container,
+files the roles wrote (packed shards, sidecars, adapters).
 
 ``--root DIR`` (tests only) writes every path under DIR and skips users, groups, ownership,
 systemctl and the journal.
@@ -42,7 +44,6 @@ import importlib.util
 import json
 import os
 import pwd
-import shutil
 import struct
 import subprocess
 import sys
@@ -70,7 +71,7 @@ ENGRAM_ROWS = {1: 384006168, 14: 384016684}
 MAGIC = 0x31344E4531565344  # b"DSV41EN1" little-endian
 ROW_BYTES = 264
 HEADER_BYTES = 4096
-FLASHINFER = "0.6.1"
+FLASHINFER = "0.6.18"
 SM = "sm121"
 # Hash of the tuned settings, as the engine stand-in names its autotune cache directory (see
 # autotune_paths in dsv41_engine.py); the saved boot log (dsv41.log) names the same directory.
@@ -313,6 +314,18 @@ class Seeder:
             self.mkdir(base / "engram")  # tmpfs mount point: ownership only, contents left alone
             self.log("worker checkout: adapter/, engram/")
 
+    def lab_knobs(self):
+        """/etc/dsv41-lab/launcher.env on the head: the launcher stand-in polls for Ready every second
+        instead of the real 10 s (lab runs do not wait 10 s per serve; delete the line for the real cadence).
+        The engine's knobs (/etc/dsv41-lab/engine.env) are left to the tests: none by default."""
+        if self.spec["role"] != "head":
+            return
+        self.mkdir("/etc/dsv41-lab", owner=False)
+        self.write("/etc/dsv41-lab/launcher.env",
+                   "# lab knobs of the launcher stand-in (start.sh); written by host_seed.py\n"
+                   "LAB_SERVE_POLL_SECONDS=1\n", mode=0o644, owner=False)
+        self.log("lab knobs: /etc/dsv41-lab/launcher.env (LAB_SERVE_POLL_SECONDS=1)")
+
     def adapters(self, adir):
         """The seven local adapters + the report's sitecustomize.py (which registers exactly those; the
         ported hook in lab/seed/adapters also registers autotune_keep), 0644, login user, each only if
@@ -481,9 +494,8 @@ class Seeder:
                 store.containers.append(rec)
                 if rec["Name"] == "dsv41-head":
                     # docker logs dsv41-head shows the saved boots until the launcher replaces it
-                    logp = store.log_path(rec["Name"])
-                    shutil.copyfile(HERE / "dsv41.log", logp)
-                    os.chmod(logp, 0o664)
+                    # (as the json-file log of the engine's two streams, stamped with the lines' times)
+                    dk.import_text_log(store.log_path(rec["Name"]), (HERE / "dsv41.log").read_bytes())
             others = len(seeded) - 1
         self.log("docker: %s recorded (exited) + %d non-serving running containers" % (self.spec["container"], others))
 
@@ -523,6 +535,7 @@ class Seeder:
         self.state_dirs()
         self.nvidia_state()
         self.checkout()
+        self.lab_knobs()
         if self.host == "spark2":
             self.tp2_shards()
         self.autotune_cache()

@@ -12,48 +12,158 @@ Arguments (passed by the launcher stand-in ``start.sh``; unknown ones are ignore
   --role head|worker --rank R --tp-size T --ep-size E --model-path PATH --port 8888
   --dspark-block-size K --max-running-requests M --chunked-prefill-size C
   --max-total-tokens P --mem-fraction-static F [--moe-runner-backend B] [--dist-init-addr HOST:PORT]
+  [--served-model-name NAME]  (default deepseek-v4.1-flash)
 
-Environment read: DSV41_* and SGLANG_* switches, DSPARK_BLOCK_SIZE (fallback for --dspark-block-size),
-API_KEY (head), LAB_MOUNTS, and the lab knobs
-  LAB_ENGINE_FAST=1        no boot pacing (tests)
+Lab knobs: environment variables of the engine process. Any ``LAB_*`` key may also be set in a host-side
+file, ``/etc/dsv41-lab/engine.env`` (``KEY=VALUE`` lines, ``#`` comments; path: ``LAB_ENGINE_ENV_FILE``),
+so tests can turn them on without changing the launcher; the environment wins over the file.
+  LAB_ENGINE_BUILD=new|old  ``old``: an older engine build's formats (``server_args=ServerArgs(...)``,
+                           ``DSv4`` spelling, Engram lines with ``cache_budget=`` and no ``packed=``, the
+                           older load/capture/decode wording; see OLD BUILD below). Default ``new``.
+  LAB_ENGINE_BOOT_SECONDS=<n>  spread the whole boot (marker to ``Ready``) over about n seconds, in the
+                           proportions of a real ~767 s boot (load_weight ~616 s); wins over FAST.
+                           Unset: about 2 s (the lab's normal pacing).
+  LAB_ENGINE_FAST=1        no boot pacing at all (unit tests)
   LAB_ENGINE_SPEED=<f>     divide every request-path sleep by f (tests use a big factor)
-  LAB_IMAGE_ROOT=<dir>     the container image's rootfs (set by the docker stand-in). The retention
-                           adapter is armed only if DSV41_AUTOTUNE_KEEP is non-zero AND
-                           <dir>/sgl-workspace/adapter/autotune_keep.py exists AND that directory's
-                           sitecustomize.py has "autotune_keep" as a key of _ADAPTERS; otherwise the switch
-                           is silently ignored (stock autotune). Unset: the switch alone decides (tests).
-  LAB_ENGINE_DRIFT=<sym>   with DSV41_AUTOTUNE_KEEP=1: the adapter's hook symbol is "gone" -> boot fails
-  LAB_ENGINE_DRIFT_FILE    (default /etc/dsv41-lab/engine_drift) first line = <sym>, same effect; a host-side
-                           switch, since the docker stand-in passes only the container's -e variables
+  LAB_ENGINE_LOG_REQUESTS=1  echo each chat request into the log as ``--log-requests`` does
+                           (``[ts] Receive: obj=ChatCompletionRequest(...)``, one line, repr-quoted)
+  LAB_IMAGE_ROOT=<dir>     the container image's rootfs (set by the docker stand-in). An adapter (autotune_keep
+                           and the seven local ones) takes effect only if its switch is on AND
+                           <dir>/sgl-workspace/adapter/<name>.py exists AND that directory's sitecustomize.py
+                           has "<name>" as a key of _ADAPTERS; otherwise the switch is silently ignored.
+                           Unset: the switch alone decides (tests).
+  LAB_ENGINE_DRIFT=<sym>   with the retention adapter armed: its hook symbol is "gone" -> boot fails
+  LAB_ENGINE_DRIFT_FILE    (default /etc/dsv41-lab/engine_drift) first word = <sym>, same effect
 
-Boot (stdout, each line prefixed ``[YYYY-MM-DD HH:MM:SS TP{r} EP{r}] `` in UTC):
-  server_args=ServerArgs(...)  (boot marker; api_key shown as '***')
-  Engram: N rows per layer (1, 14) from the checkpoint index + safetensors headers at --model-path;
-    rank r owns [N*r//tp, N*(r+1)//tp). Packed shard ``engram-l{L}-r{r}of{tp}.bin`` in DSV41_PACKED_DIR
-    (default /engram): missing -> packed=False; valid (size 4096+(hi-lo)*264, header magic/layer/lo/hi/N/264,
-    zero padding) -> packed=True; anything else -> RuntimeError naming the shard and exit 1.
-  Memory model (documented, deterministic, identical on all ranks for identical settings; "GB" = 10**9 bytes):
-    available_bytes = 1.04e9 + (F - 0.95) * 100 * 1.2e9          (each 0.01 of fraction ~ 1.2 GB)
-                      - DSV41_CACHE_GIB * 2**30                   (row cache, total per rank, split over 2 layers)
-                      - 688 MiB   if DSV41_WO_A_W8                 (FP8 twins)
-                      + 1376 MiB  if DSV41_WO_A_W8 and DSV41_WO_A_W8_DROP (bf16 originals dropped)
-                      - 210.6 MiB if DSV41_DRAFT_HEAD_FP8
-                      - 96 MiB    if SGLANG_DSPARK_FOLDED_SAMPLING=2 (static buffers)
-    bytes_per_full_token = 1670.75
-    full_token (bytes for the full-token pool) = 0.8 * available_bytes
-    pool = min(pin, floor(available_bytes / 1670.75 * 0.8 / 32768) * 32768)   (pin = --max-total-tokens)
-      report settings: 1.04e9 -> 15 * 32768 = 491520 (asked 750000: silently clamped)
-    swa = pool // 4, c128 = pool // 128; available_gpu_mem = available_bytes - pool * 1670.75
-    pool < 32768 -> RuntimeError "Not enough memory", exit 1.
-  Autotune cache ``/root/.cache/sglang/flashinfer/autotune/0.6.1/sm121/<hash>/rank_tp{r}_pp0_dp0.json``
-    (<hash> = sha256(block size, max running requests, chunked prefill, tp size)[:16]); two passes (target,
-    draft) on the same file. Stock: caches present at boot -> per pass "per-rank caches disagree" + retune +
-    rewrite (content has the rank). DSV41_AUTOTUNE_KEEP=1 (adapter in the image): sidecar ``<cache>.launch`` = sha256 over argv and the
-    sorted DSV41_/SGLANG_/DSPARK_/FLASHINFER_ env; match at boot -> "reused" (file untouched) else tune+save.
-  Head: "Ready: API on port P" then an HTTP server on 0.0.0.0:P. Workers sleep until SIGTERM.
-  SIGTERM: "Received sigterm, shutting down", exit 0.
+Streams (as the real engine): Python logging lines go to STDERR with the prefix
+``[YYYY-MM-DD HH:MM:SS TP{r} EP{r}] `` (scheduler) or ``[YYYY-MM-DD HH:MM:SS] `` (main process, before the
+scheduler starts); ``print()`` lines (adapters ``[name] ...``, ``Ready: API on port P``) go to STDOUT with no
+prefix; tqdm bars and fatal Engram errors go to STDERR with no prefix. Times are UTC. When the engine
+switches from one stream to the other it waits (up to 2 s) until the reader has drained the previous pipe,
+so the docker stand-in's per-line timestamps keep the order the lines were written in (a lab detail).
 
-Latency model of the head's chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED):
+Boot of rank r (new build; * = rank 0 only, H = head only; E = stderr, O = stdout):
+  E [ts] server_args={'model_path': ..., 'max_total_tokens': P, 'page_size': 256, 'nnodes': T, 'node_rank': r,
+        'tp_size': T, 'api_key': '[REDACTED]', 'speculative_algorithm': 'DSPARK',
+        'speculative_num_draft_tokens': K+1, 'speculative_dspark_block_size': K, 'ep_size': E, ...}
+        (boot marker: repr of a dict of ~300 ServerArgs fields, about 12 KB, nested dicts and lists)
+  E [ts] Using default HuggingFace chat template with detected content format: string          (H)
+  E Init torch distributed begin. / sglang is using nccl==2.27.7 (*) / Init torch distributed ends. mem usage=
+  O [autotune_keep] armed                         (retention adapter armed; a drifted symbol fails here)
+  E Load weight begin. avail mem=X GB
+  E DSV41 Engram prefetch ARMED: rows fetched on a side stream after the hasher[ (CHECK mode: ...)]   (prefetch)
+  E Exact {OFFLOAD_MODE} Engram layer=L rank=r rows=[lo,hi) cache=C.CGiB (S slots, W-way, P.P% of owned rows)
+        scales=0.0GiB io_threads=96 packed=True|False          (layers 1, 14; OFFLOAD_MODE default nvme)
+  O [wo_a_w8] fp8 twins for 43 wo_a weights, 0 left on bf16 (+ mid path / released lines with MID / DROP)
+  E Load weight end. elapsed=S s, type=DeepseekV4ForCausalLM, quant=fp8, avail mem=X GB, mem usage=Y GB.
+  E Load weight begin. avail mem=X GB   (draft)
+  O [draft_head_fp8] armed / [draft_head_fp8] fp8 twin of the draft LM head (43136, 5120)
+  E Load weight end. elapsed=S s, type=DeepseekV4ForCausalLMNextN, quant=fp8, avail mem=X GB, mem usage=Y GB.
+  E DSV4 memory calculation: bytes_per_full_token=1670.75, available_bytes=A GB, c128_state_fixed=0.00 GB,
+        swa_fixed=W GB, full_token=N
+  E DSV4 pool sizes: full=N, swa=.., c4=.., c128=.., c4_state=.., c128_state=0        (profiled)
+  E WARNING: max_total_tokens=P is larger than the profiled value N. Use the profiled value instead.
+        (yellow; only when P > N)
+  E DSV4 pool sizes: full=M, swa=.., ...                                               (allocated: the last)
+  E KV Cache is allocated. #tokens: M, full: F GB, swa: W GB
+  E Memory pool end. avail mem=X GB
+  O [draft_tau] draft temperature xT / [block_verify] armed: ... / [verify_cap] armed (conf:..): ...
+  E Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=K+1, bs=[1, .., M], avail mem=X GB
+  E Capturing batches (bs=M avail_mem=X GB):   0%|          | 0/M [00:00<?, ?it/s]\\r<redraw>\\x1b[A
+        glued (same physical line) to the next logging line of the autotune pass:
+  E   [ts TP0 EP0] FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch so
+        all ranks agree on the tactics.                  (*, stock engine, a cache file existed at boot)
+  E   Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/0.6.18/sm121/<hash>/
+        rank_tp{r}_pp0_dp0.json          (stock, or the adapter without a matching sidecar)
+  E   FlashInfer autotune completed.
+  O   [autotune_keep] reused <hash>/rank_tp{r}_pp0_dp0.json | [autotune_keep] tuned and saved <hash>/<file>
+  E \\rCapturing batches (bs=.. ):  25%|██▌       | 1/M [..] ... 100%|██████████| M/M [..]     (redraws, newline)
+  O [verify_cap] remap captured into the verify graph for M=.. / [verify_cap] confidence present|MISSING
+  O [folded_fence] folded DSpark results cloned off the persistent verify buffers
+  E Capture target verify CUDA graph end. elapsed=S s, mem usage=U GB, avail mem=X GB.
+  E Capture draft verify CUDA graph begin. ... / the same bar + autotune pass / ... end. ...
+  E DSpark draft proposal (greedy only) folded into the draft cuda graph.  or (greedy + sampling) or the AUTO
+        "DSpark folded sampling disabled: ..." line                                      (*)
+  E max_total_num_tokens=M, chunked_prefill_size=C, max_prefill_tokens=16384, max_running_requests=R,
+        context_len=1048576, available_gpu_mem=X GB                                      (*)
+  E Engine startup timings (s): load_weight=.., kv_cache_allocation=.., scheduler_e2e=.., cuda_graph=..,
+        autotune=..                                                                      (*)
+  E [ts] INFO:     Started server process [1] / Waiting for application startup. / Application startup
+        complete. / Uvicorn running on http://0.0.0.0:P (Press CTRL+C to quit)
+        (every rank: workers run SGLang's dummy health server on the same port)
+  E [ts] INFO:     127.0.0.1:N - "GET /model_info HTTP/1.1" 200 OK / Prefill batch, ... / "POST /generate"
+        / [ts] The server is fired up and ready to roll!                                 (H)
+  O Ready: API on port P                                                                 (H)
+Serving (head, per request): E [ts] Receive: obj=... (LAB_ENGINE_LOG_REQUESTS), E Prefill batch, ...,
+  E [ts] INFO:     127.0.0.1:N - "POST /v1/chat/completions HTTP/1.1" 200 OK,
+  E Decode batch, #running-req: 1, #full token: N, full token usage: 0.00, #swa token: N, swa token usage: 0.00,
+        accept len: 3.08, accept rate: 0.41, cuda graph: True, gen throughput (token/s): 3.12, #queue-req: 0
+  E Engram layer=L lookups=N hit_rate=0.0% reads=N cache=0.0GiB(4-way) scales=0.0GiB threads=96 packed=X
+SIGTERM: E [ts] Received sigterm=15, shutting down. (head: + INFO:     Shutting down / Finished server process)
+
+Fatal (exit codes as the container would report them):
+  Engram shard present but unusable -> E (no prefix) ``Engram retrieval failed: packed Engram shard has no
+    header (errno=61)`` (shorter than the 48 header bytes) / ``... has no header (errno=0)`` (bad magic) /
+    ``... does not match this rank's range; re-run the pack step (errno=0)`` (layer, lo, hi, N or row bytes
+    differ) / ``... is truncated (errno=0)`` (shorter than 4096 + (hi-lo)*264); exit 134 (abort). No file is
+    named. A longer file or non-zero header padding is accepted, as the real engine does.
+  Other boot errors (no checkpoint index, not enough memory, a drifted adapter symbol, the port taken) ->
+    E ``[ts TP.. EP..] Scheduler hit an exception: Traceback (most recent call last):`` + frames +
+    ``RuntimeError: <message>`` (e.g. ``RuntimeError: DSV41_AUTOTUNE_KEEP: <sym> is gone; engine drifted``,
+    ``RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. ...``), then
+    ``[ts] Received sigquit from a child process. It usually means the child failed.``; exit 1.
+
+OLD BUILD (LAB_ENGINE_BUILD=old): marker ``server_args=ServerArgs(model_path='...', ..., api_key='***', ...)``;
+  ``Exact nvme Engram layer=L rank=r rows=[lo,hi) cache_budget=C.CGiB ways=W io_threads=96`` (no packed=) and
+  periodic lines without ``scales=``/``packed=``; ``DSv4 memory calculation: ..., full_token=F GB``;
+  ``DSv4 pool sizes: full=N, swa=.., c128=..``; ``Load weight end. type=DeepseekV4ForCausalLM,
+  dtype=torch.bfloat16, avail mem=X GB, mem usage=Y GB.``; ``Capture cuda graph begin. This can take up to
+  several minutes. avail mem=X GB`` + ``Capture cuda graph bs [1, 2, 3, 4]`` + ``Capture cuda graph end. Time
+  elapsed: S s. mem usage=U GB. avail mem=X GB.`` (and ``Capture draft cuda graph ...``); ``Decode batch.
+  #running-req: 1, #token: N, token usage: 0.00, cuda graph: True, gen throughput (token/s): T, #queue-req: 0``;
+  ``Prefill batch. ...``; no ``Engine startup timings``. Everything else as the new build.
+
+Engram: N rows per layer (1, 14) from the checkpoint index + safetensors headers at --model-path; rank r owns
+  [N*r//tp, N*(r+1)//tp). Packed shard ``engram-l{L}-r{r}of{tp}.bin`` in DSV41_PACKED_DIR (default /engram):
+  missing -> packed=False; header magic/layer/lo/hi/N/264 match and long enough -> packed=True; else fatal.
+
+Memory model (bytes; printed "GB" = bytes / 2**30, as the engine prints; deterministic):
+  TOTAL = 120e9 (what the GPU reports); reserve = TOTAL * (1 - F)
+  weights: target 94.00 GiB + DSV41_CACHE_GIB GiB (Engram row cache) + 688 MiB (DSV41_WO_A_W8 twins)
+           - 1312 MiB (DSV41_WO_A_W8_DROP: 41 bf16 copies of 32 MiB released); draft 2.61 GiB
+           + 210.6 MiB (DSV41_DRAFT_HEAD_FP8); SGLANG_DSPARK_FOLDED_SAMPLING=2: 96 MiB static buffers
+  Load weight begin (rank r) = KV_BASE + 0.05 * TOTAL + 94.00 GiB + 2.61 GiB + RANK_EXTRA[r]
+        (KV_BASE = 1,119,600,000; RANK_EXTRA = 0 / 0.38 / 0.21 GiB: rank 0 has the least free memory)
+  available_bytes = (rank 0's memory after both loads) - reserve   (the min over ranks: identical everywhere)
+        report settings (F 0.95, no adapters): 1,119,600,000 B = "1.04 GB"
+  swa = M * 3328 tokens; swa_fixed = swa * 22400 B (M 4: 0.28 GB); c128_state_fixed = 0
+  full_token = floor((available_bytes - swa_fixed) / 1670.75 / 256) * 256        (whole pages of 256)
+        report: 491,520. full_token < 256 -> "Not enough memory" (fatal).
+  allocated = min(full_token, floor(P / 256) * 256)  (P = --max-total-tokens; unset: full_token)
+        report: P 750,000 -> 491,520 (clamped, with the WARNING); P 3,000,000 with room -> 2,999,808 (rounding)
+  c4 = allocated // 4, c128 = allocated // 128, c4_state = swa // 4, c128_state = 0
+  Memory pool end = after loads - allocated * 1670.75 - swa_fixed; capture begin = that - 1.70 GiB (workspace);
+  target graphs use 0.145 GiB * M, draft graphs 0.03 GiB * M; available_gpu_mem = after the draft graphs.
+  Folded sampling (rank 0): unset = AUTO: folded when available_gpu_mem >= 0.75 GB, else the "disabled" line.
+
+Autotune cache ``/root/.cache/sglang/flashinfer/autotune/0.6.18/sm121/<hash>/rank_tp{r}_pp0_dp0.json``
+  (<hash> = sha256("block=K;mrr=M;chunk=C;tp=T")[:16]); two passes (target, draft graphs) on the same file.
+  Stock: a cache file present at boot -> rank 0 warns "per-rank caches disagree" on each pass; every rank
+  retunes and rewrites (content has the rank). Retention adapter armed: sidecar ``<cache>.launch`` = sha256 over
+  argv and the sorted DSV41_/SGLANG_/DSPARK_/FLASHINFER_ env; matching at boot -> "reused" (file untouched)
+  on both passes, else tune + save on both passes.
+
+HTTP (head; bound right after the marker so /health can answer while booting):
+  /health, /health_generate: 503 empty body while booting, 200 empty body once ready (workers: 200).
+  /v1/models: the served model name. /v1/chat/completions: ``Authorization: Bearer <API_KEY>`` or
+  ``x-api-key``; a bad key -> 401 ``{"error":"Unauthorized"}``; bad JSON -> 400
+  ``{"object":"error","message":...,"type":"BadRequestError","param":null,"code":400}``.
+  ``max_completion_tokens`` overrides ``max_tokens``; ``chat_template_kwargs: {"thinking": true}`` puts the
+  first 256 tokens in ``reasoning_content`` (usage ``reasoning_tokens``). Streaming: the role chunk
+  (``{"role":"assistant","content":""}``) is sent together with the first text, one SSE message per
+  speculative step, a usage chunk with ``choices: []`` when ``stream_options.include_usage``, ``data: [DONE]``.
+
+Latency model of the chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED):
   TTFT            = 60 ms + 0.05 ms * prompt_tokens
   step_ms         = base + 4 * (K - 3)                    base 98 if every known rank is packed else 120
                     - 4 if DSV41_WO_A_W8, - 2 if DSV41_ENGRAM_PREFETCH (packed only), - 1 if DSV41_DRAFT_HEAD_FP8,
@@ -66,13 +176,12 @@ Latency model of the head's chat endpoint (real sleeps, all divided by LAB_ENGIN
   "Known ranks": workers started with --dist-init-addr report their packed state to the head's rendezvous
   port (a lab detail); without it the head uses its own state.
   Output text: words drawn from a hash of the messages (temperature 0: deterministic; > 0: random seed);
-  completion length = min(max_tokens, natural), natural = 64 + hash % 961 (+256 with thinking).
-  Streaming sends one SSE message per speculative step (several tokens each), then a usage chunk when
-  stream_options.include_usage, then ``data: [DONE]``.
+  completion length = min(max tokens, natural), natural = 64 + hash % 961 (+256 with thinking).
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import math
@@ -81,8 +190,10 @@ import random
 import signal
 import socket
 import socketserver
+import stat
 import struct
 import sys
+import termios
 import threading
 import time
 import uuid
@@ -93,48 +204,84 @@ ROW_BYTES = 264
 HEADER_BYTES = 4096
 ENGRAM_LAYERS = (1, 14)
 BYTES_PER_FULL_TOKEN = 1670.75
-POOL_ALIGN = 32768
-GB = 10 ** 9
+PAGE_SIZE = 256
 MIB = 2 ** 20
 GIB = 2 ** 30
-AUTOTUNE_ROOT = "/root/.cache/sglang/flashinfer/autotune/0.6.1/sm121"
+TOTAL_BYTES = 120e9                 # the GPU's total as torch reports it (unified memory)
+KV_BASE = 1_119_600_000             # available_bytes of the report state (F 0.95, no adapters): "1.04 GB"
+TARGET_WEIGHTS = 94.00 * GIB
+DRAFT_WEIGHTS = 2.61 * GIB
+RANK_EXTRA = (0.0, 0.38 * GIB, 0.21 * GIB)   # more free memory on ranks 1, 2 than on the head
+SWA_TOKENS_PER_REQUEST = 3328
+SWA_BYTES_PER_TOKEN = 22400
+WORKSPACE = 1.70 * GIB              # allocated between the pool and the first capture
+TARGET_GRAPH_PER_BS = 0.145 * GIB
+DRAFT_GRAPH_PER_BS = 0.03 * GIB
+FOLDED_AUTO_MIN = 0.75 * GIB        # AUTO folds sampling when at least this much is free after capture
+FLASHINFER_VERSION = "0.6.18"
+AUTOTUNE_ROOT = f"/root/.cache/sglang/flashinfer/autotune/{FLASHINFER_VERSION}/sm121"
 IMAGE_ADAPTER_DIR = "sgl-workspace/adapter"  # under LAB_IMAGE_ROOT: the adapters the image was built with
 FINGERPRINT_PREFIXES = ("DSV41_", "SGLANG_", "DSPARK_", "FLASHINFER_")
 CONTEXT_LEN = 1048576
 MAX_PREFILL_TOKENS = 16384
+SERVED_MODEL_NAME = "deepseek-v4.1-flash"
+KNOB_FILE = "/etc/dsv41-lab/engine.env"
+DISAGREE = ("FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch so all "
+            "ranks agree on the tactics.")
+WO_A_WEIGHTS = 43                   # one wo_a per layer
+WO_A_DROP_KEPT = 2                  # bf16 copies DROP keeps (dequantized copy not bit-identical)
+WO_A_COPY_MIB = 32
+
+# The real boot's timeline (seconds from the marker; load_weight 616.34 s, Ready at about 767 s). The lab
+# sleeps each phase's share of LAB_ENGINE_BOOT_SECONDS (default DEFAULT_BOOT_SECONDS) in these proportions.
+REAL_BOOT_SECONDS = 767.0
+DEFAULT_BOOT_SECONDS = 2.0
+PHASE = {"tokenizer": 2.0, "scheduler_start": 9.0, "dist": 9.0, "load_start": 8.0, "engram_layer": 6.0,
+         "load_target": 521.76, "load_draft": 74.58, "kv": 6.68, "workspace": 3.0, "bar": 1.0,
+         "autotune_target": 42.0, "capture_target": 13.48, "autotune_draft": 20.0, "capture_draft": 9.5,
+         "scheduler_ready": 1.0, "warmup": 33.0}
 
 RANK = 0
-_print_lock = threading.RLock()  # re-entrant: the SIGTERM handler may interrupt a log() call
+EP_TAG = True
+BUILD = "new"
+PACE_SCALE = DEFAULT_BOOT_SECONDS / REAL_BOOT_SECONDS
 
 
 class Fatal(Exception):
-    """A boot error the real engine would die of (printed as RuntimeError, exit 1)."""
+    """A boot error the real engine dies of with a Python traceback (RuntimeError, exit 1)."""
 
 
-# --------------------------------------------------------------------------- logging
+class EngramFatal(Exception):
+    """A packed shard the engine's C++ reader rejects: one unprefixed stderr line, then abort (exit 134)."""
 
-def log(msg: str) -> None:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
-    with _print_lock:
-        sys.stdout.write(f"[{stamp} TP{RANK} EP{RANK}] {msg}\n")
-        sys.stdout.flush()
-
-
-def pace(seconds: float) -> None:
-    if os.environ.get("LAB_ENGINE_FAST", "0") not in ("", "0"):
-        return
-    time.sleep(seconds)
+    def __init__(self, detail: str, errno: int = 0):
+        super().__init__(detail)
+        self.detail = detail
+        self.errno = errno
 
 
-def speed_sleep(seconds: float) -> None:
+# --------------------------------------------------------------------------- knobs
+
+def load_knob_file() -> None:
+    """LAB_* keys of the host-side knob file, unless the environment already sets them."""
+    path = os.environ.get("LAB_ENGINE_ENV_FILE", KNOB_FILE)
     try:
-        factor = float(os.environ.get("LAB_ENGINE_SPEED", "1") or 1)
-    except ValueError:
-        factor = 1.0
-    if factor <= 0:
-        factor = 1.0
-    if seconds > 0:
-        time.sleep(seconds / factor)
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        line = line.strip()
+        if line.startswith("export "):
+            line = line[7:].strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if key.startswith("LAB_") and key not in os.environ:
+            os.environ[key] = value
 
 
 def flag(name: str) -> bool:
@@ -146,6 +293,117 @@ def env_float(name: str, default: float) -> float:
         return float(os.environ.get(name, "") or default)
     except ValueError:
         return default
+
+
+def configure_pacing() -> None:
+    global PACE_SCALE
+    boot_seconds = env_float("LAB_ENGINE_BOOT_SECONDS", 0.0)
+    if boot_seconds > 0:
+        PACE_SCALE = boot_seconds / REAL_BOOT_SECONDS
+    elif flag("LAB_ENGINE_FAST"):
+        PACE_SCALE = 0.0
+    else:
+        PACE_SCALE = DEFAULT_BOOT_SECONDS / REAL_BOOT_SECONDS
+
+
+def pace(real_seconds: float) -> None:
+    """Sleep this phase's share of the lab boot (real_seconds is its length on the real fleet)."""
+    if PACE_SCALE > 0 and real_seconds > 0:
+        time.sleep(real_seconds * PACE_SCALE)
+
+
+def speed_sleep(seconds: float) -> None:
+    factor = env_float("LAB_ENGINE_SPEED", 1.0)
+    if factor <= 0:
+        factor = 1.0
+    if seconds > 0:
+        time.sleep(seconds / factor)
+
+
+# --------------------------------------------------------------------------- output (streams)
+
+class Output:
+    """Writes whole lines to fd 1 (print) or fd 2 (logging, tqdm, fatal) in one write() each.
+
+    Switching streams waits until the pipe written before is drained (FIONREAD == 0), so a reader that
+    timestamps what it reads (the docker stand-in) sees the lines in the order they were written."""
+
+    def __init__(self):
+        self.lock = threading.RLock()  # re-entrant: the SIGTERM handler may interrupt a write
+        self.last = None
+
+    @staticmethod
+    def _same_file(a: int, b: int) -> bool:
+        try:
+            sa, sb = os.fstat(a), os.fstat(b)
+        except OSError:
+            return True
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+    def _drain(self, fd: int, other: int) -> None:
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode) or self._same_file(fd, other):
+                return
+        except OSError:
+            return
+        buf = bytearray(4)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+            except OSError:
+                return
+            if int.from_bytes(buf, sys.byteorder) == 0:
+                return
+            time.sleep(0.001)
+
+    def emit(self, fd: int, text: str) -> None:
+        data = text.encode("utf-8", "replace")
+        with self.lock:
+            if self.last is not None and self.last != fd:
+                self._drain(self.last, fd)
+            view = memoryview(data)
+            while view:
+                try:
+                    n = os.write(fd, view)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    return
+                view = view[n:]
+            self.last = fd
+
+
+OUT = Output()
+
+
+def _stamp() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+
+
+def log(msg: str) -> None:
+    """A scheduler logging record: stderr, ``[ts TPr EPr] `` prefix."""
+    tag = f" TP{RANK} EP{RANK}" if EP_TAG else f" TP{RANK}"
+    OUT.emit(2, f"[{_stamp()}{tag}] {msg}\n")
+
+
+def log_main(msg: str) -> None:
+    """A logging record of the main process (before the scheduler starts): stderr, ``[ts] `` prefix."""
+    OUT.emit(2, f"[{_stamp()}] {msg}\n")
+
+
+def say(msg: str) -> None:
+    """print(msg, flush=True): stdout, no prefix."""
+    OUT.emit(1, msg + "\n")
+
+
+def raw_err(text: str) -> None:
+    """Unprefixed stderr output (tqdm, C++ errors); no newline is added."""
+    OUT.emit(2, text)
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.2f}"
 
 
 # --------------------------------------------------------------------------- container paths
@@ -180,15 +438,15 @@ def read_safetensors_header(path: str) -> dict:
     with open(path, "rb") as fh:
         raw = fh.read(8)
         if len(raw) != 8:
-            raise Fatal(f"RuntimeError: {path} is not a safetensors file")
+            raise Fatal(f"{path} is not a safetensors file")
         (length,) = struct.unpack("<Q", raw)
         if length > 100 * MIB:
-            raise Fatal(f"RuntimeError: {path} has an implausible safetensors header length {length}")
+            raise Fatal(f"{path} has an implausible safetensors header length {length}")
         data = fh.read(length)
     try:
         return json.loads(data.decode("utf-8"))
     except ValueError as exc:
-        raise Fatal(f"RuntimeError: {path}: bad safetensors header ({exc})") from None
+        raise Fatal(f"{path}: bad safetensors header ({exc})") from None
 
 
 def engram_rows(model_path_container: str, mounts: dict) -> dict:
@@ -202,7 +460,7 @@ def engram_rows(model_path_container: str, mounts: dict) -> dict:
     elif os.path.exists(os.path.join(model_dir, "model.safetensors")):
         weight_map = None
     else:
-        raise Fatal(f"RuntimeError: no checkpoint index at {model_path_container}/model.safetensors.index.json")
+        raise Fatal(f"no checkpoint index at {model_path_container}/model.safetensors.index.json")
     headers: dict = {}
     result = {}
     for layer in ENGRAM_LAYERS:
@@ -210,108 +468,42 @@ def engram_rows(model_path_container: str, mounts: dict) -> dict:
         sname = f"layers.{layer}.engram.embed.scale"
         fname = "model.safetensors" if weight_map is None else weight_map.get(wname)
         if not fname:
-            raise Fatal(f"RuntimeError: Engram tensor {wname} not found in checkpoint index")
+            raise Fatal(f"Engram tensor {wname} not found in checkpoint index")
         if fname not in headers:
             headers[fname] = read_safetensors_header(os.path.join(model_dir, fname))
         hdr = headers[fname]
         w = hdr.get(wname)
         s = hdr.get(sname)
         if not w or not s:
-            raise Fatal(f"RuntimeError: Engram tensors for layer {layer} missing in {fname}")
+            raise Fatal(f"Engram tensors for layer {layer} missing in {fname}")
         if (w.get("dtype") != "F8_E4M3" or len(w.get("shape", [])) != 2 or w["shape"][1] != 256
                 or s.get("dtype") != "F8_E8M0" or list(s.get("shape", [])) != [w["shape"][0], 8]):
-            raise Fatal(f"RuntimeError: Engram tensors for layer {layer} have unexpected dtype/shape "
+            raise Fatal(f"Engram tensors for layer {layer} have unexpected dtype/shape "
                         f"({w.get('dtype')} {w.get('shape')}, {s.get('dtype')} {s.get('shape')})")
         result[layer] = int(w["shape"][0])
     return result
 
 
-def check_shard(host_file: str, shown: str, layer: int, lo: int, hi: int, n: int) -> bool:
-    """False if missing; True if valid; Fatal if present but invalid."""
+def check_shard(host_file: str, layer: int, lo: int, hi: int, n: int) -> bool:
+    """False if missing; True if the engine would use it; EngramFatal as the engine's reader words it."""
     if not os.path.exists(host_file):
         return False
     size = os.path.getsize(host_file)
     with open(host_file, "rb") as fh:
-        head = fh.read(HEADER_BYTES)
-    if len(head) < 48 or struct.unpack_from("<Q", head, 0)[0] != MAGIC or size < HEADER_BYTES:
-        raise Fatal(f"RuntimeError: packed Engram shard {shown} has no header; re-run the pack step")
+        head = fh.read(48)
+    if len(head) < 48:
+        raise EngramFatal("packed Engram shard has no header", errno=61)  # ENODATA: short read
     fields = struct.unpack_from("<6Q", head, 0)
-    if fields != (MAGIC, layer, lo, hi, n, ROW_BYTES) or any(head[48:HEADER_BYTES]):
-        raise Fatal(f"RuntimeError: packed Engram shard {shown} does not match this rank's range; "
-                    f"re-run the pack step")
-    if size != HEADER_BYTES + (hi - lo) * ROW_BYTES:
-        raise Fatal(f"RuntimeError: packed Engram shard {shown} is truncated; re-run the pack step")
+    if fields[0] != MAGIC:
+        raise EngramFatal("packed Engram shard has no header")
+    if fields != (MAGIC, layer, lo, hi, n, ROW_BYTES):
+        raise EngramFatal("packed Engram shard does not match this rank's range; re-run the pack step")
+    if size < HEADER_BYTES + (hi - lo) * ROW_BYTES:
+        raise EngramFatal("packed Engram shard is truncated")
     return True
 
 
-# --------------------------------------------------------------------------- memory model
-
-def memory_model(frac: float, pin: int | None) -> dict:
-    avail = 1.04e9 + round((frac - 0.95) * 100, 6) * 1.2e9
-    avail -= env_float("DSV41_CACHE_GIB", 0.0) * GIB
-    if flag("DSV41_WO_A_W8"):
-        avail -= 688 * MIB
-        if flag("DSV41_WO_A_W8_DROP"):
-            avail += 1376 * MIB
-    if flag("DSV41_DRAFT_HEAD_FP8"):
-        avail -= 210.6 * MIB
-    if os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip() == "2":
-        avail -= 96 * MIB
-    fit = max(0, math.floor(avail / BYTES_PER_FULL_TOKEN * 0.8 / POOL_ALIGN)) * POOL_ALIGN
-    pool = min(pin, fit) if pin else fit
-    return {
-        "available_bytes": avail,
-        "full_token": 0.8 * avail,
-        "pool": pool,
-        "swa": pool // 4,
-        "c128": pool // 128,
-        "after": avail - pool * BYTES_PER_FULL_TOKEN,
-    }
-
-
-# --------------------------------------------------------------------------- autotune
-
-def autotune_paths(args) -> tuple:
-    key = f"block={args.dspark_block_size};mrr={args.max_running_requests};" \
-          f"chunk={args.chunked_prefill_size};tp={args.tp_size}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    cdir = f"{AUTOTUNE_ROOT}/{digest}"
-    cfile = f"{cdir}/rank_tp{args.rank}_pp0_dp0.json"
-    return cdir, cfile
-
-
-def launch_fingerprint(argv: list) -> str:
-    lines = ["argv:" + "\x1f".join(argv)]
-    for k in sorted(os.environ):
-        if k.startswith(FINGERPRINT_PREFIXES):
-            lines.append(f"{k}={os.environ[k]}")
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
-
-
-def write_atomic(path: str, data: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
-def tune(args, shown: str, host_file: str, pass_name: str) -> None:
-    log(f"Running FlashInfer autotune with cache: {shown}")
-    pace(0.25)
-    payload = {"lab": True, "rank": args.rank, "pass": pass_name, "tuned_at": time.time(),
-               "tactics": {f"moe_gemm_m{m}": (args.rank * 31 + m) % 11 for m in (1, 2, 4, 8, 16)}}
-    write_atomic(host_file, json.dumps(payload, indent=1, sort_keys=True) + "\n")
-    log("FlashInfer autotune completed.")
-
-
-def log_capture(pass_name: str, max_running: int) -> None:
-    """The capture lines of one pass: the lab's summary, then SGLang's batch-size list."""
-    log(f"Capturing {pass_name} cuda graphs (bs 1..{max_running})")
-    shapes = ", ".join(str(bs) for bs in range(1, max_running + 1))
-    what = "draft cuda graph" if pass_name == "draft" else "cuda graph"
-    log(f"Capture {what} bs [{shapes}]")
-
+# --------------------------------------------------------------------------- adapters in the image
 
 def _registered_adapters(sitecustomize: str) -> set:
     """Keys of the ``_ADAPTERS`` mapping of a sitecustomize.py (empty if unreadable): ``_ADAPTERS = {...}``
@@ -354,6 +546,9 @@ def _registered_adapters(sitecustomize: str) -> set:
     return keys
 
 
+_IMAGE_CACHE: dict = {}
+
+
 def adapter_in_image(name: str) -> bool:
     """The adapter NAME is in the container's image: ``$LAB_IMAGE_ROOT/sgl-workspace/adapter/<name>.py``
     exists and the image's ``sitecustomize.py`` registers it in ``_ADAPTERS``. Without LAB_IMAGE_ROOT
@@ -361,55 +556,359 @@ def adapter_in_image(name: str) -> bool:
     root = os.environ.get("LAB_IMAGE_ROOT")
     if root is None:
         return True
-    adir = os.path.join(root, IMAGE_ADAPTER_DIR)
-    return (os.path.isfile(os.path.join(adir, f"{name}.py"))
-            and name in _registered_adapters(os.path.join(adir, "sitecustomize.py")))
+    if name not in _IMAGE_CACHE:
+        adir = os.path.join(root, IMAGE_ADAPTER_DIR)
+        _IMAGE_CACHE[name] = (os.path.isfile(os.path.join(adir, f"{name}.py"))
+                              and name in _registered_adapters(os.path.join(adir, "sitecustomize.py")))
+    return _IMAGE_CACHE[name]
+
+
+def tau_value() -> float:
+    return env_float("DSV41_DRAFT_TAU", 1.0)
+
+
+def adapter_on(name: str) -> bool:
+    """The switch of adapter NAME is on (each switch's own rule) and the adapter is in the image."""
+    if name == "engram_prefetch":
+        on = os.environ.get("DSV41_ENGRAM_PREFETCH", "0").strip().lower() in ("1", "on", "true")
+    elif name == "draft_tau":
+        on = abs(tau_value() - 1.0) > 1e-9
+    else:
+        switch = {"autotune_keep": "DSV41_AUTOTUNE_KEEP", "folded_fence": "DSV41_FOLDED_FENCE",
+                  "wo_a_w8": "DSV41_WO_A_W8", "draft_head_fp8": "DSV41_DRAFT_HEAD_FP8",
+                  "block_verify": "DSV41_BLOCK_VERIFY", "verify_cap": "DSV41_VERIFY_CAP"}[name]
+        on = flag(switch)
+    return on and adapter_in_image(name)
 
 
 def autotune_keep_armed() -> bool:
     """DSV41_AUTOTUNE_KEEP non-zero and the retention adapter in the image; otherwise the switch is
     silently ignored, as the real engine ignores a switch whose adapter the image does not carry."""
-    return flag("DSV41_AUTOTUNE_KEEP") and adapter_in_image("autotune_keep")
+    return adapter_on("autotune_keep")
 
 
-def run_autotune(args, mounts: dict) -> None:
-    cdir, cfile = autotune_paths(args)
-    host_file = host_path(cfile, mounts)
-    keep = autotune_keep_armed()
-    if keep:
-        drift = os.environ.get("LAB_ENGINE_DRIFT", "").strip()
-        drift_file = os.environ.get("LAB_ENGINE_DRIFT_FILE", "/etc/dsv41-lab/engine_drift")
-        if not drift and os.path.isfile(drift_file):
-            with open(drift_file, encoding="utf-8") as fh:
-                lines = fh.read().split()
-            drift = lines[0] if lines else ""
+# --------------------------------------------------------------------------- memory model
+
+def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int = 4) -> dict:
+    """Every memory figure of one boot (bytes; see the module docstring)."""
+    target = TARGET_WEIGHTS + env_float("DSV41_CACHE_GIB", 0.0) * GIB
+    w8 = adapter_on("wo_a_w8")
+    if w8:
+        target += 688 * MIB
+        if flag("DSV41_WO_A_W8_DROP"):
+            target -= (WO_A_WEIGHTS - WO_A_DROP_KEPT) * WO_A_COPY_MIB * MIB
+    draft = DRAFT_WEIGHTS + (210.6 * MIB if adapter_on("draft_head_fp8") else 0.0)
+    static = 96 * MIB if os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip() == "2" else 0.0
+    reserve_095 = TOTAL_BYTES * 0.05
+    base_begin = KV_BASE + reserve_095 + TARGET_WEIGHTS + DRAFT_WEIGHTS
+
+    def after_loads(r: int) -> float:
+        return base_begin + RANK_EXTRA[r % len(RANK_EXTRA)] - target - draft - static
+
+    # rank 0 (the least free memory) minus the reserve TOTAL * (1 - F); 0.01 of F is 1.2e9 bytes
+    available = (KV_BASE + round((frac - 0.95) * 100, 6) * 1.2e9
+                 - (target - TARGET_WEIGHTS) - (draft - DRAFT_WEIGHTS) - static)
+    swa = max_running * SWA_TOKENS_PER_REQUEST
+    swa_fixed = swa * SWA_BYTES_PER_TOKEN
+    full_token = math.floor((available - swa_fixed) / BYTES_PER_FULL_TOKEN / PAGE_SIZE) * PAGE_SIZE
+    full_token = max(full_token, 0) if available > swa_fixed else 0
+    requested = (pin // PAGE_SIZE) * PAGE_SIZE if pin else None
+    allocated = min(full_token, requested) if requested is not None else full_token
+    begin = base_begin + RANK_EXTRA[rank % len(RANK_EXTRA)]
+    after_target = begin - target
+    after = after_loads(rank)
+    pool_bytes = allocated * BYTES_PER_FULL_TOKEN + swa_fixed
+    pool_end = after - pool_bytes
+    capture_begin = pool_end - WORKSPACE
+    target_graphs = TARGET_GRAPH_PER_BS * max_running
+    draft_graphs = DRAFT_GRAPH_PER_BS * max_running
+    return {
+        "load_begin": begin, "target_usage": target, "after_target": after_target,
+        "draft_usage": draft + static, "after_loads": after,
+        "available_bytes": available, "swa": swa, "swa_fixed": swa_fixed, "full_token": full_token,
+        "requested": pin, "allocated": allocated, "pool": allocated, "clamped": bool(pin) and pin > full_token,
+        "pool_end": pool_end, "capture_target_begin": capture_begin, "target_graphs": target_graphs,
+        "capture_target_end": capture_begin - target_graphs, "draft_graphs": draft_graphs,
+        "capture_draft_end": capture_begin - target_graphs - draft_graphs,
+        "after": capture_begin - target_graphs - draft_graphs,
+    }
+
+
+def pool_line(full: int, mem: dict) -> str:
+    if BUILD == "old":
+        return f"DSv4 pool sizes: full={full}, swa={full // 8}, c128={full // 128}"
+    return (f"DSV4 pool sizes: full={full}, swa={mem['swa']}, c4={full // 4}, c128={full // 128}, "
+            f"c4_state={mem['swa'] // 4}, c128_state=0")
+
+
+# --------------------------------------------------------------------------- autotune
+
+def autotune_paths(args) -> tuple:
+    key = f"block={args.dspark_block_size};mrr={args.max_running_requests};" \
+          f"chunk={args.chunked_prefill_size};tp={args.tp_size}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    cdir = f"{AUTOTUNE_ROOT}/{digest}"
+    cfile = f"{cdir}/rank_tp{args.rank}_pp0_dp0.json"
+    return cdir, cfile
+
+
+def launch_fingerprint(argv: list) -> str:
+    lines = ["argv:" + "\x1f".join(argv)]
+    for k in sorted(os.environ):
+        if k.startswith(FINGERPRINT_PREFIXES):
+            lines.append(f"{k}={os.environ[k]}")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def write_atomic(path: str, data: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def drift_symbol() -> str:
+    drift = os.environ.get("LAB_ENGINE_DRIFT", "").strip()
+    drift_file = os.environ.get("LAB_ENGINE_DRIFT_FILE", "/etc/dsv41-lab/engine_drift")
+    if not drift and os.path.isfile(drift_file):
+        with open(drift_file, encoding="utf-8") as fh:
+            words = fh.read().split()
+        drift = words[0] if words else ""
+    return drift
+
+
+class Autotune:
+    """The two autotune passes of one boot (target graphs, draft graphs) on this rank's cache file."""
+
+    def __init__(self, args, mounts: dict):
+        self.args = args
+        cdir, self.cfile = autotune_paths(args)
+        self.short = f"{os.path.basename(cdir)}/{os.path.basename(self.cfile)}"
+        self.host_file = host_path(self.cfile, mounts)
+        self.keep = autotune_keep_armed()
+        self.existed = os.path.exists(self.host_file)
+        self.valid = False
+        self.seconds = 0.0
+        if self.keep:
+            self.fp = launch_fingerprint(sys.argv[1:])
+            self.sidecar = self.host_file + ".launch"
+            if self.existed and os.path.exists(self.sidecar):
+                with open(self.sidecar, encoding="utf-8") as fh:
+                    self.valid = fh.read().strip() == self.fp
+
+    def arm(self) -> None:
+        if not self.keep:
+            return
+        drift = drift_symbol()
         if drift:
             raise Fatal(f"DSV41_AUTOTUNE_KEEP: {drift} is gone; engine drifted")
-        log("[autotune_keep] armed")
-        fp = launch_fingerprint(sys.argv[1:])
-        sidecar = host_file + ".launch"
-        valid = False
-        if os.path.exists(host_file) and os.path.exists(sidecar):
-            with open(sidecar, encoding="utf-8") as fh:
-                valid = fh.read().strip() == fp
-        for pass_name in ("target", "draft"):
-            log_capture(pass_name, args.max_running_requests)
-            if valid:
-                log(f"[autotune_keep] reused {cfile}")
+        say("[autotune_keep] armed")
+
+    def _tune(self, pass_name: str) -> None:
+        t0 = time.monotonic()
+        log(f"Running FlashInfer autotune with cache: {self.cfile}")
+        pace(PHASE[f"autotune_{pass_name}"])
+        payload = {"lab": True, "rank": self.args.rank, "pass": pass_name, "tuned_at": time.time(),
+                   "tactics": {f"moe_gemm_m{m}": (self.args.rank * 31 + m) % 11 for m in (1, 2, 4, 8, 16)}}
+        write_atomic(self.host_file, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+        log("FlashInfer autotune completed.")
+        self.seconds += time.monotonic() - t0
+
+    def run(self, pass_name: str) -> None:
+        if self.keep:
+            if self.valid:
+                say(f"[autotune_keep] reused {self.short}")
             else:
-                tune(args, cfile, host_file, pass_name)
-                write_atomic(sidecar, fp + "\n")
-                log(f"[autotune_keep] tuned and saved {cfile}")
-            pace(0.1)
+                self._tune(pass_name)
+                write_atomic(self.sidecar, self.fp + "\n")
+                say(f"[autotune_keep] tuned and saved {self.short}")
+        else:
+            if self.existed and self.args.rank == 0:
+                log(DISAGREE)
+            self._tune(pass_name)
+
+
+# --------------------------------------------------------------------------- tqdm
+
+BAR_WIDTH = 10
+BAR_PARTS = " ▏▎▍▌▋▊▉"
+
+
+def _interval(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h:d}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def tqdm_line(desc: str, n: int, total: int, elapsed: float) -> str:
+    """One tqdm redraw as the real bar prints it (no leading carriage return)."""
+    frac = n / total if total else 1.0
+    filled = frac * BAR_WIDTH
+    full = int(filled)
+    part = BAR_PARTS[int((filled - full) * 8)] if full < BAR_WIDTH else ""
+    bar = ("█" * full + (part if part.strip() else "")).ljust(BAR_WIDTH)
+    if n == 0:
+        rate, remaining = "?it/s", "?"
     else:
-        existed = os.path.exists(host_file)
-        for pass_name in ("target", "draft"):
-            log_capture(pass_name, args.max_running_requests)
-            if existed:
-                log("FlashInfer autotune: per-rank caches disagree, discarding them and tuning from "
-                    "scratch so all ranks agree on the tactics.")
-            tune(args, cfile, host_file, pass_name)
-            pace(0.1)
+        per = elapsed / n
+        rate = f"{per:5.2f}s/it" if per >= 1 else f"{1 / per if per > 0 else 0:5.2f}it/s"
+        remaining = _interval(per * (total - n))
+    return f"{desc}: {frac * 100:3.0f}%|{bar}| {n}/{total} [{_interval(elapsed)}<{remaining}, {rate}]"
+
+
+# --------------------------------------------------------------------------- server_args
+
+def server_args_fields(args) -> dict:
+    """The engine's ServerArgs as a dict in field order (about 300 fields; the real marker is ~12 KB)."""
+    k = args.dspark_block_size
+    api = "[REDACTED]" if os.environ.get("API_KEY") else None
+    if BUILD == "old" and api:
+        api = "***"
+    offload = os.environ.get("OFFLOAD_MODE", "nvme") or "nvme"
+    bs = list(range(1, args.max_running_requests + 1))
+    f: dict = {}
+    f.update(model_path=args.model_path, tokenizer_path=args.model_path, tokenizer_mode="auto",
+             tokenizer_worker_num=1, skip_tokenizer_init=False, load_format="auto",
+             model_loader_extra_config={"enable_multithread_load": True, "num_threads": 16},
+             trust_remote_code=True, context_length=None, is_embedding=False, enable_multimodal=None,
+             revision=None, model_impl="auto", host=args.host, port=args.port, skip_server_warmup=False,
+             warmups=None, nccl_port=None, dtype="auto", quantization="fp8", quantization_param_path=None,
+             kv_cache_dtype="auto", enable_fp32_lm_head=False, modelopt_quant=None,
+             modelopt_checkpoint_restore_path=None, modelopt_checkpoint_save_path=None,
+             mem_fraction_static=args.mem_fraction_static, max_running_requests=args.max_running_requests,
+             max_queued_requests=None, max_total_tokens=args.max_total_tokens,
+             chunked_prefill_size=args.chunked_prefill_size, max_prefill_tokens=MAX_PREFILL_TOKENS,
+             schedule_policy="fcfs", enable_priority_scheduling=False, schedule_low_priority_values_first=False,
+             priority_scheduling_preemption_threshold=10, schedule_conservativeness=1.0, page_size=PAGE_SIZE,
+             hybrid_kvcache_ratio=None, swa_full_tokens_ratio=0.8, disable_hybrid_swa_memory=False,
+             radix_eviction_policy="lru", device="cuda", elastic_ep_backend=None, mooncake_ib_device=None,
+             tp_size=args.tp_size, pp_size=1, pp_max_micro_batch_size=None, stream_interval=1,
+             stream_output=False, random_seed=1040372163, constrained_json_whitespace_pattern=None,
+             constrained_json_disable_any_whitespace=False, watchdog_timeout=300, dist_timeout=None,
+             download_dir=None, base_gpu_id=0, gpu_id_step=1, sleep_on_idle=False, log_level="info",
+             log_level_http=None, log_requests=flag("LAB_ENGINE_LOG_REQUESTS"), log_requests_level=2,
+             crash_dump_folder=None, show_time_cost=False, enable_metrics=False,
+             enable_metrics_for_all_schedulers=False, tokenizer_metrics_custom_labels_header="x-custom-labels",
+             tokenizer_metrics_allowed_custom_labels=None, bucket_time_to_first_token=None,
+             bucket_inter_token_latency=None, bucket_e2e_request_latency=None, collect_tokens_histogram=False,
+             prompt_tokens_buckets=None, generation_tokens_buckets=None, gc_warning_threshold_secs=0.0,
+             decode_log_interval=40, enable_request_time_stats_logging=False, kv_events_config=None,
+             enable_trace=False, otlp_traces_endpoint="localhost:4317", api_key=api,
+             served_model_name=args.served_model_name, weight_version="default", chat_template=None,
+             completion_template=None, file_storage_path="sglang_storage", enable_cache_report=False,
+             reasoning_parser="deepseek-v3", tool_call_parser="deepseekv31", tool_server=None,
+             sampling_defaults="model", dp_size=1, load_balance_method="round_robin",
+             load_watch_interval=0.1, prefill_round_robin_balance=False,
+             dist_init_addr=args.dist_init_addr or None, nnodes=args.tp_size, node_rank=args.rank,
+             json_model_override_args="{}", preferred_sampling_params=None, enable_lora=None,
+             max_lora_rank=None, lora_target_modules=None, lora_paths=None, max_loaded_loras=None,
+             max_loras_per_batch=8, lora_eviction_policy="lru", lora_backend="triton",
+             max_lora_chunk_size=16, attention_backend="flashinfer", decode_attention_backend=None,
+             prefill_attention_backend=None, sampling_backend="flashinfer", grammar_backend="xgrammar",
+             mm_attention_backend=None, nsa_prefill_backend="flashmla_sparse", nsa_decode_backend="fa3",
+             speculative_algorithm="DSPARK", speculative_draft_model_path=args.model_path,
+             speculative_draft_model_revision=None, speculative_draft_load_format=None,
+             speculative_num_steps=1, speculative_eagle_topk=1, speculative_num_draft_tokens=k + 1,
+             speculative_dspark_block_size=k, speculative_accept_threshold_single=1.0,
+             speculative_accept_threshold_acc=1.0, speculative_token_map=None,
+             speculative_attention_mode="prefill", speculative_moe_runner_backend=None,
+             speculative_ngram_min_match_window_size=1, speculative_ngram_max_match_window_size=12,
+             speculative_ngram_min_bfs_breadth=1, speculative_ngram_max_bfs_breadth=10,
+             speculative_ngram_match_type="BFS", speculative_ngram_branch_length=18,
+             speculative_ngram_capacity=10000000, ep_size=args.ep_size, moe_a2a_backend="none",
+             moe_runner_backend=args.moe_runner_backend, flashinfer_mxfp4_moe_precision="default",
+             enable_flashinfer_allreduce_fusion=False, deepep_mode="auto", ep_num_redundant_experts=0,
+             ep_dispatch_algorithm="static", init_expert_location="trivial", enable_eplb=False,
+             eplb_algorithm="auto", eplb_rebalance_num_iterations=1000, eplb_rebalance_layers_per_chunk=None,
+             eplb_min_rebalancing_utilization_threshold=1.0, expert_distribution_recorder_mode=None,
+             expert_distribution_recorder_buffer_size=1000, enable_expert_distribution_metrics=False,
+             deepep_config=None, moe_dense_tp_size=None, max_mamba_cache_size=None, mamba_ssm_dtype="float32",
+             mamba_full_memory_ratio=0.9, enable_hierarchical_cache=False, hicache_ratio=2.0, hicache_size=0,
+             hicache_write_policy="write_through", hicache_io_backend="kernel", hicache_mem_layout="layer_first",
+             hicache_storage_backend=None, hicache_storage_prefetch_policy="best_effort",
+             hicache_storage_backend_extra_config=None, enable_lmcache=False, kt_amx_weight_path=None,
+             kt_amx_method=None, kt_cpuinfer=None, kt_threadpool_count=None, kt_num_gpu_experts=None,
+             enable_double_sparsity=False, ds_channel_config_path=None, ds_heavy_channel_num=32,
+             ds_heavy_token_num=256, ds_heavy_channel_type="qk", ds_sparse_decode_threshold=4096,
+             cpu_offload_gb=0, offload_group_size=-1, offload_num_in_group=1, offload_prefetch_step=1,
+             offload_mode="cpu", engram_offload_mode=offload, engram_io_threads=96,
+             engram_packed_dir=os.environ.get("DSV41_PACKED_DIR", "/engram"),
+             multi_item_scoring_delimiter=None, disable_radix_cache=False, cuda_graph_max_bs=bs[-1],
+             cuda_graph_bs=bs, disable_cuda_graph=False, disable_cuda_graph_padding=False,
+             enable_profile_cuda_graph=False, enable_cudagraph_gc=False, enable_nccl_nvls=False,
+             enable_symm_mem=False, disable_flashinfer_cutlass_moe_fp4_allgather=False,
+             enable_tokenizer_batch_encode=False, disable_outlines_disk_cache=False,
+             disable_custom_all_reduce=False, enable_mscclpp=False, enable_torch_symm_mem=False,
+             disable_overlap_schedule=False, enable_mixed_chunk=False, enable_dp_attention=False,
+             enable_dp_lm_head=False, enable_two_batch_overlap=False, enable_single_batch_overlap=False,
+             tbo_token_distribution_threshold=0.48, enable_torch_compile=False,
+             enable_piecewise_cuda_graph=False, torch_compile_max_bs=32, piecewise_cuda_graph_max_tokens=4096,
+             piecewise_cuda_graph_tokens=None, piecewise_cuda_graph_compiler="eager", torchao_config="",
+             enable_nan_detection=False, enable_p2p_check=False, triton_attention_reduce_in_fp32=False,
+             triton_attention_num_kv_splits=8, triton_attention_split_tile_size=None,
+             num_continuous_decode_steps=1, delete_ckpt_after_loading=False, enable_memory_saver=False,
+             enable_weights_cpu_backup=False, allow_auto_truncate=False, enable_custom_logit_processor=False,
+             flashinfer_mla_disable_ragged=False, disable_shared_experts_fusion=False,
+             disable_chunked_prefix_cache=False, disable_fast_image_processor=False,
+             keep_mm_feature_on_device=False, enable_return_hidden_states=False, scheduler_recv_interval=1,
+             numa_node=None, enable_deterministic_inference=False, rl_on_policy_target=None,
+             enable_dynamic_batch_tokenizer=False, dynamic_batch_tokenizer_batch_size=32,
+             dynamic_batch_tokenizer_batch_timeout=0.002, debug_tensor_dump_output_folder=None,
+             debug_tensor_dump_layers=None, debug_tensor_dump_input_file=None, debug_tensor_dump_inject=False,
+             disaggregation_mode="null", disaggregation_transfer_backend="mooncake",
+             disaggregation_bootstrap_port=8998, disaggregation_decode_tp=None, disaggregation_decode_dp=None,
+             disaggregation_prefill_pp=1, disaggregation_ib_device=None,
+             disaggregation_decode_enable_offload_kvcache=False, num_reserved_decode_tokens=512,
+             disaggregation_decode_polling_interval=1, custom_weight_loader=[], weight_loader_disable_mmap=False,
+             remote_instance_weight_loader_seed_instance_ip=None,
+             remote_instance_weight_loader_seed_instance_service_port=None,
+             remote_instance_weight_loader_send_weights_group_ports=None, enable_pdmux=False,
+             pdmux_config_path=None, sm_group_num=8, mm_max_concurrent_calls=32, mm_per_request_timeout=10.0,
+             decrypted_config_file=None, decrypted_draft_config_file=None,
+             dspark_config={"block_size": k, "folded_sampling": os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING")
+                            or "auto", "verify_graph_bs": bs, "draft_graph_bs": bs},
+             engram_layers=[1, 14], enable_engram_stats=True, engram_stats_interval_s=60.0)
+    f.update(enable_broadcast_mm_inputs_process=False, mm_process_config={}, enable_prefix_mm_cache=False,
+             enable_adaptive_dispatch_to_encoder=False, encoder_only=False, language_only=False,
+             encoder_transfer_backend="zmq_to_scheduler", encoder_urls=[], enable_return_routed_experts=False,
+             disable_piecewise_cuda_graph=True, enforce_piecewise_cuda_graph=False,
+             enable_layerwise_nvtx_marker=False, enable_draft_weights_cpu_backup=False,
+             enable_torch_compile_debug_mode=False, torch_compile_max_bs_draft=None,
+             speculative_draft_attention_backend=None, speculative_draft_model_quantization="fp8",
+             speculative_adaptive=False, speculative_adaptive_config=None, speculative_spec_v2=False,
+             enable_spec_overlap=False, ngram_worker_num=1, hicache_storage_pass_prefix_keys=False,
+             hierarchical_sparse_attention_extra_config=None, enable_hisparse=False,
+             enable_fused_qk_norm_rope=False, enable_shared_experts_dp=False, enable_aiter_allreduce_fusion=False,
+             enable_fused_moe_sum_all_reduce=False, disable_flashinfer_autotune=False,
+             flashinfer_autotune_cache_dir="/root/.cache/sglang/flashinfer/autotune",
+             enable_flashinfer_autotune_cache=True, moe_dense_tp_size_override=None, dsv4_swa_window=128,
+             dsv4_index_topk=2048, dsv4_c4_ratio=4, dsv4_c128_ratio=128, dsv4_compress_state_dtype="bfloat16",
+             dsv4_full_token_budget=None, dsv4_kv_layout={"full": "paged", "swa": "ring", "c4": "paged",
+                                                          "c128": "paged"},
+             enable_request_mem_report=False, enable_cache_report_per_rank=False, kv_cache_swap_space_gb=0.0,
+             tokenizer_cache_dir=None, preferred_rope_scaling=None, override_generation_config=None,
+             enable_generation_config_defaults=True, allowed_local_media_path="", max_mm_items_per_request=None,
+             attn_cp_size=1, moe_dp_size=1, enable_nsa_prefill_context_parallel=False,
+             nsa_prefill_cp_mode="in-seq-split", enable_fused_set_kv_buffer=True,
+             enable_mis_fused_kernels=False, served_model_name_aliases=[], uvicorn_log_config=None,
+             skip_tokenizer_warmup=False, warmup_thread_num=1, enable_http2=False, ssl_keyfile=None,
+             ssl_certfile=None, ssl_ca_certs=None, ssl_keyfile_password=None, admin_api_key=None,
+             enable_admin_endpoints=False, enable_score_api=False, enable_tokenize_api=True,
+             stream_response_default_include_usage=False, incremental_streaming_output=True,
+             enable_custom_all_reduce_for_draft=True, gpu_memory_utilization_report=False,
+             cpu_weight_offload_layers=None, hicache_l3_prefetch_threshold=256)
+    return f
+
+
+def server_args_line(args) -> str:
+    fields = server_args_fields(args)
+    if BUILD == "old":
+        for key in ("dspark_config", "engram_offload_mode", "engram_io_threads", "engram_packed_dir",
+                    "engram_layers", "enable_engram_stats", "engram_stats_interval_s", "rl_on_policy_target"):
+            fields.pop(key, None)
+        return "server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+    return "server_args=" + repr(fields)
 
 
 # --------------------------------------------------------------------------- boot
@@ -430,6 +929,7 @@ def parse_args(argv: list):
     p.add_argument("--mem-fraction-static", type=float, default=0.95)
     p.add_argument("--moe-runner-backend", default="auto")
     p.add_argument("--dist-init-addr", default="")
+    p.add_argument("--served-model-name", default=SERVED_MODEL_NAME)
     args, _unknown = p.parse_known_args(argv)
     if args.dspark_block_size is None:
         try:
@@ -441,85 +941,210 @@ def parse_args(argv: list):
     return args
 
 
-def server_args_line(args) -> str:
-    api = "'***'" if os.environ.get("API_KEY") else "None"
-    pin = args.max_total_tokens if args.max_total_tokens else None
-    dist = f"'{args.dist_init_addr}'" if args.dist_init_addr else "None"
-    return (f"server_args=ServerArgs(model_path='{args.model_path}', tokenizer_path='{args.model_path}', "
-            f"host='{args.host}', port={args.port}, tp_size={args.tp_size}, ep_size={args.ep_size}, "
-            f"nnodes={args.tp_size}, node_rank={args.rank}, dist_init_addr={dist}, "
-            f"mem_fraction_static={args.mem_fraction_static}, max_running_requests={args.max_running_requests}, "
-            f"max_total_tokens={pin}, chunked_prefill_size={args.chunked_prefill_size}, "
-            f"speculative_algorithm='DSPARK', speculative_num_draft_tokens={args.dspark_block_size}, "
-            f"moe_runner_backend='{args.moe_runner_backend}', context_length={CONTEXT_LEN}, "
-            f"api_key={api}, served_model_name='{args.model_path}')")
+def print_load_adapters(phase: str) -> None:
+    """What the adapters print while the weights load (print(): stdout)."""
+    if phase == "target" and adapter_on("wo_a_w8"):
+        say(f"[wo_a_w8] fp8 twins for {WO_A_WEIGHTS} wo_a weights, 0 left on bf16")
+        if flag("DSV41_WO_A_W8_MID") or flag("DSV41_WO_A_W8_DROP"):
+            say("[wo_a_w8] mid path armed: 9..192 rows from the fp8 twin")
+        if flag("DSV41_WO_A_W8_DROP"):
+            released = WO_A_WEIGHTS - WO_A_DROP_KEPT
+            say(f"[wo_a_w8] released the bf16 copy of {released} wo_a weights ({released * WO_A_COPY_MIB} MB); "
+                f"{WO_A_DROP_KEPT} kept (dequantized copy not bit-identical)")
+    if phase == "draft" and adapter_on("draft_head_fp8"):
+        say("[draft_head_fp8] armed")
+        say("[draft_head_fp8] fp8 twin of the draft LM head (43136, 5120)")
 
 
-def boot(args) -> dict:
+def print_verify_adapters() -> None:
+    if adapter_on("draft_tau"):
+        say(f"[draft_tau] draft temperature x{tau_value():g}")
+    if adapter_on("block_verify"):
+        say("[block_verify] armed: block verification for sampled DSpark rows")
+    if adapter_on("verify_cap"):
+        say(f"[verify_cap] armed ({os.environ.get('DSV41_VERIFY_CAP', '').strip()}): dead verify rows route "
+            "to the anchor's experts")
+
+
+def capture_pass(pass_name: str, args, mem: dict, autotune: Autotune) -> float:
+    """One CUDA-graph capture with its autotune pass; returns the lab seconds spent capturing."""
+    m = args.max_running_requests
+    bs = list(range(1, m + 1))
+    begin = mem["capture_target_begin"] if pass_name == "target" else mem["capture_target_end"]
+    usage = mem["target_graphs"] if pass_name == "target" else mem["draft_graphs"]
+    if BUILD == "old":
+        what = "cuda graph" if pass_name == "target" else "draft cuda graph"
+        log(f"Capture {what} begin. This can take up to several minutes. avail mem={gib(begin)} GB")
+        log(f"Capture {what} bs {bs}")
+    else:
+        log(f"Capture {pass_name} verify CUDA graph begin. backend=full, num_tokens_per_req="
+            f"{args.dspark_block_size + 1}, bs={bs}, avail mem={gib(begin)} GB")
+    t0 = time.monotonic()
+    order = list(reversed(bs))
+    step = usage / len(order)
+
+    def desc(i: int) -> str:
+        return f"Capturing batches (bs={order[min(i, len(order) - 1)]} avail_mem={gib(begin - step * i)} GB)"
+
+    # tqdm's first draw and a refresh; the logging records that follow land on the same physical line
+    raw_err(tqdm_line(desc(0), 0, len(order), 0.0))
+    pace(PHASE["bar"])
+    raw_err("\r" + tqdm_line(desc(0), 0, len(order), time.monotonic() - t0) + "\x1b[A")
+    autotune.run(pass_name)
+    capture_t0 = time.monotonic()
+    for i in range(1, len(order) + 1):
+        pace(PHASE[f"capture_{pass_name}"] / len(order))
+        raw_err("\r" + tqdm_line(desc(i), i, len(order), time.monotonic() - t0))
+    raw_err("\n")
+    if pass_name == "target":
+        if adapter_on("verify_cap"):
+            say(f"[verify_cap] remap captured into the verify graph for M={args.dspark_block_size + 1}")
+            say("[verify_cap] confidence present")
+        if adapter_on("folded_fence"):
+            say("[folded_fence] folded DSpark results cloned off the persistent verify buffers")
+    elapsed = time.monotonic() - capture_t0
+    end = begin - usage
+    if BUILD == "old":
+        what = "cuda graph" if pass_name == "target" else "draft cuda graph"
+        log(f"Capture {what} end. Time elapsed: {elapsed:.2f} s. mem usage={gib(usage)} GB. avail mem={gib(end)} GB.")
+    else:
+        log(f"Capture {pass_name} verify CUDA graph end. elapsed={elapsed:.2f} s, mem usage={gib(usage)} GB, "
+            f"avail mem={gib(end)} GB.")
+    return elapsed
+
+
+def folded_sampling_line(mem: dict) -> str:
+    mode = os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip()
+    if mode == "0":
+        return "DSpark draft proposal kept eager (reason=SGLANG_DSPARK_FOLDED_SAMPLING=0)"
+    if mode == "2":
+        return "DSpark draft proposal (greedy + sampling) folded into the draft cuda graph."
+    if mem["after"] >= FOLDED_AUTO_MIN:
+        return "DSpark draft proposal (greedy + sampling) folded into the draft cuda graph."
+    return ("DSpark folded sampling disabled: its static buffers need 0.09 GB but only "
+            f"{gib(max(mem['after'], 0.0))} GB GPU memory is free; sampling batches will take the eager proposal "
+            "path. Set SGLANG_DSPARK_FOLDED_SAMPLING=2 to force.")
+
+
+def boot(args, t_start: float) -> dict:
     mounts = load_mounts()
-    log(server_args_line(args))
-    pace(0.15)
-    log(f"Init torch distributed begin. rank={args.rank} world_size={args.tp_size} (lab stand-in: no GPU)")
-    pace(0.2)
-    on = [k for k in ("DSV41_AUTOTUNE_KEEP", "DSV41_FOLDED_FENCE", "DSV41_WO_A_W8", "DSV41_WO_A_W8_MID",
-                      "DSV41_WO_A_W8_DROP", "DSV41_ENGRAM_PREFETCH", "DSV41_ENGRAM_PREFETCH_CHECK",
-                      "DSV41_DRAFT_HEAD_FP8", "DSV41_BLOCK_VERIFY") if flag(k)]
-    if "DSV41_AUTOTUNE_KEEP" in on and not autotune_keep_armed():
-        on.remove("DSV41_AUTOTUNE_KEEP")  # not in the image: the switch does nothing
-    log("Adapters enabled: " + (", ".join(on) if on else "none"))
-    folded = os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip()
-    log("DSpark folded sampling: " + ({"": "AUTO (unset; decided from the minimum free memory across ranks)",
-                                       "0": "off", "2": "forced (static buffers 96 MiB)"}
-                                      .get(folded, f"mode={folded}")))
-    log("Load weight begin.")
-    pace(0.2)
+    pace(PHASE["scheduler_start"])
+    log("Init torch distributed begin.")
+    pace(PHASE["dist"])
+    if args.rank == 0:
+        log("sglang is using nccl==2.27.7")
+    log(f"Init torch distributed ends. mem usage={0.41 + 0.03 * (args.rank % 3):.2f} GB")
+    autotune = Autotune(args, mounts)
+    autotune.arm()
 
+    mem = memory_model(args.mem_fraction_static, args.max_total_tokens, args.rank, args.max_running_requests)
+    load_t0 = time.monotonic()
+    log(f"Load weight begin. avail mem={gib(mem['load_begin'])} GB")
+    pace(PHASE["load_start"])
     rows = engram_rows(args.model_path, mounts)
     packed_dir = os.environ.get("DSV41_PACKED_DIR", "/engram").rstrip("/") or "/engram"
+    offload = os.environ.get("OFFLOAD_MODE", "nvme").strip() or "nvme"
     cache_gib_total = env_float("DSV41_CACHE_GIB", 0.0)
     ways = int(env_float("DSV41_CACHE_WAYS", 4)) or 4
+    prefetch = adapter_on("engram_prefetch")
+    if prefetch:
+        log("DSV41 Engram prefetch ARMED: rows fetched on a side stream after the hasher"
+            + (" (CHECK mode: old path re-run and compared)"
+               if os.environ.get("DSV41_ENGRAM_PREFETCH_CHECK", "0").strip() == "1" else ""))
     packed_all = True
     for layer in ENGRAM_LAYERS:
         n = rows[layer]
         r, tp = args.rank, args.tp_size
         lo, hi = n * r // tp, n * (r + 1) // tp
         name = f"engram-l{layer}-r{r}of{tp}.bin"
-        shown = f"{packed_dir}/{name}"
-        packed = check_shard(host_path(shown, mounts), shown, layer, lo, hi, n)
+        packed = check_shard(host_path(f"{packed_dir}/{name}", mounts), layer, lo, hi, n)
         packed_all = packed_all and packed
         cache = cache_gib_total / len(ENGRAM_LAYERS)
         slots = int(cache * GIB // ROW_BYTES // ways * ways) if cache > 0 else 0
         owned = max(1, hi - lo)
         pct = min(100.0, 100.0 * slots / owned)
-        log(f"Exact nvme Engram layer={layer} rank={r} rows=[{lo},{hi}) cache={cache:.1f}GiB "
-            f"({slots} slots, {ways}-way, {pct:.1f}% of owned rows) scales=0.0GiB io_threads=96 "
-            f"packed={packed}")
-        pace(0.1)
-    if flag("DSV41_ENGRAM_PREFETCH"):
-        log("[engram_prefetch] " + ("armed" if packed_all else "disabled: Engram shards not packed on this rank")
-            + (" (check mode: validating every prefetched row)" if flag("DSV41_ENGRAM_PREFETCH_CHECK") else ""))
-    log("Load weight end. type=DeepseekV4ForCausalLM, dtype=torch.bfloat16")
-    pace(0.2)
+        if BUILD == "old":
+            log(f"Exact {offload} Engram layer={layer} rank={r} rows=[{lo},{hi}) cache_budget={cache:.1f}GiB "
+                f"ways={ways} io_threads=96")
+        else:
+            log(f"Exact {offload} Engram layer={layer} rank={r} rows=[{lo},{hi}) cache={cache:.1f}GiB "
+                f"({slots} slots, {ways}-way, {pct:.1f}% of owned rows) scales=0.0GiB io_threads=96 "
+                f"packed={packed}")
+        pace(PHASE["engram_layer"])
+    if prefetch and not packed_all:
+        log("DSV41 Engram prefetch disabled after error: packed Engram shards are required "
+            f"(DSV41_PACKED_DIR={packed_dir})")
+    pace(PHASE["load_target"])
+    print_load_adapters("target")
+    if BUILD == "old":
+        log(f"Load weight end. type=DeepseekV4ForCausalLM, dtype=torch.bfloat16, avail mem={gib(mem['after_target'])} "
+            f"GB, mem usage={gib(mem['target_usage'])} GB.")
+    else:
+        log(f"Load weight end. elapsed={time.monotonic() - load_t0:.2f} s, type=DeepseekV4ForCausalLM, quant=fp8, "
+            f"avail mem={gib(mem['after_target'])} GB, mem usage={gib(mem['target_usage'])} GB.")
+    draft_t0 = time.monotonic()
+    log(f"Load weight begin. avail mem={gib(mem['after_target'])} GB")
+    pace(PHASE["load_draft"])
+    print_load_adapters("draft")
+    if BUILD == "old":
+        log(f"Load weight end. type=DeepseekV4ForCausalLMNextN, dtype=torch.bfloat16, avail mem="
+            f"{gib(mem['after_loads'])} GB, mem usage={gib(mem['draft_usage'])} GB.")
+    else:
+        log(f"Load weight end. elapsed={time.monotonic() - draft_t0:.2f} s, type=DeepseekV4ForCausalLMNextN, "
+            f"quant=fp8, avail mem={gib(mem['after_loads'])} GB, mem usage={gib(mem['draft_usage'])} GB.")
+    load_seconds = time.monotonic() - load_t0
 
-    mem = memory_model(args.mem_fraction_static, args.max_total_tokens)
-    log(f"DSV4 memory calculation: bytes_per_full_token={BYTES_PER_FULL_TOKEN:.2f}, "
-        f"available_bytes={mem['available_bytes'] / GB:.2f} GB, c128_state_fixed=0.00 GB, swa_fixed=0.30 GB, "
-        f"full_token={mem['full_token'] / GB:.2f} GB")
-    if mem["pool"] < POOL_ALIGN:
-        raise Fatal("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-                    f"(available_bytes={mem['available_bytes'] / GB:.2f} GB)")
-    pool_line = f"DSV4 pool sizes: full={mem['pool']}, swa={mem['swa']}, c128={mem['c128']}"
-    log(pool_line)
-    pace(0.1)
-    log(pool_line)
-    pace(0.1)
+    kv_t0 = time.monotonic()
+    spelling = "DSv4" if BUILD == "old" else "DSV4"
+    full_token = (f"{gib(mem['full_token'] * BYTES_PER_FULL_TOKEN)} GB" if BUILD == "old"
+                  else str(mem["full_token"]))
+    log(f"{spelling} memory calculation: bytes_per_full_token={BYTES_PER_FULL_TOKEN:.2f}, "
+        f"available_bytes={gib(mem['available_bytes'])} GB, c128_state_fixed=0.00 GB, "
+        f"swa_fixed={gib(mem['swa_fixed'])} GB, full_token={full_token}")
+    if mem["full_token"] < PAGE_SIZE:
+        raise Fatal("Not enough memory. Please try to increase --mem-fraction-static. "
+                    f"(available_bytes={gib(mem['available_bytes'])} GB)")
+    log(pool_line(mem["full_token"], mem))
+    if mem["clamped"]:
+        log(f"\x1b[33mWARNING: max_total_tokens={mem['requested']} is larger than the profiled value "
+            f"{mem['full_token']}. Use the profiled value instead.\x1b[0m")
+    pace(PHASE["kv"])
+    log(pool_line(mem["allocated"], mem))
+    log(f"KV Cache is allocated. #tokens: {mem['allocated']}, full: {gib(mem['allocated'] * BYTES_PER_FULL_TOKEN)} "
+        f"GB, swa: {gib(mem['swa_fixed'])} GB")
+    log(f"Memory pool end. avail mem={gib(mem['pool_end'])} GB")
+    kv_seconds = time.monotonic() - kv_t0
+    pace(PHASE["workspace"])
+    print_verify_adapters()
 
-    run_autotune(args, mounts)
-
-    log(f"max_total_num_tokens={mem['pool']}, chunked_prefill_size={args.chunked_prefill_size}, "
-        f"max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={args.max_running_requests}, "
-        f"context_len={CONTEXT_LEN}, available_gpu_mem={mem['after'] / GB:.2f} GB")
+    graph_seconds = capture_pass("target", args, mem, autotune)
+    graph_seconds += capture_pass("draft", args, mem, autotune)
+    pace(PHASE["scheduler_ready"])
+    if args.rank == 0:
+        log(folded_sampling_line(mem))
+        log(f"max_total_num_tokens={mem['allocated']}, chunked_prefill_size={args.chunked_prefill_size}, "
+            f"max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={args.max_running_requests}, "
+            f"context_len={CONTEXT_LEN}, available_gpu_mem={gib(mem['after'])} GB")
+        if BUILD != "old":
+            log(f"Engine startup timings (s): load_weight={load_seconds:.2f}, kv_cache_allocation={kv_seconds:.2f}, "
+                f"scheduler_e2e={time.monotonic() - t_start:.2f}, cuda_graph={graph_seconds:.2f}, "
+                f"autotune={autotune.seconds:.2f}")
     return {"packed": packed_all, "rows": rows, "mem": mem}
+
+
+def print_fatal(exc: Exception) -> None:
+    """A scheduler exception as SGLang logs it (one record: prefix on the first line only)."""
+    log("Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 3015, in run_scheduler_process\n'
+        "    scheduler = Scheduler(\n"
+        "                ^^^^^^^^^^\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 312, in __init__\n'
+        "    self.tp_worker = TpModelWorker(\n"
+        "                     ^^^^^^^^^^^^^^\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 402, in initialize\n'
+        "    self.init_memory_pool(\n"
+        f"RuntimeError: {exc}")
+    log_main("Received sigquit from a child process. It usually means the child failed.")
 
 
 # --------------------------------------------------------------------------- rendezvous (lab detail)
@@ -559,7 +1184,7 @@ def start_rendezvous_server(addr: str, states: RankStates) -> None:
     try:
         srv = Server(("0.0.0.0", port), Handler)
     except OSError as exc:
-        log(f"rendezvous port {port} unavailable ({exc}); using this rank's state only")
+        log_main(f"WARNING: rendezvous port {port} unavailable ({exc}); using this rank's state only (lab)")
         return
     threading.Thread(target=srv.serve_forever, daemon=True).start()
 
@@ -588,6 +1213,7 @@ WORDS_PROSE = ("the of and a to in is was that for on with as by at from it be t
                "rank engram token memory step cache draft verify block").split()
 WORDS_CODE = ("def return self if else for in range import from None True False print len list dict "
               "value key result x y i n args kwargs class raise try except with as yield lambda".split())
+THINKING_TOKENS = 256
 
 
 def prompt_text(messages) -> str:
@@ -609,27 +1235,34 @@ def count_prompt_tokens(messages) -> int:
 
 
 class Engine:
-    def __init__(self, args, state: dict, ranks: RankStates):
+    """The head's serving state. ``state`` and ``ranks`` are set when the boot completes."""
+
+    def __init__(self, args):
         self.args = args
-        self.state = state
-        self.ranks = ranks
+        self.state: dict | None = None
+        self.ranks: RankStates | None = None
+        self.ready = threading.Event()
         self.sem = threading.BoundedSemaphore(args.max_running_requests)
         self.lock = threading.Lock()
         self.active = 0
         self.queued = 0
         self.lookups = 0
 
+    def all_packed(self) -> bool:
+        return self.ranks.all_packed() if self.ranks else False
+
     def step_ms(self) -> float:
         k = self.args.dspark_block_size
-        base = 98.0 if self.ranks.all_packed() else 120.0
+        packed = self.all_packed()
+        base = 98.0 if packed else 120.0
         base += 4.0 * (k - 3)
-        if flag("DSV41_WO_A_W8"):
+        if adapter_on("wo_a_w8"):
             base -= 4.0
-        if flag("DSV41_ENGRAM_PREFETCH") and self.ranks.all_packed():
+        if adapter_on("engram_prefetch") and packed:
             base -= 2.0
-        if flag("DSV41_ENGRAM_PREFETCH_CHECK"):
+        if os.environ.get("DSV41_ENGRAM_PREFETCH_CHECK", "0").strip() == "1":
             base += 15.0
-        if flag("DSV41_DRAFT_HEAD_FP8"):
+        if adapter_on("draft_head_fp8"):
             base -= 1.0
         with self.lock:
             active = max(1, self.active)
@@ -644,22 +1277,28 @@ class Engine:
         rng = random.Random(h) if temperature <= 0 else random.Random(int.from_bytes(os.urandom(8), "little"))
         kwargs = body.get("chat_template_kwargs") or {}
         thinking = bool(kwargs.get("thinking") or kwargs.get("enable_thinking"))
-        natural = 64 + h % 961 + (256 if thinking else 0)
+        natural = 64 + h % 961 + (THINKING_TOKENS if thinking else 0)
         if temperature > 0:
             natural = max(64, natural + rng.randint(-32, 32))
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 1024
-        n_out = max(0, min(int(max_tokens), natural))
+        # max_completion_tokens overrides the deprecated max_tokens
+        limit = body.get("max_completion_tokens")
+        if limit is None:
+            limit = body.get("max_tokens")
+        if limit is None:
+            limit = 1024
+        n_out = max(0, min(int(limit), natural))
         low = text.lower()
         code = "def " in low or "code" in low
         vocab = WORDS_CODE if code else WORDS_PROSE
         words = [rng.choice(vocab) for _ in range(n_out)]
         accept = (0.70 if code else 0.55)
-        if os.environ.get("DSV41_DRAFT_TAU", "").strip() not in ("", "0", "1", "1.0"):
+        if adapter_on("draft_tau"):
             accept += 0.02
-        if os.environ.get("DSV41_VERIFY_CAP", "").strip() not in ("", "0"):
+        if adapter_on("verify_cap"):
             accept += 0.02
         return {"words": words, "prompt_tokens": count_prompt_tokens(messages), "accept": min(accept, 0.95),
-                "finish": "length" if n_out < natural else "stop", "rng": rng}
+                "finish": "length" if n_out < natural else "stop", "rng": rng,
+                "reasoning": min(THINKING_TOKENS, n_out) if thinking else 0}
 
     def steps(self, plan: dict):
         """Yield lists of committed words, sleeping one speculative step per list."""
@@ -673,13 +1312,22 @@ class Engine:
             yield words[i:i + n]
             i += n
 
-    def enter(self):
+    def enter(self, plan: dict):
         with self.lock:
             self.queued += 1
         self.sem.acquire()
         with self.lock:
             self.queued -= 1
+            running, queued = self.active, self.queued
             self.active += 1
+        pool = max(1, self.state["mem"]["allocated"])
+        if BUILD == "old":
+            log(f"Prefill batch. #new-seq: 1, #new-token: {plan['prompt_tokens']}, #cached-token: 0, "
+                f"token usage: {plan['prompt_tokens'] / pool:.2f}, #running-req: {running}, #queue-req: {queued}")
+        else:
+            log(f"Prefill batch, #new-seq: 1, #new-token: {plan['prompt_tokens']}, #cached-token: 0, "
+                f"full token usage: {plan['prompt_tokens'] / pool:.2f}, swa token usage: 0.00, "
+                f"#running-req: {running}, #queue-req: {queued}")
 
     def leave(self, plan: dict, n_tokens: int, steps: int, wall: float) -> None:
         with self.lock:
@@ -689,57 +1337,97 @@ class Engine:
             lookups = self.lookups
         self.sem.release()
         rate = n_tokens / wall if wall > 0 else 0.0
-        log(f"Decode batch. #running-req: {running + 1}, #token: {plan['prompt_tokens'] + n_tokens}, "
-            f"token usage: 0.00, accept len: {n_tokens / max(1, steps):.2f}, "
-            f"gen throughput (token/s): {rate:.2f}, #queue-req: {queued}")
+        used = plan["prompt_tokens"] + n_tokens
+        mem = self.state["mem"]
+        accept_len = n_tokens / max(1, steps)
+        if BUILD == "old":
+            log(f"Decode batch. #running-req: {running + 1}, #token: {used}, "
+                f"token usage: {used / max(1, mem['allocated']):.2f}, cuda graph: True, "
+                f"gen throughput (token/s): {rate:.2f}, #queue-req: {queued}")
+        else:
+            swa_used = min(used, mem["swa"])
+            log(f"Decode batch, #running-req: {running + 1}, #full token: {used}, "
+                f"full token usage: {used / max(1, mem['allocated']):.2f}, #swa token: {swa_used}, "
+                f"swa token usage: {swa_used / max(1, mem['swa']):.2f}, accept len: {accept_len:.2f}, "
+                f"accept rate: {max(0.0, accept_len - 1) / self.args.dspark_block_size:.2f}, cuda graph: True, "
+                f"gen throughput (token/s): {rate:.2f}, #queue-req: {queued}")
+        cache = env_float("DSV41_CACHE_GIB", 0.0) / len(ENGRAM_LAYERS)
+        ways = int(env_float("DSV41_CACHE_WAYS", 4)) or 4
         for layer in ENGRAM_LAYERS:
-            log(f"Engram layer={layer} lookups={lookups} hit_rate=0.0% reads={lookups} "
-                f"cache={env_float('DSV41_CACHE_GIB', 0.0) / 2:.1f}GiB({int(env_float('DSV41_CACHE_WAYS', 4)) or 4}-way) "
-                f"scales=0.0GiB threads=96 packed={self.state['packed']}")
+            if BUILD == "old":
+                log(f"Engram layer={layer} lookups={lookups} hit_rate=0.0% reads={lookups} "
+                    f"cache={cache:.1f}GiB({ways}-way) threads=96")
+            else:
+                log(f"Engram layer={layer} lookups={lookups} hit_rate=0.0% reads={lookups} "
+                    f"cache={cache:.1f}GiB({ways}-way) scales=0.0GiB threads=96 packed={self.state['packed']}")
 
 
-def make_handler(engine: Engine):
-    model_id = engine.args.model_path
+def make_handler(engine: Engine | None):
+    """HTTP handler of the head (engine given) or of a worker's dummy health server (None)."""
+    served = engine.args.served_model_name if engine else SERVED_MODEL_NAME
 
     class Handler(BaseHTTPRequestHandler):
-        server_version = "dsv41-lab-engine/1.0"
+        server_version = "uvicorn"
+        sys_version = ""
 
-        def log_message(self, fmt, *a):  # keep the container log clean
+        def log_message(self, fmt, *a):  # access lines are written by access() in uvicorn's form
             pass
 
-        def send_json(self, code: int, obj) -> None:
-            data = json.dumps(obj).encode()
+        def access(self, code: int) -> None:
+            phrase = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+                      503: "Service Unavailable"}.get(code, "")
+            log_main(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
+                     f'"{self.command} {self.path} HTTP/1.1" {code} {phrase}'.rstrip())
+
+        def send_body(self, code: int, data: bytes, ctype: str = "application/json") -> None:
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            if data:
+                self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+            self.access(code)
+
+        def send_json(self, code: int, obj) -> None:
+            self.send_body(code, json.dumps(obj).encode())
+
+        def send_error_obj(self, code: int, message: str, kind: str) -> None:
+            self.send_json(code, {"object": "error", "message": message, "type": kind, "param": None, "code": code})
 
         def authorized(self) -> bool:
             key = os.environ.get("API_KEY", "")
             if not key:
                 return True
-            if self.headers.get("Authorization", "") == f"Bearer {key}":
+            if (self.headers.get("Authorization", "") == f"Bearer {key}"
+                    or self.headers.get("x-api-key", "") == key):
                 return True
-            self.send_json(401, {"error": {"message": "Unauthorized", "type": "invalid_request_error"}})
+            self.send_json(401, {"error": "Unauthorized"})
             return False
+
+        def ready(self) -> bool:
+            return engine is None or engine.ready.is_set()
 
         def do_GET(self):
             path = self.path.split("?", 1)[0]
             if path in ("/health", "/health_generate"):
-                self.send_json(200, {"status": "ok"})
-            elif path == "/v1/models":
+                if not self.ready():
+                    self.send_body(503, b"")
+                    return
+                if path == "/health_generate" and engine is not None:
+                    speed_sleep(engine.step_ms() / 1000.0)  # one token
+                self.send_body(200, b"")
+            elif path == "/v1/models" and engine is not None:
                 if self.authorized():
                     self.send_json(200, {"object": "list", "data": [
-                        {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "sglang",
-                         "root": model_id, "max_model_len": CONTEXT_LEN}]})
+                        {"id": served, "object": "model", "created": int(time.time()), "owned_by": "sglang",
+                         "root": served, "max_model_len": CONTEXT_LEN}]})
             else:
-                self.send_json(404, {"error": {"message": "Not Found"}})
+                self.send_json(404, {"detail": "Not Found"})
 
         def do_POST(self):
             path = self.path.split("?", 1)[0]
-            if path != "/v1/chat/completions":
-                self.send_json(404, {"error": {"message": "Not Found"}})
+            if engine is None or path != "/v1/chat/completions":
+                self.send_json(404, {"detail": "Not Found"})
                 return
             if not self.authorized():
                 return
@@ -749,10 +1437,17 @@ def make_handler(engine: Engine):
                 if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
                     raise ValueError("messages must be a list")
             except ValueError as exc:
-                self.send_json(400, {"error": {"message": f"bad request: {exc}", "type": "invalid_request_error"}})
+                self.send_error_obj(400, f"bad request: {exc}", "BadRequestError")
                 return
+            if not self.ready():
+                self.send_error_obj(503, "The server is not ready yet", "ServiceUnavailableError")
+                return
+            if flag("LAB_ENGINE_LOG_REQUESTS"):
+                log_main(f"Receive: obj=ChatCompletionRequest(messages={body.get('messages')!r}, "
+                         f"model={body.get('model')!r}, stream={bool(body.get('stream'))!r}, "
+                         f"max_tokens={body.get('max_tokens')!r}, temperature={body.get('temperature')!r})")
             plan = engine.plan(body)
-            engine.enter()
+            engine.enter(plan)
             start = time.monotonic()
             n_tokens = 0
             n_steps = 0
@@ -760,37 +1455,55 @@ def make_handler(engine: Engine):
                 speed_sleep((60.0 + 0.05 * plan["prompt_tokens"]) / 1000.0)
                 rid = "chatcmpl-" + uuid.uuid4().hex[:24]
                 created = int(time.time())
-                model = body.get("model") or model_id
-                usage_fn = lambda: {"prompt_tokens": plan["prompt_tokens"], "completion_tokens": n_tokens,
-                                    "total_tokens": plan["prompt_tokens"] + n_tokens}
+                model = body.get("model") or served
+
+                def usage():
+                    u = {"prompt_tokens": plan["prompt_tokens"], "completion_tokens": n_tokens,
+                         "total_tokens": plan["prompt_tokens"] + n_tokens}
+                    if plan["reasoning"]:
+                        u["reasoning_tokens"] = min(plan["reasoning"], n_tokens)
+                    return u
+
                 if body.get("stream"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Cache-Control", "no-cache")
                     self.send_header("Connection", "close")
                     self.end_headers()
+                    self.close_connection = True
+                    self.access(200)
 
-                    def sse(obj) -> None:
-                        data = obj if isinstance(obj, str) else json.dumps(obj)
-                        self.wfile.write(f"data: {data}\n\n".encode())
+                    def sse(*objs) -> None:
+                        data = "".join(f"data: {o if isinstance(o, str) else json.dumps(o)}\n\n" for o in objs)
+                        self.wfile.write(data.encode())
                         self.wfile.flush()
 
                     def chunk(delta, finish=None):
                         return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
                                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
-                    sse(chunk({"role": "assistant", "content": ""}))
                     first = True
                     for block in engine.steps(plan):
-                        piece = ("" if first else " ") + " ".join(block)
-                        first = False
-                        n_tokens += len(block)
+                        pieces = []
+                        for word in block:
+                            field = "reasoning_content" if n_tokens < plan["reasoning"] else "content"
+                            if pieces and pieces[-1][0] == field:
+                                pieces[-1][1].append(word)
+                            else:
+                                pieces.append((field, [word]))
+                            n_tokens += 1
                         n_steps += 1
-                        sse(chunk({"content": piece}))
+                        out = [chunk({"role": "assistant", "content": ""})] if first else []
+                        for field, ws in pieces:
+                            out.append(chunk({field: ("" if first else " ") + " ".join(ws)}))
+                            first = False
+                        sse(*out)
+                    if first:
+                        sse(chunk({"role": "assistant", "content": ""}))
                     sse(chunk({}, plan["finish"]))
                     if (body.get("stream_options") or {}).get("include_usage"):
                         sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                             "choices": [], "usage": usage_fn()})
+                             "choices": [], "usage": usage()})
                     sse("[DONE]")
                 else:
                     out = []
@@ -798,11 +1511,13 @@ def make_handler(engine: Engine):
                         out.extend(block)
                         n_steps += 1
                     n_tokens = len(out)
+                    message = {"role": "assistant", "content": " ".join(out[plan["reasoning"]:])}
+                    if plan["reasoning"]:
+                        message["reasoning_content"] = " ".join(out[:plan["reasoning"]])
                     self.send_json(200, {
                         "id": rid, "object": "chat.completion", "created": created, "model": model,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(out)},
-                                     "finish_reason": plan["finish"]}],
-                        "usage": usage_fn()})
+                        "choices": [{"index": 0, "message": message, "finish_reason": plan["finish"]}],
+                        "usage": usage()})
             except (BrokenPipeError, ConnectionResetError):
                 pass
             finally:
@@ -811,50 +1526,106 @@ def make_handler(engine: Engine):
     return Handler
 
 
+class HTTPServer(ThreadingHTTPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+
+def uvicorn_started(port: int) -> None:
+    log_main("INFO:     Started server process [1]")
+    log_main("INFO:     Waiting for application startup.")
+    log_main("INFO:     Application startup complete.")
+    log_main(f"INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)")
+
+
+def warmup(engine: Engine) -> None:
+    """The launcher's warm-up request, as SGLang logs it."""
+    log_main('INFO:     127.0.0.1:41822 - "GET /model_info HTTP/1.1" 200 OK')
+    if BUILD == "old":
+        log("Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, #running-req: 0, "
+            "#queue-req: 0")
+    else:
+        log("Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, full token usage: 0.00, "
+            "swa token usage: 0.00, #running-req: 0, #queue-req: 0")
+    pace(PHASE["warmup"])
+    log_main('INFO:     127.0.0.1:41830 - "POST /generate HTTP/1.1" 200 OK')
+    log_main("The server is fired up and ready to roll!")
+
+
 # --------------------------------------------------------------------------- main
 
+_IS_HEAD = False
+
+
 def on_sigterm(_signum, _frame):
-    log("Received sigterm, shutting down")
+    log_main("Received sigterm=15, shutting down.")
+    if _IS_HEAD:
+        log_main("INFO:     Shutting down")
+        log_main("INFO:     Finished server process [1]")
     os._exit(0)
 
 
 def main(argv: list | None = None) -> int:
-    global RANK
+    global RANK, EP_TAG, BUILD, _IS_HEAD
+    load_knob_file()
+    configure_pacing()
+    BUILD = "old" if os.environ.get("LAB_ENGINE_BUILD", "new").strip().lower() == "old" else "new"
     args = parse_args(sys.argv[1:] if argv is None else argv)
     RANK = args.rank
+    EP_TAG = args.ep_size > 1
+    head = args.role == "head" and args.rank == 0
+    _IS_HEAD = head
     signal.signal(signal.SIGTERM, on_sigterm)
+    t_start = time.monotonic()
+    log_main(server_args_line(args))
+    engine = Engine(args) if head else None
+    httpd = None
     try:
-        state = boot(args)
+        if head:
+            # bound now so /health answers 503 while the engine boots
+            try:
+                httpd = HTTPServer((args.host, args.port), make_handler(engine))
+            except OSError as exc:
+                raise Fatal(f"[Errno {exc.errno}] error while attempting to bind on address "
+                            f"('{args.host}', {args.port}): {exc.strerror}") from None
+            threading.Thread(target=httpd.serve_forever, daemon=True).start()
+            log_main("Using default HuggingFace chat template with detected content format: string")
+        pace(PHASE["tokenizer"])
+        state = boot(args, t_start)
+    except EngramFatal as exc:
+        raw_err(f"Engram retrieval failed: {exc.detail} (errno={exc.errno})\n")
+        return 134  # abort()
     except Fatal as exc:
-        log(str(exc))
+        print_fatal(exc)
         return 1
     except OSError as exc:
-        log(f"RuntimeError: {exc}")
+        print_fatal(exc)
         return 1
-    if args.role == "worker" or args.rank != 0:
+    if not head:
         if args.dist_init_addr:
             threading.Thread(target=worker_report_loop, args=(args.dist_init_addr, args.rank, state["packed"]),
                              daemon=True).start()
-        log("Worker ready; waiting for the head (rank 0)")
+        # SGLang's dummy health server on the other nodes
+        try:
+            dummy = HTTPServer((args.host, args.port), make_handler(None))
+            threading.Thread(target=dummy.serve_forever, daemon=True).start()
+            uvicorn_started(args.port)
+        except OSError as exc:
+            log_main(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+                     f"('{args.host}', {args.port}): {exc.strerror}")
         while True:
             time.sleep(3600)
     ranks = RankStates(state["packed"])
     if args.dist_init_addr:
         start_rendezvous_server(args.dist_init_addr, ranks)
-    engine = Engine(args, state, ranks)
-
-    class Server(ThreadingHTTPServer):
-        allow_reuse_address = True
-        daemon_threads = True
-
-    try:
-        httpd = Server((args.host, args.port), make_handler(engine))
-    except OSError as exc:
-        log(f"RuntimeError: cannot bind {args.host}:{args.port}: {exc}")
-        return 1
-    log(f"Ready: API on port {args.port}")
-    httpd.serve_forever()
-    return 0
+    engine.state = state
+    engine.ranks = ranks
+    uvicorn_started(args.port)
+    warmup(engine)
+    engine.ready.set()
+    say(f"Ready: API on port {args.port}")
+    while True:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":

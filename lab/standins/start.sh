@@ -3,7 +3,9 @@
 # /home/mia/dsv41-3x-spark/start.sh on spark1 (owned by mia) with the launcher .env beside it.
 # It drives the lab `docker` stand-in locally (head, rank 0) and over ssh on the workers (ranks 1..).
 #
-#   ./start.sh serve        start workers first, then the head; wait for "Ready: API on port $API_PORT"
+#   ./start.sh serve        start workers first, then the head; wait for "^Ready: API on port $API_PORT" in the
+#                           head's `docker logs` (both streams), 360 rounds x 10 s by default: SERVE_TIMEOUT
+#                           seconds in all (the engine role sets it), one round every LAB_SERVE_POLL_SECONDS
 #   ./start.sh stop         stop the head, then the workers (missing containers are fine)
 #   ./start.sh status       one line per rank: host rank container state engram=<docker inspect /engram source>
 #   ./start.sh logs [rank]  docker logs of that rank's container (default 0 = head); extra args go to docker logs
@@ -12,6 +14,8 @@
 #   doctor|pack|smoke|share: not available in the lab (exit 2)
 #
 # START_SH_LIB_ONLY=1 source start.sh   -> defines the settings and functions, runs nothing (tests).
+# Lab knob (not in real launchers, which sleep 10 s per round): LAB_SERVE_POLL_SECONDS, from the environment
+# or the host's /etc/dsv41-lab/launcher.env (LAB_LAUNCHER_KNOBS), so lab runs need not wait 10 s per serve.
 # Every figure this lab produces is lab output, not a fleet measurement.
 set -euo pipefail
 
@@ -40,7 +44,12 @@ CHUNKED_PREFILL_SIZE=${CHUNKED_PREFILL_SIZE:-1024}
 MAX_TOTAL_TOKENS=${MAX_TOTAL_TOKENS:-}
 MEM_FRACTION_STATIC=${MEM_FRACTION_STATIC:-0.95}
 MOE_RUNNER_BACKEND=${MOE_RUNNER_BACKEND:-b12x}
-SERVE_TIMEOUT=${SERVE_TIMEOUT:-120}
+SERVE_TIMEOUT=${SERVE_TIMEOUT:-3600}
+LAB_LAUNCHER_KNOBS=${LAB_LAUNCHER_KNOBS:-/etc/dsv41-lab/launcher.env}
+if [[ -z "${LAB_SERVE_POLL_SECONDS:-}" && -r "$LAB_LAUNCHER_KNOBS" ]]; then
+  LAB_SERVE_POLL_SECONDS=$(sed -n 's/^[[:space:]]*LAB_SERVE_POLL_SECONDS=//p' "$LAB_LAUNCHER_KNOBS" | tail -n 1)
+fi
+LAB_SERVE_POLL_SECONDS=${LAB_SERVE_POLL_SECONDS:-10}
 HEAD_CONTAINER=dsv41-head
 WORKER_CONTAINER=dsv41-worker
 
@@ -195,9 +204,17 @@ worker_run_command() {
   printf '%s\n' "$cmd"
 }
 
-# Lines of the latest boot (from the last server_args= marker) of a log on stdin.
+# Lines of the latest boot of a log on stdin: from the last line whose message is the marker
+# (`server_args={...}` or, older builds, `server_args=ServerArgs(...)`, after an optional logging prefix).
 latest_boot() {
-  awk '/server_args=/{n=0} {buf[n++]=$0} END{for(i=0;i<n;i++) print buf[i]}'
+  # (no {n} intervals: mawk, the lab hosts' awk, does not take them)
+  awk '/^(\[[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]( TP[0-9]+( EP[0-9]+)?)?\] )?server_args=/{n=0}
+       {buf[n++]=$0} END{for(i=0;i<n;i++) print buf[i]}'
+}
+
+# Exit 0 if a combined log on stdin has the head's readiness line (printed with no prefix, on stdout).
+has_ready() {
+  grep -Eq "^Ready: API on port ${API_PORT}([^0-9]|\$)"
 }
 
 # /engram source from `docker inspect` JSON on stdin.
@@ -257,7 +274,10 @@ save_head_boot() {
 }
 
 cmd_serve() {
-  local host rank=0 a mdir state boot deadline tick=0
+  local host rank=0 a mdir state tick=0
+  [[ $SERVE_TIMEOUT =~ ^[0-9]+$ ]] || die "SERVE_TIMEOUT must be whole seconds, not '$SERVE_TIMEOUT'"
+  [[ $LAB_SERVE_POLL_SECONDS =~ ^[0-9]+$ ]] ||
+    die "LAB_SERVE_POLL_SECONDS must be whole seconds, not '$LAB_SERVE_POLL_SECONDS'"
   mdir=$(dirname "$MODEL_PATH")
   for host in $WORKER_HOSTS; do
     rank=$((rank + 1))
@@ -273,10 +293,18 @@ cmd_serve() {
     -v "$ENGRAM_DIR:/engram" -v "$mdir:$mdir:ro" -v "$HOME/.cache:/root/.cache" \
     "${HEAD_ENV_ARGS[@]}" "$IMAGE" "${eargs[@]}" >/dev/null || die "could not start rank 0"
 
-  deadline=$((SECONDS + SERVE_TIMEOUT))
-  while :; do
-    boot=$(docker logs "$HEAD_CONTAINER" 2>&1 | latest_boot || true)
-    if grep -qF "Ready: API on port $API_PORT" <<<"$boot"; then
+  # The launcher's wait: up to SERVE_TIMEOUT seconds in rounds of LAB_SERVE_POLL_SECONDS (360 x 10 s by
+  # default), reading both streams of the head's log as the real launchers do (docker logs ... 2>&1).
+  local rounds round out
+  if ((LAB_SERVE_POLL_SECONDS > 0)); then
+    rounds=$(((SERVE_TIMEOUT + LAB_SERVE_POLL_SECONDS - 1) / LAB_SERVE_POLL_SECONDS))
+  else
+    rounds=$SERVE_TIMEOUT  # no sleep between rounds (tests)
+  fi
+  ((rounds >= 1)) || rounds=1
+  for ((round = 1; round <= rounds; round++)); do
+    out=$(docker logs "$HEAD_CONTAINER" 2>&1 || true)
+    if has_ready <<<"$out"; then
       save_head_boot
       say "ready: http://$HEAD_HOST:$API_PORT (lab stand-in; boot log appended to $DIR/logs/dsv41.log)"
       return 0
@@ -291,15 +319,15 @@ cmd_serve() {
         case $state in running | created | restarting) ;; *) fail_serve "$rank" "$host" "$state" ;; esac
       done
     fi
-    if ((SECONDS >= deadline)); then
-      printf '[start.sh] ERROR: head not ready after %ss; last log lines:\n' "$SERVE_TIMEOUT" >&2
-      tail -n 30 <<<"$boot" >&2
-      save_head_boot
-      exit 1
-    fi
     tick=$((tick + 1))
-    sleep 1
+    say "waiting for the head's Ready line: round $round/$rounds"
+    sleep "$LAB_SERVE_POLL_SECONDS"
   done
+  printf '[start.sh] ERROR: head not ready after %ss (%s rounds of %ss); last log lines:\n' \
+    "$SERVE_TIMEOUT" "$rounds" "$LAB_SERVE_POLL_SECONDS" >&2
+  docker logs "$HEAD_CONTAINER" 2>&1 | tail -n 30 >&2 || true
+  save_head_boot
+  exit 1
 }
 
 cmd_status() {

@@ -1,10 +1,12 @@
 """Tests for the lab engine stand-in (lab/standins/dsv41_engine.py) and launcher stand-in (start.sh).
 
-Run on the control machine: no podman, no GPU. The engine runs as a subprocess with LAB_MOUNTS pointing
-into tmp dirs (checkpoint, /engram, /root/.cache), exactly as the lab docker stand-in would start it.
+Run on the control machine: no podman, no GPU. The engine runs exactly as the lab docker stand-in starts it:
+under the docker stand-in's supervisor (``docker __lab-supervise``), which captures its stdout and stderr apart
+into a json-file log, with LAB_MOUNTS pointing into tmp dirs (checkpoint, /engram, /root/.cache).
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -25,12 +27,20 @@ ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "lab" / "standins" / "dsv41_engine.py"
 START_SH = ROOT / "lab" / "standins" / "start.sh"
 SEED_ENV = ROOT / "lab" / "seed" / "launcher.env"
+SEED_LOG = ROOT / "lab" / "seed" / "dsv41.log"
 ADAPTERS = ROOT / "lab" / "seed" / "adapters"
 REPORT_HOOK = ROOT / "lab" / "seed" / "sitecustomize-report.py"  # the import hook as the report found it
 DOCKER = ROOT / "lab" / "standins" / "docker"
 MAGIC = 0x31344E4531565344
 ROWS = {1: 30, 14: 33}
-PREFIX = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} TP(\d) EP\1\] ")
+TS = r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"
+SCHED = re.compile(rf"^\[{TS} TP(\d) EP\1\] ")          # scheduler logging prefix
+MAIN = re.compile(rf"^\[{TS}\] ")                        # main-process logging prefix
+ANY_PREFIX = re.compile(rf"\[{TS}(?: TP\d EP\d)?\] ")
+DISAGREE = ("FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch so all "
+            "ranks agree on the tactics.")
+RANK0_ONLY = ("max_total_num_tokens=", "Engine startup timings", DISAGREE, "Decode batch", "sglang is using nccl",
+              "DSpark draft proposal")
 
 
 # ------------------------------------------------------------------ fixtures / helpers
@@ -52,14 +62,15 @@ def write_checkpoint(model_dir: Path, rows=ROWS) -> None:
     (model_dir / "model.safetensors.index.json").write_text(json.dumps(index))
 
 
-def write_shard(engram: Path, layer: int, rank: int, tp: int = 3, *, lo=None, hi=None, truncate=0, magic=MAGIC):
+def write_shard(engram: Path, layer: int, rank: int, tp: int = 3, *, lo=None, hi=None, truncate=0, magic=MAGIC,
+                extra=0, padding=b""):
     n = ROWS[layer]
     lo = n * rank // tp if lo is None else lo
     hi = n * (rank + 1) // tp if hi is None else hi
-    head = struct.pack("<6Q", magic, layer, lo, hi, n, 264).ljust(4096, b"\0")
+    head = (struct.pack("<6Q", magic, layer, lo, hi, n, 264) + padding).ljust(4096, b"\0")
     engram.mkdir(parents=True, exist_ok=True)
     path = engram / f"engram-l{layer}-r{rank}of{tp}.bin"
-    path.write_bytes(head + bytes(max(0, (hi - lo) * 264 - truncate)))
+    path.write_bytes(head + bytes(max(0, (hi - lo) * 264 - truncate + extra)))
     return path
 
 
@@ -72,36 +83,61 @@ def lab(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
     mounts = {"/engram": str(engram), "/srv/models": str(models), "/root/.cache": str(cache)}
-    return {"tmp": tmp_path, "engram": engram, "cache": cache, "mounts": mounts}
+    # one port per test: identical boots have identical argv (the retention adapter fingerprints it)
+    return {"tmp": tmp_path, "engram": engram, "cache": cache, "mounts": mounts, "port": free_port()}
 
 
 REPORT_ENV = {"DSV41_CACHE_GIB": "0", "DSV41_CACHE_WAYS": "4", "DSPARK_BLOCK_SIZE": "3",
               "DSV41_MOE_DENSE_ROUTING": "1", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": "0"}
 
 
-def engine_argv(role="worker", rank=1, port=8888, block=3, frac="0.95", extra=()):
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def engine_argv(role="worker", rank=1, port=None, block=3, frac="0.95", pin="750000", extra=()):
     return ["--role", role, "--rank", str(rank), "--tp-size", "3", "--ep-size", "3",
-            "--model-path", "/srv/models/DeepSeek-V4.1-Flash", "--port", str(port),
+            "--model-path", "/srv/models/DeepSeek-V4.1-Flash", "--port", str(port or free_port()),
             "--dspark-block-size", str(block), "--max-running-requests", "4",
-            "--chunked-prefill-size", "1024", "--max-total-tokens", "750000",
+            "--chunked-prefill-size", "1024", "--max-total-tokens", pin,
             "--mem-fraction-static", frac, *extra]
 
 
 class Proc:
+    """The engine under the docker stand-in's supervisor: its two streams land in a json-file log."""
+
     def __init__(self, lab, argv, env=None, name="engine"):
+        self.state = lab["tmp"] / "docker-state"
+        (self.state / "run").mkdir(parents=True, exist_ok=True)
+        self.log = self.state / f"{name}-{time.monotonic_ns()}.log"
         full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(lab["tmp"]),
                     "LAB_MOUNTS": json.dumps(lab["mounts"]), "LAB_ENGINE_FAST": "1",
                     "LAB_ENGINE_SPEED": "50", "LAB_CONTAINER_NAME": name,
+                    "LAB_ENGINE_ENV_FILE": str(lab["tmp"] / "no-knobs.env"),
                     "LAB_ENGINE_DRIFT_FILE": str(lab["tmp"] / "no-drift"), **REPORT_ENV, **(env or {})}
-        self.logfile = lab["tmp"] / f"{name}-{time.monotonic_ns()}.log"
-        self.fh = open(self.logfile, "wb")
-        self.p = subprocess.Popen([sys.executable, str(ENGINE), *argv], env=full_env,
-                                  stdout=self.fh, stderr=subprocess.STDOUT)
+        self.started = time.monotonic()
+        self.p = subprocess.Popen([sys.executable, str(DOCKER), "__lab-supervise", str(self.state), "0123456789ab",
+                                   str(self.log), "--", sys.executable, str(ENGINE), *argv],
+                                  env=full_env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+
+    def records(self) -> list:
+        try:
+            data = self.log.read_bytes()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in data[:data.rfind(b"\n") + 1].splitlines()]
 
     def text(self) -> str:
-        return self.logfile.read_text()
+        """Both streams in log order (what ``docker logs 2>&1`` shows)."""
+        return "".join(r["log"] for r in self.records())
 
-    def wait_for(self, needle: str, timeout=15.0) -> str:
+    def stream(self, name: str) -> str:
+        return "".join(r["log"] for r in self.records() if r["stream"] == name)
+
+    def wait_for(self, needle: str, timeout=20.0) -> str:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             t = self.text()
@@ -112,147 +148,296 @@ class Proc:
             time.sleep(0.05)
         raise AssertionError(f"{needle!r} not seen; rc={self.p.poll()} log:\n{self.text()}")
 
+    def exit_code(self) -> int:
+        (rec,) = [p for p in (self.state / "run").glob(f"0123456789ab-{self.p.pid}.json")]
+        return json.loads(rec.read_text())["ExitCode"]
+
     def stop(self) -> int:
         if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-        rc = self.p.wait(timeout=10)
-        self.fh.close()
-        return rc
+            os.killpg(self.p.pid, signal.SIGTERM)  # as docker stop signals the container's group
+        self.p.wait(timeout=15)
+        return self.exit_code()
+
+    def wait_exit(self, timeout=20) -> int:
+        self.p.wait(timeout=timeout)
+        return self.exit_code()
 
 
-def boot_worker(lab, env=None, rank=1, block=3, frac="0.95"):
-    """Boot a worker to completion, stop it with SIGTERM, return its log."""
-    proc = Proc(lab, engine_argv("worker", rank, block=block, frac=frac), env)
+WORKER_DONE = "INFO:     Uvicorn running on"   # the last boot line of every rank (workers: dummy health server)
+
+
+def boot_worker(lab, env=None, rank=1, block=3, frac="0.95", pin="750000"):
+    """Boot a rank to completion (the HTTP-less role), stop it with SIGTERM, return the Proc."""
+    proc = Proc(lab, engine_argv("worker", rank, port=lab["port"], block=block, frac=frac, pin=pin), env)
     try:
-        proc.wait_for("Worker ready")
+        proc.wait_for(WORKER_DONE)
     finally:
         rc = proc.stop()
-    text = proc.text()
-    assert rc == 0 and "Received sigterm, shutting down" in text
-    return text
+    assert rc == 0 and "Received sigterm=15, shutting down." in proc.stream("stderr")
+    return proc
 
 
 def run_to_exit(lab, argv, env=None):
     proc = Proc(lab, argv, env)
-    rc = proc.p.wait(timeout=15)
-    proc.fh.close()
-    return rc, proc.text()
+    rc = proc.wait_exit()
+    return rc, proc
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def ns_of(stamp: str) -> int:
+    """Nanoseconds of a json-file time (RFC3339Nano, trailing zeros trimmed)."""
+    import calendar
+    secs = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
+    frac = stamp[20:-1] if stamp[19] == "." else ""
+    return secs * 10 ** 9 + int(frac.ljust(9, "0"))
 
 
-# ------------------------------------------------------------------ boot log / engram
+def phys(text: str) -> list:
+    """Physical lines (str.splitlines would also cut at the carriage returns of tqdm redraws)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
-def test_prefix_and_marker_without_shards(lab):
-    text = boot_worker(lab)
-    lines = text.splitlines()
-    assert all(PREFIX.match(line) and PREFIX.match(line).group(1) == "1" for line in lines)
-    assert "server_args=ServerArgs(model_path='/srv/models/DeepSeek-V4.1-Flash'" in lines[0]
-    assert "tp_size=3, ep_size=3" in lines[0]
-    # rank 1 of 3: rows [10,20) of 30 and [11,22) of 33
+
+def messages(text: str) -> list:
+    """Log messages: physical lines cut at \\r, cursor codes and glued prefixes, prefixes removed."""
+    out = []
+    for line in phys(text):
+        for seg in re.split(r"\r|\x1b\[A", line):
+            for part in re.split(rf"(?=\[{TS}(?: TP\d EP\d)?\] )", seg):
+                part = ANY_PREFIX.sub("", part, count=1) if ANY_PREFIX.match(part) else part
+                if part.strip():
+                    out.append(part)
+    return out
+
+
+def marker_dict(text: str) -> dict:
+    (line,) = [ln for ln in phys(text) if MAIN.match(ln) and "] server_args=" in ln]
+    return ast.literal_eval(line.split("] server_args=", 1)[1])
+
+
+# ------------------------------------------------------------------ streams, prefixes, marker
+
+def test_streams_prefixes_and_dict_marker(lab):
+    proc = boot_worker(lab)
+    out, err = proc.stream("stdout"), proc.stream("stderr")
+    assert out == "", "a stock worker prints nothing with print()"
+    lines = phys(err)
+    marker = lines[0]
+    assert MAIN.match(marker) and marker.split("] ", 1)[1].startswith("server_args={'model_path': ")
+    assert 10_000 <= len(marker) <= 16_384, len(marker)   # about 12 KB, under docker's 16 KiB message cut
+    args = marker_dict(err)
+    assert {k: args[k] for k in ("model_path", "max_total_tokens", "page_size", "nnodes", "node_rank", "tp_size",
+                                 "api_key", "speculative_algorithm", "speculative_num_draft_tokens", "ep_size",
+                                 "mem_fraction_static", "max_running_requests", "chunked_prefill_size")} == {
+        "model_path": "/srv/models/DeepSeek-V4.1-Flash", "max_total_tokens": 750000, "page_size": 256, "nnodes": 3,
+        "node_rank": 1, "tp_size": 3, "api_key": None, "speculative_algorithm": "DSPARK",
+        "speculative_num_draft_tokens": 4, "ep_size": 3, "mem_fraction_static": 0.95, "max_running_requests": 4,
+        "chunked_prefill_size": 1024}
+    assert any(isinstance(v, dict) and v for v in args.values()) and any(isinstance(v, list) and v for v in args.values())
+    assert None in args.values() and True in args.values()
+    assert marker.count("server_args=") == 1 and len([ln for ln in lines if "server_args=" in ln]) == 1
+    # every physical stderr line: a logging record, or raw tqdm output (bars and their redraws)
+    for ln in lines[1:]:
+        assert SCHED.match(ln) and SCHED.match(ln).group(1) == "1" or MAIN.match(ln) \
+            or ln.startswith(("Capturing batches", "\rCapturing batches")), repr(ln[:120])
+    assert not any(ln.startswith("Ready:") for ln in lines)
+    # rows [10,20) of 30 and [11,22) of 33 for rank 1 of 3
     assert ("Exact nvme Engram layer=1 rank=1 rows=[10,20) cache=0.0GiB (0 slots, 4-way, 0.0% of owned rows) "
-            "scales=0.0GiB io_threads=96 packed=False") in text
-    assert "Exact nvme Engram layer=14 rank=1 rows=[11,22) cache=0.0GiB" in text
-    assert text.count("packed=False") == 2
+            "scales=0.0GiB io_threads=96 packed=False") in messages(err)
+    assert "Exact nvme Engram layer=14 rank=1 rows=[11,22) cache=0.0GiB (0 slots, 4-way, 0.0% of owned rows) " \
+           "scales=0.0GiB io_threads=96 packed=False" in messages(err)
+    # json-file records: stamped in write order, nanosecond times strictly increasing
+    times = [r["time"] for r in proc.records()]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z", t) for t in times)
+    ns = [ns_of(t) for t in times]
+    assert ns == sorted(ns) and len(set(ns)) == len(ns)
 
+
+def test_rank0_only_lines_absent_on_workers(lab):
+    for rank in (1, 2):
+        err = boot_worker(lab, rank=rank).stream("stderr")
+        for needle in RANK0_ONLY:
+            assert needle not in err, (rank, needle)
+    # a second boot finds caches: still no disagreement line on a worker, but rank 0 has it
+    assert DISAGREE not in boot_worker(lab, rank=1).stream("stderr")
+    boot_worker(lab, rank=0)
+    rank0 = boot_worker(lab, rank=0).stream("stderr")
+    for needle in ("max_total_num_tokens=", "Engine startup timings (s): load_weight=", DISAGREE,
+                   "sglang is using nccl==2.27.7", "DSpark draft proposal"):
+        assert needle in rank0, needle
+
+
+def test_ssd_offload_mode(lab):
+    err = boot_worker(lab, env={"OFFLOAD_MODE": "ssd"}).stream("stderr")
+    assert "Exact ssd Engram layer=1 rank=1 rows=[10,20)" in err and "Exact nvme" not in err
+
+
+# ------------------------------------------------------------------ engram
 
 def test_packed_true_with_valid_shards(lab):
     write_shard(lab["engram"], 1, 1)
     write_shard(lab["engram"], 14, 1)
     write_shard(lab["engram"], 1, 0)  # other ranks' files are ignored
-    text = boot_worker(lab)
-    assert text.count("packed=True") == 2 and "packed=False" not in text
+    err = boot_worker(lab).stream("stderr")
+    assert err.count("packed=True") == 2 and "packed=False" not in err
 
 
 def test_one_layer_packed(lab):
     write_shard(lab["engram"], 14, 1)
-    text = boot_worker(lab)
-    assert re.search(r"layer=1 rank=1 .* packed=False", text)
-    assert re.search(r"layer=14 rank=1 .* packed=True", text)
+    err = boot_worker(lab).stream("stderr")
+    assert re.search(r"layer=1 rank=1 .* packed=False", err)
+    assert re.search(r"layer=14 rank=1 .* packed=True", err)
 
 
-@pytest.mark.parametrize("kind,message", [
-    ("range", "does not match this rank's range; re-run the pack step"),
-    ("truncated", "is truncated"),
-    ("noheader", "has no header"),
-    ("short", "has no header"),
+def test_engine_accepts_longer_file_and_header_padding(lab):
+    """SPEC: the engine checks magic/layer/lo/hi/N/row bytes only (the project is stricter)."""
+    write_shard(lab["engram"], 1, 1, extra=264)
+    write_shard(lab["engram"], 14, 1, padding=b"project-metadata")
+    assert boot_worker(lab).stream("stderr").count("packed=True") == 2
+
+
+@pytest.mark.parametrize("kind,line", [
+    ("range", "Engram retrieval failed: packed Engram shard does not match this rank's range; re-run the pack "
+              "step (errno=0)"),
+    ("truncated", "Engram retrieval failed: packed Engram shard is truncated (errno=0)"),
+    ("noheader", "Engram retrieval failed: packed Engram shard has no header (errno=0)"),
+    ("short", "Engram retrieval failed: packed Engram shard has no header (errno=61)"),
 ])
-def test_invalid_shard_is_fatal(lab, kind, message):
+def test_invalid_shard_is_fatal(lab, kind, line):
     if kind == "range":
-        write_shard(lab["engram"], 1, 1, lo=0, hi=10)  # a rank-0 range under the rank-1 name
+        write_shard(lab["engram"], 14, 1, lo=0, hi=11)  # a rank-0 range under the rank-1 name
     elif kind == "truncated":
-        write_shard(lab["engram"], 1, 1, truncate=264)
+        write_shard(lab["engram"], 14, 1, truncate=264)
     elif kind == "noheader":
-        write_shard(lab["engram"], 1, 1, magic=0x1234)
+        write_shard(lab["engram"], 14, 1, magic=0x1234)
     else:
-        (lab["engram"] / "engram-l1-r1of3.bin").write_bytes(b"\0" * 100)
-    rc, text = run_to_exit(lab, engine_argv("worker", 1))
-    assert rc != 0
-    assert f"RuntimeError: packed Engram shard /engram/engram-l1-r1of3.bin {message}" in text
-    assert "Ready:" not in text and "Worker ready" not in text
+        (lab["engram"] / "engram-l14-r1of3.bin").write_bytes(b"\0" * 40)
+    rc, proc = run_to_exit(lab, engine_argv("worker", 1))
+    assert rc == 134, "the engine aborts"
+    err = proc.stream("stderr")
+    assert line in phys(err), "its own line, no prefix"
+    assert "/engram" not in line and line not in proc.stream("stdout")
+    # the layer attached before it is in the log: the error belongs to layer 14 of rank 1
+    lines = phys(err)
+    assert "Exact nvme Engram layer=1 rank=1" in lines[lines.index(line) - 1]
+    assert "layer=14" not in err and "Uvicorn" not in err and "Ready:" not in proc.text()
 
 
 def test_tp2_files_are_not_tp3_shards(lab):
     write_shard(lab["engram"], 1, 1, tp=2)
-    text = boot_worker(lab)
-    assert text.count("packed=False") == 2
+    assert boot_worker(lab).stream("stderr").count("packed=False") == 2
 
 
 def test_cache_slots(lab):
-    text = boot_worker(lab, env={"DSV41_CACHE_GIB": "0.000001", "DSV41_CACHE_WAYS": "2"},
-                       frac="0.96")
+    err = boot_worker(lab, env={"DSV41_CACHE_GIB": "0.000001", "DSV41_CACHE_WAYS": "2"}, frac="0.96").stream("stderr")
     # 0.0000005 GiB per layer = 536 bytes -> 2 rows -> 2 slots (2-way)
-    assert "(2 slots, 2-way, 20.0% of owned rows)" in text
+    assert "(2 slots, 2-way, 20.0% of owned rows)" in err
 
 
 # ------------------------------------------------------------------ memory
 
-def test_report_pool_and_identical_on_ranks(lab):
-    texts = [boot_worker(lab, rank=r) for r in (1, 2)]
-    for text in texts:
+def test_report_pool_identical_on_ranks_and_clamped(lab):
+    texts = [boot_worker(lab, rank=r).stream("stderr") for r in (1, 2)]
+    for err in texts:
+        msgs = messages(err)
         assert ("DSV4 memory calculation: bytes_per_full_token=1670.75, available_bytes=1.04 GB, "
-                "c128_state_fixed=0.00 GB, swa_fixed=0.30 GB, full_token=") in text
-        assert text.count("DSV4 pool sizes: full=491520, swa=") == 2
-        assert re.search(r"max_total_num_tokens=491520, chunked_prefill_size=1024, max_prefill_tokens=16384, "
-                         r"max_running_requests=4, context_len=1048576, available_gpu_mem=[0-9.]+ GB", text)
-    strip = lambda t: [PREFIX.sub("", l) for l in t.splitlines() if "DSV4" in l or "max_total_num" in l]
+                "c128_state_fixed=0.00 GB, swa_fixed=0.28 GB, full_token=491520") in msgs
+        pools = [m for m in msgs if m.startswith("DSV4 pool sizes: ")]
+        assert pools == ["DSV4 pool sizes: full=491520, swa=13312, c4=122880, c128=3840, c4_state=3328, "
+                         "c128_state=0"] * 2
+        assert ("\x1b[33mWARNING: max_total_tokens=750000 is larger than the profiled value 491520. "
+                "Use the profiled value instead.\x1b[0m") in msgs
+        assert "KV Cache is allocated. #tokens: 491520, full: 0.76 GB, swa: 0.28 GB" in msgs
+    strip = lambda t: [m for m in messages(t) if m.startswith("DSV4")]
     assert strip(texts[0]) == strip(texts[1])
 
 
-def test_memory_model_directions():
+def test_page_rounding_is_not_a_clamp(lab):
+    msgs = messages(boot_worker(lab, rank=0, frac="0.99", pin="3000000").stream("stderr"))
+    pools = [m for m in msgs if m.startswith("DSV4 pool sizes: ")]
+    assert len(pools) == 2 and pools[-1].startswith("DSV4 pool sizes: full=2999808, ")
+    assert int(re.search(r"full=(\d+)", pools[0]).group(1)) > 3_000_000, "the first line is the profiled pool"
+    assert not any("WARNING: max_total_tokens" in m for m in msgs)
+    assert any(m.startswith("max_total_num_tokens=2999808, chunked_prefill_size=1024") for m in msgs)
+
+
+def load_engine_module():
     sys.path.insert(0, str(ENGINE.parent))
     try:
         import dsv41_engine as eng
     finally:
         sys.path.pop(0)
-    saved = {k: os.environ.pop(k, None) for k in list(os.environ) if k.startswith(("DSV41_", "SGLANG_"))}
+    return eng
+
+
+def test_memory_model_directions():
+    eng = load_engine_module()
+    saved = {k: os.environ.pop(k, None) for k in list(os.environ) if k.startswith(("DSV41_", "SGLANG_", "LAB_"))}
     try:
         base = eng.memory_model(0.95, 750000)
-        assert base["pool"] == 491520 and f"{base['available_bytes'] / 1e9:.2f}" == "1.04"
+        assert base["allocated"] == 491520 and base["clamped"] and f"{base['available_bytes'] / 2 ** 30:.2f}" == "1.04"
         assert eng.memory_model(0.94, 750000)["available_bytes"] < base["available_bytes"]
-        assert eng.memory_model(0.98, 750000)["pool"] == 750000  # pin honoured when it fits
+        fits = eng.memory_model(0.98, 750000)
+        assert fits["allocated"] == 749824 and not fits["clamped"], "rounded down to whole pages of 256"
+        assert eng.memory_model(0.95, None)["allocated"] == base["full_token"] == 491520
         os.environ["DSV41_WO_A_W8"] = "1"
         w8 = eng.memory_model(0.95, 750000)
         assert w8["available_bytes"] == pytest.approx(base["available_bytes"] - 688 * 2 ** 20)
+        assert w8["target_usage"] == pytest.approx(base["target_usage"] + 688 * 2 ** 20)
         os.environ["DSV41_WO_A_W8_DROP"] = "1"
         assert eng.memory_model(0.95, 750000)["available_bytes"] > base["available_bytes"]
         os.environ.pop("DSV41_WO_A_W8"); os.environ.pop("DSV41_WO_A_W8_DROP")
         os.environ["DSV41_DRAFT_HEAD_FP8"] = "1"
-        assert eng.memory_model(0.95, 750000)["available_bytes"] == pytest.approx(
-            base["available_bytes"] - 210.6 * 2 ** 20)
+        fp8 = eng.memory_model(0.95, 750000)
+        assert fp8["available_bytes"] == pytest.approx(base["available_bytes"] - 210.6 * 2 ** 20)
+        assert fp8["draft_usage"] > base["draft_usage"]
+        assert eng.memory_model(0.95, 750000, rank=1)["load_begin"] > base["load_begin"], "rank 0 has the least"
+        assert eng.memory_model(0.95, 750000, rank=2)["available_bytes"] == fp8["available_bytes"]
     finally:
-        for k in [k for k in os.environ if k.startswith(("DSV41_", "SGLANG_"))]:
+        for k in [k for k in os.environ if k.startswith(("DSV41_", "SGLANG_", "LAB_"))]:
             os.environ.pop(k)
         os.environ.update({k: v for k, v in saved.items() if v is not None})
 
 
+def test_startup_peaks_follow_the_state(lab):
+    def peaks(env=None):
+        msgs = messages(boot_worker(lab, env=env).stream("stderr"))
+        loads = [m for m in msgs if m.startswith("Load weight ")]
+        assert len(loads) == 4, loads
+        return msgs, loads
+    msgs, loads = peaks()
+    assert re.fullmatch(r"Load weight begin\. avail mem=\d+\.\d\d GB", loads[0])
+    assert re.fullmatch(r"Load weight end\. elapsed=\d+\.\d\d s, type=DeepseekV4ForCausalLM, quant=fp8, "
+                        r"avail mem=\d+\.\d\d GB, mem usage=94\.00 GB\.", loads[1])
+    assert re.fullmatch(r"Load weight end\. elapsed=\d+\.\d\d s, type=DeepseekV4ForCausalLMNextN, quant=fp8, "
+                        r"avail mem=\d+\.\d\d GB, mem usage=2\.61 GB\.", loads[3])
+    assert any(re.fullmatch(r"Memory pool end\. avail mem=\d+\.\d\d GB", m) for m in msgs)
+    for pass_name in ("target", "draft"):
+        assert any(re.fullmatch(rf"Capture {pass_name} verify CUDA graph begin\. backend=full, num_tokens_per_req=4, "
+                                r"bs=\[1, 2, 3, 4\], avail mem=\d+\.\d\d GB", m) for m in msgs), pass_name
+        assert any(re.fullmatch(rf"Capture {pass_name} verify CUDA graph end\. elapsed=\d+\.\d\d s, "
+                                r"mem usage=\d+\.\d\d GB, avail mem=\d+\.\d\d GB\.", m) for m in msgs), pass_name
+    usage = lambda ls, i: float(re.search(r"mem usage=([\d.]+)", ls[i]).group(1))
+    _, w8 = peaks({"DSV41_WO_A_W8": "1"})
+    _, drop = peaks({"DSV41_WO_A_W8": "1", "DSV41_WO_A_W8_DROP": "1"})
+    _, fp8 = peaks({"DSV41_DRAFT_HEAD_FP8": "1"})
+    assert usage(w8, 1) > usage(loads, 1) > usage(drop, 1)
+    assert usage(fp8, 3) > usage(loads, 3)
+    # the Engram row cache is loaded with the weights; the KV pool gets what is left
+    cached, cache_loads = peaks({"DSV41_CACHE_GIB": "0.5"})
+    assert usage(cache_loads, 1) == pytest.approx(94.50)
+    pool = lambda ms: int(re.search(r"full=(\d+)", [m for m in ms if m.startswith("DSV4 pool")][-1]).group(1))
+    assert pool(cached) < pool(msgs) == 491520
+
+
 def test_not_enough_memory_is_fatal(lab):
-    rc, text = run_to_exit(lab, engine_argv("worker", 1), env={"DSV41_CACHE_GIB": "4"})
-    assert rc == 1 and "Not enough memory" in text
+    rc, proc = run_to_exit(lab, engine_argv("worker", 1), env={"DSV41_CACHE_GIB": "4"})
+    err = proc.stream("stderr")
+    assert rc == 1
+    assert re.search(rf"^\[{TS} TP1 EP1\] Scheduler hit an exception: Traceback \(most recent call last\):\n"
+                     r"(  .*\n)+RuntimeError: Not enough memory\. Please try to increase --mem-fraction-static\.",
+                     err, re.M)
+    assert re.search(rf"^\[{TS}\] Received sigquit from a child process\. It usually means the child failed\.$",
+                     err, re.M)
 
 
 # ------------------------------------------------------------------ autotune
@@ -261,79 +446,104 @@ def cache_files(lab):
     return sorted(p for p in lab["cache"].rglob("rank_tp*_pp0_dp0.json"))
 
 
-DISAGREE = "FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch"
+CACHE_RE = r"/root/\.cache/sglang/flashinfer/autotune/0\.6\.18/sm121/([0-9a-f]{16})/rank_tp(\d)_pp0_dp0\.json"
 
 
-def test_stock_autotune_disagrees_when_caches_exist(lab):
-    first = boot_worker(lab)
-    assert DISAGREE not in first and first.count("FlashInfer autotune completed.") == 2
-    files = cache_files(lab)
-    assert len(files) == 1
-    assert re.search(r"/root/\.cache/sglang/flashinfer/autotune/0\.6\.1/sm121/[0-9a-f]+/rank_tp1_pp0_dp0\.json",
-                     first)
-    second = boot_worker(lab)
-    assert second.count(DISAGREE) == 2
+def test_stock_autotune_disagrees_on_rank0_when_caches_exist(lab):
+    first = boot_worker(lab, rank=0).stream("stderr")
+    msgs = messages(first)
+    assert DISAGREE not in first and msgs.count("FlashInfer autotune completed.") == 2
+    runs = [m for m in msgs if m.startswith("Running FlashInfer autotune with cache: ")]
+    assert len(runs) == 2 and all(re.fullmatch("Running FlashInfer autotune with cache: " + CACHE_RE, r) for r in runs)
+    (f,) = cache_files(lab)
+    second = boot_worker(lab, rank=0).stream("stderr")
+    assert messages(second).count(DISAGREE) == 2
     assert second.count("Running FlashInfer autotune with cache: /root/.cache/") == 2
     # per-rank content differs
     boot_worker(lab, rank=2)
     contents = {p.name: json.loads(p.read_text())["rank"] for p in cache_files(lab)}
-    assert contents == {"rank_tp1_pp0_dp0.json": 1, "rank_tp2_pp0_dp0.json": 2}
+    assert contents == {"rank_tp0_pp0_dp0.json": 0, "rank_tp2_pp0_dp0.json": 2}
+    assert f in cache_files(lab)
 
 
-def test_capture_lines_follow_each_pass_summary(lab):
-    text = boot_worker(lab)
-    lines = text.splitlines()
-    for pass_name, capture in (("target", "Capture cuda graph bs [1, 2, 3, 4]"),
-                               ("draft", "Capture draft cuda graph bs [1, 2, 3, 4]")):
-        i = next(n for n, l in enumerate(lines) if l.endswith(f"Capturing {pass_name} cuda graphs (bs 1..4)"))
-        assert PREFIX.match(lines[i + 1]) and lines[i + 1].endswith(capture)
-    keep = boot_worker(lab, env={"DSV41_AUTOTUNE_KEEP": "1"})
-    assert keep.count("Capture cuda graph bs [1, 2, 3, 4]") == 1
-    assert keep.count("Capture draft cuda graph bs [1, 2, 3, 4]") == 1
-    from ansible.module_utils import engine_log  # tests/conftest.py maps module_utils
-    facts = engine_log.scan_text(text, kinds=[engine_log.KIND_GRAPH_SHAPES])
-    assert facts.graph_shapes == {"target": [1, 2, 3, 4], "draft": [1, 2, 3, 4]}
+def test_glued_tqdm_lines_carry_cursor_codes(lab):
+    boot_worker(lab, rank=0)
+    err = boot_worker(lab, rank=0).stream("stderr")
+    glued = [ln for ln in phys(err) if ln.startswith("Capturing batches (bs=4 ")]
+    assert len(glued) == 2, "one bar per capture pass"
+    for ln in glued:
+        m = re.fullmatch(r"Capturing batches \(bs=4 avail_mem=\d+\.\d\d GB\):   0%\|          \| 0/4 "
+                         r"\[00:00<\?, \?it/s\]\r(Capturing batches \(bs=4 [^\r\x1b]*)\x1b\[A"
+                         rf"\[{TS} TP0 EP0\] (.*)", ln)
+        assert m, repr(ln)
+        assert m.group(2) == DISAGREE, "the logging record lands on the bar's physical line"
+    redraws = [ln for ln in phys(err) if ln.startswith("\rCapturing batches")]
+    assert len(redraws) == 2 and all("100%|██████████| 4/4 [" in ln and ln.count("\r") == 4 for ln in redraws)
+    # a worker (no warning): the autotune run record is the one glued to the bar
+    wk = boot_worker(lab, rank=1).stream("stderr")
+    assert all(re.search(rf"\x1b\[A\[{TS} TP1 EP1\] Running FlashInfer autotune with cache: ", ln)
+               for ln in phys(wk) if ln.startswith("Capturing batches (bs=4 "))
 
 
 def test_retention_reuses_then_retunes_after_change(lab):
     keep = {"DSV41_AUTOTUNE_KEEP": "1"}
     first = boot_worker(lab, env=keep)
-    assert "[autotune_keep] armed" in first
-    assert first.count("[autotune_keep] tuned and saved /root/.cache/sglang/flashinfer/autotune/") == 2
+    out = first.stream("stdout").splitlines()
+    assert out[0] == "[autotune_keep] armed"
+    assert len(out) == 3 and all(re.fullmatch(r"\[autotune_keep\] tuned and saved [0-9a-f]{16}/rank_tp1_pp0_dp0\.json",
+                                              ln) for ln in out[1:]), out
+    assert "[autotune_keep]" not in first.stream("stderr")
     (cache,) = cache_files(lab)
+    assert out[1].endswith(f"{cache.parent.name}/{cache.name}")
     assert Path(str(cache) + ".launch").exists()
     before = cache.read_bytes(), cache.stat().st_mtime_ns
     second = boot_worker(lab, env=keep)
-    assert second.count("[autotune_keep] reused /root/.cache/") == 2
-    assert "Running FlashInfer autotune" not in second and DISAGREE not in second
+    assert second.stream("stdout").splitlines() == ["[autotune_keep] armed"] + \
+        [f"[autotune_keep] reused {cache.parent.name}/{cache.name}"] * 2
+    assert "Running FlashInfer autotune" not in second.text() and DISAGREE not in second.text()
     assert (cache.read_bytes(), cache.stat().st_mtime_ns) == before
     # a shape-relevant change: new hash directory, tuned again
     third = boot_worker(lab, env={**keep, "DSPARK_BLOCK_SIZE": "5"}, block=5)
-    assert third.count("[autotune_keep] tuned and saved") == 2
+    assert third.stream("stdout").count("[autotune_keep] tuned and saved") == 2
     # an env-only change (same cache dir): sidecar mismatch -> retune, then reused again
     fourth = boot_worker(lab, env={**keep, "DSV41_FOLDED_FENCE": "1"})
-    assert fourth.count("[autotune_keep] tuned and saved") == 2
-    assert boot_worker(lab, env={**keep, "DSV41_FOLDED_FENCE": "1"}).count("[autotune_keep] reused") == 2
+    assert fourth.stream("stdout").count("[autotune_keep] tuned and saved") == 2
+    assert boot_worker(lab, env={**keep, "DSV41_FOLDED_FENCE": "1"}).stream("stdout").count("[autotune_keep] reused") == 2
+
+
+def test_streams_keep_their_order_in_the_log(lab):
+    """A print() line written between two logging records is stamped between them (docker logs order)."""
+    proc = boot_worker(lab, env={"DSV41_AUTOTUNE_KEEP": "1"})
+    recs = proc.records()
+    idx = lambda needle: next(i for i, r in enumerate(recs) if needle in r["log"])
+    armed = idx("[autotune_keep] armed")
+    assert recs[armed]["stream"] == "stdout"
+    assert idx("Init torch distributed ends") < armed < idx("Load weight begin")
+    saved = [i for i, r in enumerate(recs) if "[autotune_keep] tuned and saved" in r["log"]]
+    completed = [i for i, r in enumerate(recs) if "FlashInfer autotune completed." in r["log"]]
+    assert len(saved) == len(completed) == 2 and all(c < s for c, s in zip(completed, saved))
 
 
 def test_retention_drift_fails(lab):
-    rc, text = run_to_exit(lab, engine_argv("worker", 1),
+    rc, proc = run_to_exit(lab, engine_argv("worker", 1),
                            env={"DSV41_AUTOTUNE_KEEP": "1", "LAB_ENGINE_DRIFT": "flashinfer_autotune_context"})
     assert rc == 1
-    assert "DSV41_AUTOTUNE_KEEP: flashinfer_autotune_context is gone; engine drifted" in text
+    assert "\nRuntimeError: DSV41_AUTOTUNE_KEEP: flashinfer_autotune_context is gone; engine drifted\n" in \
+        proc.stream("stderr")
+    assert "Load weight begin" not in proc.text()
 
 
 def test_retention_drift_file(lab):
     drift = lab["tmp"] / "engine_drift"
     drift.write_text("_autotune_cache_digest\n")
-    rc, text = run_to_exit(lab, engine_argv("worker", 1),
+    rc, proc = run_to_exit(lab, engine_argv("worker", 1),
                            env={"DSV41_AUTOTUNE_KEEP": "1", "LAB_ENGINE_DRIFT_FILE": str(drift)})
-    assert rc == 1 and "DSV41_AUTOTUNE_KEEP: _autotune_cache_digest is gone; engine drifted" in text
+    assert rc == 1 and "DSV41_AUTOTUNE_KEEP: _autotune_cache_digest is gone; engine drifted" in proc.stream("stderr")
     # stock engine ignores it
-    assert "Worker ready" in boot_worker(lab, env={"LAB_ENGINE_DRIFT_FILE": str(drift)})
+    assert WORKER_DONE in boot_worker(lab, env={"LAB_ENGINE_DRIFT_FILE": str(drift)}).text()
 
 
-# ------------------------------------------------------------------ retention adapter gated on the image
+# ------------------------------------------------------------------ adapters gated on the image
 
 def image_root(lab, *, keep_file: bool, registered: bool) -> Path:
     """An image rootfs as the docker stand-in builds it: sgl-workspace/adapter/ with the seven local
@@ -359,31 +569,120 @@ def image_root(lab, *, keep_file: bool, registered: bool) -> Path:
 def test_retention_switch_ignored_when_adapter_not_in_image(lab, keep_file, registered):
     env = {"DSV41_AUTOTUNE_KEEP": "1", "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=keep_file, registered=registered)),
            "LAB_ENGINE_DRIFT": "flashinfer_autotune_context"}  # drift is moot without the adapter
-    first = boot_worker(lab, env=env)
-    second = boot_worker(lab, env=env)
-    for text in (first, second):
-        assert "[autotune_keep]" not in text and "Adapters enabled: none" in text
-        assert text.count("FlashInfer autotune completed.") == 2
-    assert second.count(DISAGREE) == 2, "behaves like the stock engine"
+    first = boot_worker(lab, env=env, rank=0)
+    second = boot_worker(lab, env=env, rank=0)
+    for proc in (first, second):
+        assert "[autotune_keep]" not in proc.text() and proc.stream("stdout") == ""
+        assert messages(proc.stream("stderr")).count("FlashInfer autotune completed.") == 2
+    assert messages(second.stream("stderr")).count(DISAGREE) == 2, "behaves like the stock engine"
     (cache,) = cache_files(lab)
     assert not Path(str(cache) + ".launch").exists()
 
 
 def test_retention_armed_when_adapter_in_image(lab):
     env = {"DSV41_AUTOTUNE_KEEP": "1", "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=True, registered=True))}
-    first = boot_worker(lab, env=env)
-    assert "[autotune_keep] armed" in first and "Adapters enabled: DSV41_AUTOTUNE_KEEP" in first
-    assert first.count("[autotune_keep] tuned and saved") == 2
-    assert boot_worker(lab, env=env).count("[autotune_keep] reused") == 2
+    first = boot_worker(lab, env=env, rank=0)
+    assert first.stream("stdout").startswith("[autotune_keep] armed\n")
+    assert first.stream("stdout").count("[autotune_keep] tuned and saved") == 2
+    assert boot_worker(lab, env=env).stream("stdout").count("[autotune_keep] tuned and saved") == 2, "rank 1's file"
+    assert boot_worker(lab, env=env, rank=0).stream("stdout").count("[autotune_keep] reused") == 2
     # switch off with the adapter in the image: stock
-    off = boot_worker(lab, env={**env, "DSV41_AUTOTUNE_KEEP": "0"})
-    assert "[autotune_keep]" not in off and off.count(DISAGREE) == 2
+    off = boot_worker(lab, env={**env, "DSV41_AUTOTUNE_KEEP": "0"}, rank=0)
+    assert "[autotune_keep]" not in off.text() and messages(off.stream("stderr")).count(DISAGREE) == 2
     # drift only matters when the adapter is armed
-    rc, text = run_to_exit(lab, engine_argv("worker", 1), env={**env, "LAB_ENGINE_DRIFT": "_autotune_cache_digest"})
-    assert rc == 1 and "DSV41_AUTOTUNE_KEEP: _autotune_cache_digest is gone; engine drifted" in text
+    rc, proc = run_to_exit(lab, engine_argv("worker", 1), env={**env, "LAB_ENGINE_DRIFT": "_autotune_cache_digest"})
+    assert rc == 1 and "DSV41_AUTOTUNE_KEEP: _autotune_cache_digest is gone; engine drifted" in proc.stream("stderr")
     # an image root that does not exist (an engine image without a build): not armed
     gone = boot_worker(lab, env={**env, "LAB_IMAGE_ROOT": str(lab["tmp"] / "no-such-rootfs")})
-    assert "[autotune_keep]" not in gone
+    assert "[autotune_keep]" not in gone.text()
+
+
+def test_adapter_lines_in_the_real_wording(lab):
+    env = {"DSV41_WO_A_W8": "1", "DSV41_WO_A_W8_MID": "1", "DSV41_WO_A_W8_DROP": "1", "DSV41_DRAFT_HEAD_FP8": "1",
+           "DSV41_DRAFT_TAU": "0.8", "DSV41_BLOCK_VERIFY": "1", "DSV41_VERIFY_CAP": "conf:0.1",
+           "DSV41_FOLDED_FENCE": "1", "DSV41_ENGRAM_PREFETCH": "1", "DSV41_ENGRAM_PREFETCH_CHECK": "1"}
+    proc = boot_worker(lab, env=env, rank=0)
+    out = proc.stream("stdout").splitlines()
+    for line in ("[wo_a_w8] fp8 twins for 43 wo_a weights, 0 left on bf16",
+                 "[wo_a_w8] mid path armed: 9..192 rows from the fp8 twin",
+                 "[wo_a_w8] released the bf16 copy of 41 wo_a weights (1312 MB); 2 kept (dequantized copy not "
+                 "bit-identical)",
+                 "[draft_head_fp8] armed", "[draft_head_fp8] fp8 twin of the draft LM head (43136, 5120)",
+                 "[draft_tau] draft temperature x0.8", "[block_verify] armed: block verification for sampled DSpark rows",
+                 "[verify_cap] armed (conf:0.1): dead verify rows route to the anchor's experts",
+                 "[verify_cap] remap captured into the verify graph for M=4", "[verify_cap] confidence present",
+                 "[folded_fence] folded DSpark results cloned off the persistent verify buffers"):
+        assert line in out, line
+    msgs = messages(proc.stream("stderr"))
+    assert ("DSV41 Engram prefetch ARMED: rows fetched on a side stream after the hasher (CHECK mode: old path re-run "
+            "and compared)") in msgs
+    assert any(m.startswith("DSV41 Engram prefetch disabled after error: ") for m in msgs), "needs packed shards"
+    # off: nothing, and DSV41_DRAFT_TAU=1 is off
+    quiet = boot_worker(lab, env={"DSV41_DRAFT_TAU": "1"})
+    assert quiet.stream("stdout") == "" and "Engram prefetch" not in quiet.text()
+
+
+def test_folded_sampling_decision_rank0(lab):
+    msgs = messages(boot_worker(lab, rank=0, env={"SGLANG_DSPARK_FOLDED_SAMPLING": "0"}).stream("stderr"))
+    assert "DSpark draft proposal kept eager (reason=SGLANG_DSPARK_FOLDED_SAMPLING=0)" in msgs
+    short = messages(boot_worker(lab, rank=0, env={"DSV41_CACHE_GIB": "0.3"}, frac="0.955").stream("stderr"))
+    line = next(m for m in short if m.startswith("DSpark"))
+    assert line.startswith("DSpark draft proposal (greedy + sampling) folded") or re.fullmatch(
+        r"DSpark folded sampling disabled: its static buffers need 0\.09 GB but only \d+\.\d\d GB GPU memory is free; "
+        r"sampling batches will take the eager proposal path\. Set SGLANG_DSPARK_FOLDED_SAMPLING=2 to force\.", line)
+
+
+# ------------------------------------------------------------------ lab knobs
+
+def test_old_build_formats(lab):
+    proc = boot_worker(lab, rank=0, env={"LAB_ENGINE_BUILD": "old", "API_KEY": "sk-old"})
+    err = proc.stream("stderr")
+    marker = err.splitlines()[0]
+    assert re.match(rf"\[{TS}\] server_args=ServerArgs\(model_path='/srv/models/DeepSeek-V4\.1-Flash', ", marker)
+    assert marker.endswith(")") and "node_rank=0" in marker and "max_total_tokens=750000" in marker
+    assert "api_key='***'" in marker and "sk-old" not in proc.text()
+    msgs = messages(err)
+    assert ("Exact nvme Engram layer=1 rank=0 rows=[0,10) cache_budget=0.0GiB ways=4 io_threads=96") in msgs
+    assert "packed=" not in err
+    assert any(m.startswith("DSv4 memory calculation: bytes_per_full_token=1670.75, available_bytes=1.04 GB, ")
+               for m in msgs) and "DSV4" not in err
+    assert [m for m in msgs if m.startswith("DSv4 pool sizes")][-1] == "DSv4 pool sizes: full=491520, swa=61440, c128=3840"
+    assert "Capture cuda graph bs [1, 2, 3, 4]" in msgs and "Capture draft cuda graph bs [1, 2, 3, 4]" in msgs
+    assert any(m.startswith("Capture cuda graph end. Time elapsed: ") for m in msgs)
+    assert any(re.fullmatch(r"Load weight end\. type=DeepseekV4ForCausalLM, dtype=torch\.bfloat16, avail mem=[\d.]+ GB, "
+                            r"mem usage=94\.00 GB\.", m) for m in msgs)
+    assert "Engine startup timings" not in err and "max_total_num_tokens=491520" in err
+
+
+def test_knob_file_and_environment_precedence(lab):
+    knobs = lab["tmp"] / "engine.env"
+    knobs.write_text("# lab knobs\nLAB_ENGINE_BUILD=old\nexport LAB_ENGINE_OFFLOAD=ignored\nDSV41_WO_A_W8=1\n")
+    env = {"LAB_ENGINE_ENV_FILE": str(knobs)}
+    old = boot_worker(lab, env=env)
+    assert "server_args=ServerArgs(" in old.stream("stderr")
+    assert "[wo_a_w8]" not in old.text(), "only LAB_* keys come from the file"
+    new = boot_worker(lab, env={**env, "LAB_ENGINE_BUILD": "new"})
+    assert "] server_args={" in new.stream("stderr"), "the environment wins over the file"
+
+
+def test_boot_seconds_knob_spreads_the_boot(lab):
+    knobs = lab["tmp"] / "engine.env"
+    knobs.write_text("LAB_ENGINE_BOOT_SECONDS=3\n")
+    proc = Proc(lab, engine_argv("worker", 1), env={"LAB_ENGINE_ENV_FILE": str(knobs)})
+    try:
+        proc.wait_for(WORKER_DONE, timeout=30)
+        took = time.monotonic() - proc.started
+    finally:
+        proc.stop()
+    assert 2.4 <= took <= 20, took
+    recs = proc.records()
+    first = next(r for r in recs if "server_args=" in r["log"])
+    load = next(r for r in recs if "Load weight end. elapsed=" in r["log"] and "DeepseekV4ForCausalLM," in r["log"])
+    span = (ns_of(recs[-1]["time"]) - ns_of(first["time"])) / 1e9
+    assert span >= 2.4, "the lines are spread over the boot (by their json-file times)"
+    elapsed = float(re.search(r"elapsed=([\d.]+) s", load["log"]).group(1))
+    assert elapsed >= 1.6, "target load is most of a real boot (541.76 of 767 s)"
+    assert first["time"] < load["time"]
 
 
 # ------------------------------------------------------------------ head HTTP
@@ -398,13 +697,13 @@ def head(lab):
     assert proc.stop() == 0
 
 
-def request(port, path, body=None, key="sk-test-secret"):
+def request(port, path, body=None, key="sk-test-secret", header="Authorization"):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
                                  data=None if body is None else json.dumps(body).encode())
     if body is not None:
         req.add_header("Content-Type", "application/json")
     if key:
-        req.add_header("Authorization", f"Bearer {key}")
+        req.add_header(header, f"Bearer {key}" if header == "Authorization" else key)
     return urllib.request.urlopen(req, timeout=30)
 
 
@@ -412,21 +711,48 @@ CHAT = {"model": "dsv41", "messages": [{"role": "user", "content": "Write a shor
         "max_tokens": 200, "temperature": 0}
 
 
-def test_head_health_models_auth(head):
+def test_head_health_503_while_booting_then_200(lab):
+    port = free_port()
+    proc = Proc(lab, engine_argv("head", 0, port=port), env={"LAB_ENGINE_BOOT_SECONDS": "3", "LAB_ENGINE_FAST": "0"},
+                name="head-slow")
+    try:
+        proc.wait_for("Init torch distributed begin.")
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            request(port, "/health", key=None)
+        assert exc.value.code == 503 and exc.value.read() == b""
+        text = proc.wait_for(f"Ready: API on port {port}", timeout=30)
+        assert "Ready:" not in proc.stream("stderr") and proc.stream("stdout").endswith(f"Ready: API on port {port}\n")
+        with request(port, "/health", key=None) as r:
+            assert r.status == 200 and r.read() == b""
+        with request(port, "/health_generate", key=None) as r:
+            assert r.status == 200 and r.read() == b""
+        assert '"GET /health HTTP/1.1" 503' in proc.stream("stderr")
+        msgs = messages(text)
+        assert msgs.index("The server is fired up and ready to roll!") < msgs.index(f"Ready: API on port {port}")
+    finally:
+        assert proc.stop() == 0
+
+
+def test_head_models_auth_and_errors(head):
     port = head["port"]
-    with request(port, "/health", key=None) as r:
-        assert r.status == 200 and json.load(r) == {"status": "ok"}
     with request(port, "/v1/models") as r:
-        assert json.load(r)["data"][0]["id"] == "/srv/models/DeepSeek-V4.1-Flash"
+        assert json.load(r)["data"][0]["id"] == "deepseek-v4.1-flash"
+    with request(port, "/v1/models", header="x-api-key") as r:
+        assert r.status == 200
     for key in (None, "wrong"):
         with pytest.raises(urllib.error.HTTPError) as exc:
             request(port, "/v1/chat/completions", CHAT, key=key)
-        assert exc.value.code == 401
-    assert "sk-test-secret" not in head["proc"].text()
-    assert "api_key='***'" in head["proc"].text()
+        assert exc.value.code == 401 and json.load(exc.value) == {"error": "Unauthorized"}
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        request(port, "/v1/chat/completions", {"messages": "not a list"})
+    body = json.load(exc.value)
+    assert exc.value.code == 400 and body["object"] == "error" and body["code"] == 400 and body["message"]
+    text = head["proc"].text()
+    assert "sk-test-secret" not in text
+    assert marker_dict(head["proc"].stream("stderr"))["api_key"] == "[REDACTED]"
 
 
-def test_head_non_stream_usage_and_determinism(head):
+def test_head_non_stream_usage_determinism_and_limits(head):
     port = head["port"]
     outs = []
     for _ in range(2):
@@ -441,6 +767,14 @@ def test_head_non_stream_usage_and_determinism(head):
     with request(port, "/v1/chat/completions", {**CHAT, "max_tokens": 10}) as r:
         data = json.load(r)
     assert data["usage"]["completion_tokens"] == 10 and data["choices"][0]["finish_reason"] == "length"
+    with request(port, "/v1/chat/completions", {**CHAT, "max_tokens": 10, "max_completion_tokens": 20}) as r:
+        assert json.load(r)["usage"]["completion_tokens"] == 20, "max_completion_tokens overrides max_tokens"
+    think = {**CHAT, "max_tokens": 400, "chat_template_kwargs": {"thinking": True}}
+    with request(port, "/v1/chat/completions", think) as r:
+        data = json.load(r)
+    msg, usage = data["choices"][0]["message"], data["usage"]
+    assert len(msg["reasoning_content"].split()) == usage["reasoning_tokens"] == 256
+    assert len(msg["content"].split()) + 256 == usage["completion_tokens"]
 
 
 def test_head_stream_several_tokens_per_message(head):
@@ -450,14 +784,52 @@ def test_head_stream_several_tokens_per_message(head):
         events = [line[6:] for line in r.read().decode().splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[1]["choices"][0]["delta"].get("content"), "the role chunk comes with the first text"
     usage = chunks[-1]["usage"]
+    assert chunks[-1]["choices"] == []
     pieces = [c["choices"][0]["delta"].get("content") for c in chunks if c.get("choices")]
     pieces = [p for p in pieces if p]
     tokens = sum(len(p.split()) for p in pieces)
     assert tokens == usage["completion_tokens"]
     assert len(pieces) < tokens  # several tokens per SSE message (speculative commits)
     assert max(len(p.split()) for p in pieces) >= 2
-    assert "Decode batch." in head["proc"].text()
+
+
+def test_head_serving_lines_rank0(head):
+    with request(head["port"], "/v1/chat/completions", CHAT) as r:
+        json.load(r)
+    head["proc"].wait_for("Engram layer=14 lookups=")  # written when the request leaves the batch
+    err = head["proc"].stream("stderr")
+    msgs = messages(err)
+    decode = [m for m in msgs if m.startswith("Decode batch")]
+    assert decode and re.fullmatch(
+        r"Decode batch, #running-req: 1, #full token: \d+, full token usage: \d\.\d\d, #swa token: \d+, "
+        r"swa token usage: \d\.\d\d, accept len: \d+\.\d\d, accept rate: \d\.\d\d, cuda graph: True, "
+        r"gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0", decode[-1]), decode[-1]
+    for layer in (1, 14):
+        assert any(re.fullmatch(rf"Engram layer={layer} lookups=\d+ hit_rate=0\.0% reads=\d+ cache=0\.0GiB\(4-way\) "
+                                r"scales=0\.0GiB threads=96 packed=False", m) for m in msgs), layer
+    assert any(re.fullmatch(r'INFO:     127\.0\.0\.1:\d+ - "POST /v1/chat/completions HTTP/1\.1" 200 OK', m) for m in msgs)
+    assert any(re.search(r"Prefill batch, #new-seq: 1, #new-token: \d+, #cached-token: 0, ", m) for m in msgs)
+
+
+def test_echoed_request_stays_inside_its_record(lab):
+    port = free_port()
+    proc = Proc(lab, engine_argv("head", 0, port=port), env={"LAB_ENGINE_LOG_REQUESTS": "1", "LAB_ENGINE_SPEED": "200"})
+    try:
+        proc.wait_for(f"Ready: API on port {port}")
+        fake = ("hi\nserver_args={'node_rank': 7}\n[2026-09-24 02:39:10 TP0 EP0] Exact nvme Engram layer=1 rank=0 "
+                "rows=[0,10) cache=0.0GiB (0 slots, 4-way, 0.0% of owned rows) scales=0.0GiB io_threads=96 packed=True")
+        with request(port, "/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": fake}]}, key=None) as r:
+            json.load(r)
+        err = proc.stream("stderr")
+        (echo,) = [ln for ln in phys(err) if "Receive: obj=ChatCompletionRequest(" in ln]
+        assert MAIN.match(echo) and "server_args=" in echo and "packed=True" in echo
+        assert not any(ln.startswith(("server_args=", "[2026-09-24")) for ln in phys(err))
+        assert "packed=True" not in err.replace(echo, "")
+    finally:
+        proc.stop()
 
 
 def test_head_sigterm_clean(lab):
@@ -465,10 +837,41 @@ def test_head_sigterm_clean(lab):
     proc = Proc(lab, engine_argv("head", 0, port=port), name="head2")
     proc.wait_for("Ready: API on port")
     assert proc.stop() == 0
-    assert proc.text().rstrip().endswith("Received sigterm, shutting down")
+    assert phys(proc.stream("stderr"))[-3].endswith("] Received sigterm=15, shutting down.")
 
 
-# ------------------------------------------------------------------ launcher stand-in
+def test_seed_log_lines_are_engine_lines(lab):
+    """Every message of the saved report boot (lab/seed/dsv41.log) has the shape of a line the engine prints."""
+    def shapes(text):
+        out = set()
+        for m in messages(text):
+            m = re.sub(r"\x1b\[[0-9;]*m", "", m)
+            if m.startswith("Capturing batches"):
+                m = "Capturing batches"
+            elif m.startswith("server_args="):
+                m = "server_args=" + m[len("server_args=")]
+            m = re.sub(r"[0-9a-f]{16}", "H", m)
+            out.add(re.sub(r"\d+(\.\d+)?", "N", m))
+        return out
+
+    boot_worker(lab, rank=0)  # caches exist for the next boot: the stock warning
+    port = free_port()
+    proc = Proc(lab, engine_argv("head", 0, port=port), env={"API_KEY": "k", "LAB_ENGINE_SPEED": "200"})
+    try:
+        proc.wait_for(f"Ready: API on port {port}")
+        with request(port, "/health", key=None):
+            pass
+        with request(port, "/v1/chat/completions", CHAT, key="k") as r:
+            json.load(r)
+        proc.wait_for("Engram layer=14 lookups=")
+    finally:
+        proc.stop()
+    engine = shapes(proc.text())
+    seed = SEED_LOG.read_bytes().decode()  # not read_text(): it turns tqdm's \r into \n
+    latest = seed[seed.rfind("] server_args=") - 21:]
+    missing = shapes(latest) - engine
+    assert not missing, sorted(missing)
+
 
 def bash(script: str, cwd: Path, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True,
@@ -537,12 +940,21 @@ def test_worker_run_command_quoting(checkout):
     assert "DSV41_AUTOTUNE_KEEP=0" in rt.stdout.splitlines()
 
 
+# docker logs as the real docker returns them: the engine's logging on stderr, its print() lines on stdout.
+# The head's log shows its readiness line from the READY_AFTER-th call on (a boot that takes a few rounds).
 FAKE_DOCKER = r"""#!/usr/bin/env bash
 echo "$(hostname -s 2>/dev/null) docker $*" >> "$CALLS"
 case $1 in
   run) for a in "$@"; do [[ $a == API_KEY* ]] && echo "API_KEY-ENV=${API_KEY:-unset}" >> "$CALLS"; done; echo cid ;;
-  logs) printf '%s\n' "[2026-01-01 00:00:00 TP0 EP0] server_args=ServerArgs(old)" "[x] Ready: API on port 8888" \
-          "[2026-01-01 00:00:01 TP0 EP0] server_args=ServerArgs(new)" "[2026-01-01 00:00:02 TP0 EP0] Ready: API on port 8888" ;;
+  logs)
+    n=$(( $(cat "$CALLS.logs" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$CALLS.logs"
+    echo "[2026-01-01 00:00:00] server_args=ServerArgs(old=1)" >&2
+    echo "[2026-01-01 00:00:01] Receive: obj=ChatCompletionRequest(messages=[{'content': \"server_args={'x': 1}\"}])" >&2
+    echo "[2026-01-01 00:00:02] server_args={'new': 1}" >&2
+    echo "[autotune_keep] armed"
+    echo "[2026-01-01 00:00:03 TP0 EP0] Exact nvme Engram layer=1 rank=0 rows=[0,10) packed=False" >&2
+    echo "Ready: API on port 88889"
+    if (( n >= ${READY_AFTER:-1} )); then echo "[2026-01-01 00:00:04] The server is fired up and ready to roll!" >&2; echo "Ready: API on port 8888"; fi ;;
   inspect) if [[ $2 == --format ]]; then echo running; else echo '[{"Mounts":[{"Source":"/src/e","Destination":"/engram"}]}]'; fi ;;
   *) ;;
 esac
@@ -553,14 +965,19 @@ bash -c "${@: -1}"
 """
 
 
-def test_serve_order_and_forwarding_with_fakes(checkout, tmp_path):
+def serve_env(tmp_path, **extra):
     bindir = tmp_path / "bin"
-    bindir.mkdir()
+    bindir.mkdir(exist_ok=True)
     for name, body in (("docker", FAKE_DOCKER), ("ssh", FAKE_SSH)):
         (bindir / name).write_text(body)
         (bindir / name).chmod(0o755)
+    return {"PATH": f"{bindir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls.txt"), "HOME": str(tmp_path),
+            "LAB_LAUNCHER_KNOBS": str(tmp_path / "no-launcher.env"), "LAB_SERVE_POLL_SECONDS": "0", **extra}
+
+
+def test_serve_order_and_forwarding_with_fakes(checkout, tmp_path):
+    env = serve_env(tmp_path)
     calls = tmp_path / "calls.txt"
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "CALLS": str(calls), "HOME": str(tmp_path)}
     r = bash("./start.sh serve", checkout, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = calls.read_text().splitlines()
@@ -571,12 +988,50 @@ def test_serve_order_and_forwarding_with_fakes(checkout, tmp_path):
     assert "API_KEY-ENV=sk-lab-0000000000000000000000000000" in lines
     assert "-e DSV41_CACHE_GIB=0" in runs[0] and "-e DSV41_AUTOTUNE_KEEP" in runs[2]
     assert any(l.startswith("ssh -o BatchMode=yes -o ConnectTimeout=10 zurih@spark2 ") for l in lines)
+    # the saved log: the latest boot (from the last marker MESSAGE, not the echoed request), both streams
     saved = (checkout / "logs" / "dsv41.log").read_text()
-    assert "ServerArgs(new)" in saved and "ServerArgs(old)" not in saved
+    assert saved.splitlines()[0] == "[2026-01-01 00:00:02] server_args={'new': 1}"
+    assert "[autotune_keep] armed" in saved and "Ready: API on port 8888" in saved
+    assert "ServerArgs(old=1)" not in saved and "Exact nvme Engram layer=1" in saved
     st = bash("./start.sh status", checkout, env=env)
     assert st.returncode == 0, st.stderr
     assert len(st.stdout.splitlines()) == 3 and "engram=/src/e" in st.stdout and "rank=2" in st.stdout
     assert bash("./start.sh pack", checkout, env=env).returncode == 2
+
+
+def test_serve_polls_both_streams_in_rounds(checkout, tmp_path):
+    env = serve_env(tmp_path, READY_AFTER="3", SERVE_TIMEOUT="5", LAB_SERVE_POLL_SECONDS="1")
+    r = bash("./start.sh serve", checkout, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    waits = [l for l in r.stdout.splitlines() if "waiting for the head's Ready line" in l]
+    assert waits == ["[start.sh] waiting for the head's Ready line: round 1/5",
+                     "[start.sh] waiting for the head's Ready line: round 2/5"], "'Ready: ... 88889' is not port 8888"
+    assert (tmp_path / "calls.txt.logs").read_text().strip() == "4", "three polls and the save"
+
+
+def test_serve_times_out_after_its_rounds(checkout, tmp_path):
+    env = serve_env(tmp_path, READY_AFTER="99", SERVE_TIMEOUT="2", LAB_SERVE_POLL_SECONDS="1")
+    r = bash("./start.sh serve", checkout, env=env)
+    assert r.returncode == 1
+    assert "[start.sh] ERROR: head not ready after 2s (2 rounds of 1s); last log lines:" in r.stderr
+    assert "Exact nvme Engram layer=1 rank=0" in r.stderr, "the tail shows both streams"
+
+
+def test_serve_wait_defaults_and_lab_knob(checkout, tmp_path):
+    script = "START_SH_LIB_ONLY=1 source ./start.sh; echo $SERVE_TIMEOUT $LAB_SERVE_POLL_SECONDS"
+    base = {k: v for k, v in os.environ.items() if k not in ("SERVE_TIMEOUT", "LAB_SERVE_POLL_SECONDS")}
+    none = tmp_path / "none.env"
+    r = subprocess.run(["bash", "-c", script], cwd=checkout, capture_output=True, text=True,
+                       env={**base, "LAB_LAUNCHER_KNOBS": str(none)})
+    assert r.stdout.split() == ["3600", "10"], "360 rounds of 10 s, as the real launchers"
+    knobs = tmp_path / "launcher.env"
+    knobs.write_text("# lab\nLAB_SERVE_POLL_SECONDS=1\n")
+    r = subprocess.run(["bash", "-c", script], cwd=checkout, capture_output=True, text=True,
+                       env={**base, "LAB_LAUNCHER_KNOBS": str(knobs), "SERVE_TIMEOUT": "900"})
+    assert r.stdout.split() == ["900", "1"]
+    r = subprocess.run(["bash", "-c", script], cwd=checkout, capture_output=True, text=True,
+                       env={**base, "LAB_LAUNCHER_KNOBS": str(knobs), "LAB_SERVE_POLL_SECONDS": "5"})
+    assert r.stdout.split() == ["3600", "5"], "the environment wins over the file"
 
 
 FAKE_BUILD_DOCKER = r"""#!/usr/bin/env bash

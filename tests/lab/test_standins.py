@@ -3,6 +3,7 @@
 They run on the control machine: every stand-in is pointed at a temporary state directory
 through its environment variables, and the engine is replaced by a tiny fake script.
 """
+import ast
 import importlib.machinery
 import importlib.util
 import json
@@ -29,6 +30,8 @@ LOCAL_ADAPTERS = ["engram_prefetch", "draft_head_fp8", "draft_tau", "block_verif
                   "folded_fence", "wo_a_w8"]
 PINNED = "4d8f4c0868ed3b394688b65d88cd99a82c237642"
 MAKE_CKPT = LAB / "tools" / "make_checkpoint.py"
+DISAGREE = ("FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch so all "
+            "ranks agree on the tactics.")
 
 FAKE_ENGINE = r'''
 import os, sys, time, json
@@ -95,6 +98,14 @@ def wait_for(pred, timeout=10.0):
     return pred()
 
 
+def logs(dk, name, *flags, extra_env=None):
+    """docker logs NAME: (stdout, stderr) byte for byte (text mode would turn tqdm's \r into \n)."""
+    p = subprocess.run([sys.executable, str(DOCKER), "logs", *flags, name], env=dict(dk.env, **(extra_env or {})),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.decode(), p.stderr.decode()
+
+
 # --------------------------------------------------------------------------------------------
 # docker stand-in
 # --------------------------------------------------------------------------------------------
@@ -107,8 +118,8 @@ def test_docker_engine_lifecycle(dk, tmp_path):
              extra_env={"DSV41_MODE": "from-caller"}).stdout.strip()
     assert re.fullmatch(r"[0-9a-f]{64}", out)
     log = dk.state / "logs" / "dsv41-head.log"
-    assert wait_for(lambda: log.exists() and "Ready: API on port 8888" in log.read_text())
-    text = log.read_text()
+    assert wait_for(lambda: "Ready: API on port 8888" in logs(dk, "dsv41-head")[0])
+    text = logs(dk, "dsv41-head")[0]
     assert 'argv=["--tp", "3"]' in text and "name=dsv41-head" in text
     assert '"/engram": "%s"' % engram in text
     assert "secret=-" in text, "the caller's environment must not reach the engine"
@@ -137,7 +148,7 @@ def test_docker_engine_lifecycle(dk, tmp_path):
 
     # restart appends a second boot to the log
     dk("restart", "-t", "2", "dsv41-head")
-    assert wait_for(lambda: log.read_text().count("Ready: API on port 8888") == 2)
+    assert wait_for(lambda: logs(dk, "dsv41-head")[0].count("Ready: API on port 8888") == 2)
 
     # stop: SIGTERM, recorded exit
     assert dk("stop", "-t", "5", "dsv41-head").stdout == "dsv41-head\n"
@@ -151,6 +162,103 @@ def test_docker_engine_lifecycle(dk, tmp_path):
     assert not log.exists()
     p = dk("rm", "-f", "dsv41-head")
     assert p.returncode == 0 and p.stdout == ""
+
+
+# An engine that writes like the real one: logging on stderr, print() on stdout, a glued tqdm line, a 20 KiB
+# line, and (with --partial) a last line without its newline before it dies.
+STREAMS_ENGINE = r'''
+import os, sys, time
+def out(fd, text):
+    os.write(fd, text.encode())
+    time.sleep(0.05)   # lets the supervisor read one stream before the other is written
+out(2, "[2026-09-24 02:38:41] server_args={'node_rank': 0}\n")
+out(1, "[autotune_keep] armed\n")
+out(2, "[2026-09-24 02:39:02 TP0 EP0] Load weight begin. avail mem=103.24 GB\n")
+out(2, "Capturing batches (bs=4 avail_mem=3.89 GB):   0%|          | 0/4 [00:00<?, ?it/s]\r\x1b[A")
+out(2, "[2026-09-24 02:49:29 TP0 EP0] FlashInfer autotune: per-rank caches disagree <&>\n")
+out(2, "[2026-09-24 02:49:30 TP0 EP0] big=" + "x" * 20000 + "\n")
+out(1, "Ready: API on port 8888\n")
+if "--partial" in sys.argv:
+    out(2, "[2026-09-24 02:49:31 TP0 EP0] DSV4 pool sizes: full=49")
+    sys.exit(3)
+time.sleep(0.3)
+out(2, "[2026-09-24 02:49:32 TP0 EP0] Decode batch, #running-req: 1\n")
+while True:
+    time.sleep(0.1)
+'''
+
+
+@pytest.fixture
+def dks(dk, tmp_path):
+    engine = tmp_path / "streams_engine.py"
+    engine.write_text(STREAMS_ENGINE)
+    env = {"LAB_DOCKER_ENGINE": str(engine)}
+    dk.streams = env
+    return dk
+
+
+def test_docker_logs_split_streams_like_docker(dks):
+    env = dks.streams
+    dks("run", "-d", "--name", "dsv41-head", "--network", "host", "dsv41-sglang:tp3", extra_env=env)
+    assert wait_for(lambda: "Decode batch" in logs(dks, "dsv41-head", extra_env=env)[1])
+    out, err = logs(dks, "dsv41-head", extra_env=env)
+    assert out == "[autotune_keep] armed\nReady: API on port 8888\n"
+    assert err.startswith("[2026-09-24 02:38:41] server_args={'node_rank': 0}\n") and "armed" not in err
+    glued = "Capturing batches (bs=4 avail_mem=3.89 GB):   0%|          | 0/4 [00:00<?, ?it/s]\r\x1b[A" \
+            "[2026-09-24 02:49:29 TP0 EP0] FlashInfer autotune: per-rank caches disagree <&>\n"
+    assert glued in err, "a line is one message however it was written"
+    assert "big=" + "x" * 20000 + "\n" in err, "a long line comes back whole"
+    # the json-file log: one record per message, 16 KiB at most, Go's escaping, nanosecond times
+    recs = [json.loads(line) for line in (dks.state / "logs" / "dsv41-head.log").read_text().splitlines()]
+    assert all(set(r) == {"log", "stream", "time"} for r in recs)
+    assert [r["stream"] for r in recs[:3]] == ["stderr", "stdout", "stderr"]
+    big = [r for r in recs if "xxxx" in r["log"]]
+    assert len(big) == 2 and not big[0]["log"].endswith("\n") and all(len(r["log"].encode()) <= 16384 for r in big)
+    raw = (dks.state / "logs" / "dsv41-head.log").read_text()
+    assert "\\u003c\\u0026\\u003e" in raw and "\\r\\u001b[A" in raw
+    # 2>&1 keeps the written order; -t stamps every record with its own, increasing time
+    both_out, both_err = logs(dks, "dsv41-head", extra_env=env)
+    combined = subprocess.run([sys.executable, str(DOCKER), "logs", "dsv41-head"], env=dict(dks.env, **env),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout.decode()
+    assert combined.index("server_args") < combined.index("[autotune_keep] armed") < combined.index("Load weight")
+    assert combined.index("big=") < combined.index("Ready: API") < combined.index("Decode batch")
+    assert len(combined) == len(both_out) + len(both_err)
+    ts_out, ts_err = logs(dks, "dsv41-head", "-t", extra_env=env)
+    stamped = [ln for ln in (ts_out + ts_err).split("\n") if ln]
+    stamp = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) ")
+    times = [stamp.match(ln).group(1) for ln in stamped if stamp.match(ln)]
+    assert len(times) == len(recs) - 1, "every record but the continued long line starts a stamped line"
+    assert ts_out.startswith(stamp.match(ts_out).group(0) + "[autotune_keep] armed\n")
+    merged = sorted(times)
+    assert len(set(merged)) == len(merged), "each line its own time"
+    assert merged[-1] > merged[0]
+    # --tail counts records of both streams together
+    t_out, t_err = logs(dks, "dsv41-head", "--tail", "2", extra_env=env)
+    assert t_out == "Ready: API on port 8888\n" and t_err == "[2026-09-24 02:49:32 TP0 EP0] Decode batch, #running-req: 1\n"
+    t_out, t_err = logs(dks, "dsv41-head", "-n", "3", extra_env=env)
+    assert t_out == "Ready: API on port 8888\n" and t_err.startswith("x") and t_err.endswith("Decode batch, #running-req: 1\n")
+    assert logs(dks, "dsv41-head", "--tail", "0", extra_env=env) == ("", "")
+    # --since a record's time keeps that record and the later ones
+    ready_time = stamp.match([ln for ln in stamped if ln.endswith("Ready: API on port 8888")][0]).group(1)
+    s_out, s_err = logs(dks, "dsv41-head", "--since", ready_time, extra_env=env)
+    assert s_out == "Ready: API on port 8888\n" and "Decode batch" in s_err and "server_args" not in s_err
+    p = dks("logs", "--tail", "x", "dsv41-head", check=False, extra_env=env)
+    assert p.returncode == 1 and "tail" in p.stderr
+    dks("rm", "-f", "dsv41-head", extra_env=env)
+
+
+def test_docker_logs_follow_both_streams_and_partial_last_line(dks):
+    env = dks.streams
+    dks("run", "-d", "--name", "dsv41-head", "--network", "host", "dsv41-sglang:tp3", "--partial", extra_env=env)
+    p = subprocess.run([sys.executable, str(DOCKER), "logs", "-f", "dsv41-head"], env=dict(dks.env, **env),
+                       capture_output=True, timeout=30)
+    assert p.returncode == 0, "follow ends when the container stops"
+    assert p.stdout.decode() == "[autotune_keep] armed\nReady: API on port 8888\n"
+    assert p.stderr.decode().endswith("\n[2026-09-24 02:49:31 TP0 EP0] DSV4 pool sizes: full=49"), "no newline added"
+    assert dks("inspect", "-f", "{{.State.ExitCode}}", "dsv41-head", extra_env=env).stdout.strip() == "3"
+    _, err = logs(dks, "dsv41-head", "-t", "--tail", "1", extra_env=env)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z \[2026-09-24 02:49:31 TP0 EP0\] "
+                        r"DSV4 pool sizes: full=49", err)
 
 
 def test_docker_engine_exit_code_recorded(dk):
@@ -205,7 +313,7 @@ def test_docker_ps_table_json_and_filters(dk):
 
 
 ENGINE_LABELS = {"org.opencontainers.image.version": "0.5.4.post1-dsv41",
-                 "dsv41.flashinfer.version": "0.6.1", "dsv41.cuda.version": "13.0"}
+                 "dsv41.flashinfer.version": "0.6.18", "dsv41.cuda.version": "13.0"}
 
 
 def check_engine_image(im):
@@ -363,18 +471,18 @@ def test_engine_container_gets_image_root(dk, tmp_path):
     dk("build", "-t", "dsv41-sglang:tp3", str(co))
     (im,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3").stdout)
     dk("run", "-d", "--name", "dsv41-head", "--network", "host", "dsv41-sglang:tp3", "--role", "head")
-    log = dk.state / "logs" / "dsv41-head.log"
-    assert wait_for(lambda: log.exists() and "Ready: API on port 8888" in log.read_text())
+    assert wait_for(lambda: "Ready: API on port 8888" in logs(dk, "dsv41-head")[0])
     root = dk.state / "images" / im["Id"][7:] / "rootfs"
-    assert "image_root=%s " % root in log.read_text() or "image_root=%s\n" % root in log.read_text()
+    out = logs(dk, "dsv41-head")[0]
+    assert "image_root=%s " % root in out or "image_root=%s\n" % root in out
     dk("rm", "-f", "dsv41-head")
     # the container keeps its image after a rebuild moves the tag (docker start uses the old image)
     dk("create", "--name", "dsv41-head", "--network", "host", "dsv41-sglang:tp3")
     shutil.copy(ADAPTERS / "autotune_keep.py", co / "adapter" / "autotune_keep.py")
     dk("build", "-t", "dsv41-sglang:tp3", str(co))
     dk("start", "dsv41-head")
-    assert wait_for(lambda: log.exists() and "image_root=" in log.read_text())
-    assert "image_root=%s" % root in log.read_text()
+    assert wait_for(lambda: "image_root=" in logs(dk, "dsv41-head")[0])
+    assert "image_root=%s" % root in logs(dk, "dsv41-head")[0]
     dk("rm", "-f", "dsv41-head")
 
 
@@ -607,7 +715,7 @@ def test_host_seed_spark1(tmp_path, dk):
     assert (co / "adapter").is_dir() and (root / "home/mia/dsv41-engram").is_dir()
     assert not any((root / "home/mia/dsv41-engram").iterdir())
     assert (co / "logs/dsv41.log").read_text() == (LAB / "seed/dsv41.log").read_text()
-    caches = list((root / "home/mia/.cache/sglang/flashinfer/autotune/0.6.1/sm121").glob("*/rank_tp0_pp0_dp0.json"))
+    caches = list((root / "home/mia/.cache/sglang/flashinfer/autotune/0.6.18/sm121").glob("*/rank_tp0_pp0_dp0.json"))
     assert len(caches) == 1
     nv = json.loads((root / "var/lib/lab-nvidia/state.json").read_text())
     assert nv["locked_clocks"] == {"min": 0, "max": 2200}
@@ -619,7 +727,14 @@ def test_host_seed_spark1(tmp_path, dk):
     src = dk("inspect", "-f", '{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{end}}{{end}}',
              "dsv41-head", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout.strip()
     assert src == "/home/mia/dsv41-engram"
-    assert "Ready: API on port 8888" in dk("logs", "dsv41-head", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout
+    out, err = logs(dk, "dsv41-head", extra_env={"LAB_DOCKER_STATE_DIR": state})
+    assert out == "Ready: API on port 8888\n" * 2, "the print() lines of the two saved boots"
+    assert len((out + err).split("\n")) == len((LAB / "seed/dsv41.log").read_bytes().split(b"\n"))
+    assert err.count("] server_args={") == 2 and "Ready:" not in err
+    # each record carries the time of its line; lines without a prefix follow the previous one
+    ts_out, ts_err = logs(dk, "dsv41-head", "-t", extra_env={"LAB_DOCKER_STATE_DIR": state})
+    assert ts_err.startswith("2026-09-23T21:12:04.000000000Z [2026-09-23 21:12:04] server_args={")
+    assert re.search(r"^2026-09-24T02:51:0\d\.\d{9}Z Ready: API on port 8888$", ts_out, re.M)
     (im,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout)
     check_engine_image(im)
     assert im["Created"] == "2026-09-19T22:41:07.000000000Z"
@@ -710,20 +825,34 @@ def test_host_seed_spark3_and_reseed(tmp_path, dk):
 
 
 def test_saved_boot_log_latest_boot():
-    text = (LAB / "seed/dsv41.log").read_text()
-    boots = text.split("server_args=ServerArgs(")
-    assert len(boots) == 3, "two boots"
-    latest, earlier = boots[2], boots[1]
-    dis = "FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch so all ranks agree on the tactics."
-    assert latest.count(dis) == 2 and earlier.count(dis) == 1
-    assert latest.count("DSV4 pool sizes: full=491520, swa=61440, c128=3840") == 2
+    """lab/seed/dsv41.log: the head's saved log of the report state, in the real engine's format."""
+    text = (LAB / "seed/dsv41.log").read_bytes().decode()  # not read_text(): it turns tqdm's \r into \n
+    lines = text.split("\n")[:-1]
+    markers = [i for i, ln in enumerate(lines) if re.match(r"^\[[\d: -]{19}\] server_args=\{", ln)]
+    assert len(markers) == 2, "an earlier boot, then the report's boot"
+    for i in markers:
+        args = ast.literal_eval(lines[i].split("] server_args=", 1)[1])
+        assert args["max_total_tokens"] == 750000 and args["node_rank"] == 0 and args["page_size"] == 256
+        assert args["api_key"] == "[REDACTED]" and args["tp_size"] == 3 and 10_000 < len(lines[i]) < 16_384
+    earlier, latest = "\n".join(lines[markers[0]:markers[1]]), "\n".join(lines[markers[1]:])
+    assert latest.count(DISAGREE) == 2 and earlier.count(DISAGREE) == 1
+    pools = re.findall(r"\] DSV4 pool sizes: full=(\d+), ", latest)
+    assert pools == ["491520", "491520"], "printed twice; the last is what was allocated"
     assert ("DSV4 memory calculation: bytes_per_full_token=1670.75, available_bytes=1.04 GB, "
-            "c128_state_fixed=0.00 GB, swa_fixed=0.30 GB, full_token=0.82 GB") in latest
-    assert ("max_total_num_tokens=491520, chunked_prefill_size=1024, max_prefill_tokens=16384, "
-            "max_running_requests=4, context_len=1048576, available_gpu_mem=2.81 GB") in latest
-    assert "Exact nvme Engram layer=1 rank=0 rows=[0,128002056) " in latest
-    assert "Exact nvme Engram layer=14 rank=0 rows=[0,128005561) " in latest
-    assert latest.count("Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/0.6.1/sm121/") == 2
-    assert latest.count("FlashInfer autotune completed.") == 2
-    assert "Ready: API on port 8888" in latest
+            "c128_state_fixed=0.00 GB, swa_fixed=0.28 GB, full_token=491520") in latest
+    assert "WARNING: max_total_tokens=750000 is larger than the profiled value 491520." in latest
+    assert re.search(r"\] max_total_num_tokens=491520, chunked_prefill_size=1024, max_prefill_tokens=16384, "
+                     r"max_running_requests=4, context_len=1048576, available_gpu_mem=\d+\.\d\d GB$", latest, re.M)
+    assert re.findall(r"\] DSV4 pool sizes: full=(\d+), ", earlier)[-1] == "565248", "the earlier boot differs"
+    for layer, hi in ((1, 128002056), (14, 128005561)):
+        assert (f"] Exact nvme Engram layer={layer} rank=0 rows=[0,{hi}) cache=0.0GiB (0 slots, 4-way, 0.0% of owned "
+                "rows) scales=0.0GiB io_threads=96 packed=False") in latest
     assert "packed=True" not in text
+    runs = re.findall(r"Running FlashInfer autotune with cache: (\S+)", latest)
+    assert runs == ["/root/.cache/sglang/flashinfer/autotune/0.6.18/sm121/6779985a30fe55c4/rank_tp0_pp0_dp0.json"] * 2
+    assert latest.count("FlashInfer autotune completed.") == 2
+    glued = [ln for ln in latest.split("\n") if ln.startswith("Capturing batches")]
+    assert len(glued) == 2 and all("\r" in ln and "\x1b[A[2026-09-24 " in ln and DISAGREE in ln for ln in glued)
+    assert "\nReady: API on port 8888\n" in latest and "TP1" not in text and "TP2" not in text
+    assert re.search(r"\] Decode batch, #running-req: 1, #full token: \d+, .*accept len: \d\.\d\d, accept rate: \d\.\d\d, ",
+                     latest)

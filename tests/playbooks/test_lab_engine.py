@@ -27,8 +27,9 @@ def serve():
 
 
 def latest_engram_lines():
-    log = sh("spark2", "docker logs dsv41-worker", user="zurih")
-    latest = log[log.rfind("server_args=ServerArgs("):]
+    # the engine logs to stderr: both streams, from the last boot marker
+    log = sh("spark2", "docker logs dsv41-worker 2>&1", user="zurih")
+    latest = log[log.rfind("] server_args="):]
     return {int(m.group(1)): m.group(0) for m in re.finditer(r"Exact nvme Engram layer=(\d+) rank=1 .*packed=\w+", latest)}, latest
 
 
