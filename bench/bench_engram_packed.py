@@ -134,7 +134,7 @@ def boot_header(rng, rank, boot, packed14):
     for _ in range(2):
         out += [p + "\x1b[33mFlashInfer autotune: per-rank caches disagree, discarding them and tuning from "
                     "scratch so all ranks agree on the tactics.\x1b[0m",
-                p + "Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/0.6.1/"
+                p + "Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/0.6.18/"
                     "sm121/3f9a0c1d/rank_tp%d_pp0_dp0.json" % rank,
                 p + "FlashInfer autotune completed."]
     return ("\n".join(out) + "\n").encode()

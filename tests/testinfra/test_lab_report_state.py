@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from ansible.module_utils import engine_log
+
 GIB = 1 << 30
 REPORT_MEM_AVAILABLE_GIB = {"spark1": 3.07, "spark2": 7.55, "spark3": 4.13}
 REPORT_SETTINGS = {
@@ -119,9 +121,12 @@ def test_head_saved_boot_log_matches_report(host):
     if hostvars(host)["dsv41_rank"] != 0:
         pytest.skip("head only")
     text = host.file("/home/mia/dsv41-3x-spark/logs/dsv41.log").content_string
-    latest = text[text.rfind("server_args=ServerArgs("):]
-    pools = re.findall(r"pool sizes: full=(\d+)", latest)
-    assert pools and pools[-1] == "491520"
-    assert "max_total_num_tokens=491520" in latest
-    assert "available_bytes=1.04 GB" in latest
-    assert latest.count("per-rank caches disagree") == 2
+    # read with the project's one engine-log reader: the latest boot, in the real engine's format
+    facts = engine_log.scan_text(text, name="spark1:logs/dsv41.log", count_boots=True)
+    assert facts.marker_found and facts.boots_seen >= 2
+    assert facts.pool["full"] == 491520 and facts.pool_count == 2
+    assert facts.max_total["max_total_num_tokens"] == 491520
+    assert facts.server_args["max_total_tokens"] == 750000
+    assert facts.memory["available_bytes"] == "1.04 GB"
+    assert facts.autotune["disagree"] == 2
+    assert [facts.engram[layer]["packed"] for layer in (1, 14)] == [False, False]

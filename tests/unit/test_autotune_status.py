@@ -20,7 +20,7 @@ CONTAINER_ROOT = "/root/.cache/sglang/flashinfer/autotune"
 FP = hashlib.sha256(b"lab launch").hexdigest()
 
 
-def cpath(rank, digest=HASH, version="0.6.1", sm="sm121"):
+def cpath(rank, digest=HASH, version="0.6.18", sm="sm121"):
     return "%s/%s/%s/%s/rank_tp%d_pp0_dp0.json" % (CONTAINER_ROOT, version, sm, digest, rank)
 
 
@@ -58,7 +58,7 @@ def tuned_boot(tmp_path, rank=1):
 def cache_tree(tmp_path, ranks=(0, 1, 2), digest=HASH, sidecar=True):
     root = tmp_path / "autotune"
     for r in ranks:
-        d = root / "0.6.1" / "sm121" / digest
+        d = root / "0.6.18" / "sm121" / digest
         d.mkdir(parents=True, exist_ok=True)
         f = d / ("rank_tp%d_pp0_dp0.json" % r)
         f.write_text(json.dumps({"rank": r, "tactics": {"moe_gemm_m1": r}}) + "\n")
@@ -80,9 +80,9 @@ def test_stock_boot_with_two_disagreements(monkeypatch, capsys, tmp_path):
     assert res["disagreements"] == 2 and res["completed"] == 2 and res["tuned_count"] == 2
     assert res["runs"] == [cpath(0), cpath(0)] and res["reused"] == [] and res["reused_count"] == 0
     assert res["boots_seen"] == 2 and res["source"] == SEED_LOG
-    assert (res["flashinfer_version"], res["sm"]) == ("0.6.1", "sm121")
+    assert (res["flashinfer_version"], res["sm"]) == ("0.6.18", "sm121")
     (f,) = res["cache_files"]
-    assert f["path"] == os.path.join(root, "0.6.1", "sm121", HASH, "rank_tp0_pp0_dp0.json")
+    assert f["path"] == os.path.join(root, "0.6.18", "sm121", HASH, "rank_tp0_pp0_dp0.json")
     assert f["in_latest_boot"] is True and f["outcome"] == "run" and f["hash"] == HASH
     assert f["sidecar"] is None and f["sidecar_sha256"] is None
     with open(f["path"], "rb") as fh:
@@ -124,13 +124,13 @@ def test_mixed_partial_hit(monkeypatch, capsys, tmp_path):
     assert [os.path.basename(os.path.dirname(p)) for p in res["reused"]] == ["3f9a0c1d"]
     assert [os.path.basename(os.path.dirname(p)) for p in res["tuned_saved"]] == ["77aa01be"]
     assert res["cache_files"] == [] and res["cache_root_exists"] is False
-    assert (res["flashinfer_version"], res["sm"]) == ("0.6.1", "sm121")
+    assert (res["flashinfer_version"], res["sm"]) == ("0.6.18", "sm121")
 
 
 def test_mixed_across_cache_files(monkeypatch, capsys, tmp_path):
     root = tmp_path / "autotune"
     for digest in ("3f9a0c1d", "77aa01be", "0ld0ld0ld"):
-        d = root / "0.6.1" / "sm121" / digest
+        d = root / "0.6.18" / "sm121" / digest
         d.mkdir(parents=True)
         (d / "rank_tp0_pp0_dp0.json").write_text("{}\n")
         (d / "rank_tp1_pp0_dp0.json").write_text("{}\n")
@@ -189,7 +189,7 @@ def test_armed_without_outcome_is_none_and_version_from_disk(monkeypatch, capsys
     log = boot_log(tmp_path, "armed.log", 0, ["[autotune_keep] armed"])
     res = run(monkeypatch, capsys, {"log_path": log, "rank": 0, "cache_root": root})
     assert res["verdict"] == "none" and res["armed"] is True
-    assert (res["flashinfer_version"], res["sm"]) == ("0.6.1", "sm121")
+    assert (res["flashinfer_version"], res["sm"]) == ("0.6.18", "sm121")
     assert res["cache_files"][0]["in_latest_boot"] is False
 
 

@@ -52,7 +52,8 @@ def install():
     def flashinfer_autotune_context(*args, **kwargs):
         path = fu.flashinfer_autotune_cache_path(fu._autotune_cache_digest(*args, **kwargs))
         if _sidecar_matches(path, fingerprint):
-            print("[autotune_keep] reused %s" % path, flush=True)
+            # directory name and file only, as the downstream adapter prints it
+            print("[autotune_keep] reused %s" % "/".join(path.split("/")[-2:]), flush=True)
             return fu.load_autotune_cache(path)
         ctx = original_context(*args, keep_existing=True, **kwargs)
         ctx.on_saved(lambda saved: _write_sidecar(saved, fingerprint))
