@@ -35,7 +35,7 @@ def converge(tmp_path, *extra):
 
 def test_slow_boot_is_waited_for_over_many_rounds_and_logs_keep_both_streams(tmp_path):
     for host in HOSTS:
-        sh(host, f"mkdir -p /etc/dsv41-lab && echo LAB_ENGINE_BOOT_SECONDS=14 > {KNOBS}")
+        sh(host, f"mkdir -p /etc/dsv41-lab && echo LAB_ENGINE_BOOT_SECONDS=30 > {KNOBS}")
     rc, out = converge(tmp_path, "-e", "engine_serve_poll_seconds=1")
     assert rc == 0, out[-3000:]
     rounds = len(re.findall(r"RETRYING: \[[^\]]+\]: Wait for the launcher to report the head ready", out))
