@@ -36,7 +36,8 @@ import time
 
 # One reader of nvidia-smi command lines for the repository: the poller finder's (shells, wrappers,
 # interpreters, ``sh -c``), so a sudo COMMAND= is split exactly as a process command line is.
-from ansible.module_utils.contention import SHELLS, _base, _split, smi_invocation
+# Its journalctl error texts too: one list of what "not readable" and "no -g here" look like.
+from ansible.module_utils.contention import SHELLS, _PERMISSION, _base, _split, grep_unsupported, smi_invocation
 
 __metaclass__ = type
 
@@ -562,11 +563,6 @@ def evaluate(entries, desired, unit, expected_min, expected_max, reset_unit=None
 # ---------------------------------------------------------------------------------------------
 # gathering (read-only commands through ``run(args) -> (rc, out, err)``; rc None: not found)
 # ---------------------------------------------------------------------------------------------
-_PERMISSION = ("insufficient permissions", "permission denied", "access denied")
-_GREP_UNSUPPORTED = ("pattern matching not supported", "compiled without pattern matching",
-                     "unrecognized option", "invalid option", "unknown option")
-
-
 def parse_show(text):
     """``systemctl show -p A -p B`` output -> {A: value, ...}."""
     out = {}
@@ -632,7 +628,7 @@ def _gather_once(run, desired, unit, expected_min, expected_max, reset_unit, nvi
         rc, out, err = run(journal_args(["SYSLOG_IDENTIFIER=nvidia-smi"], grep="^GPU clocks set to"))
         if rc == 0:
             entries += parse_journal_json(out, "journalctl -g")
-        elif rc is not None and any(s in ((err or "") + (out or "")).lower() for s in _GREP_UNSUPPORTED):
+        elif rc is not None and grep_unsupported(rc, out, err):
             notes.append("this journalctl cannot filter by pattern: locks set by other units were not looked for")
         elif rc not in (0, 1) or (err or "").strip():
             notes.append("looking for locks set by other units failed: %s" % (err or out).strip()[-200:])

@@ -514,3 +514,13 @@ def test_module_rejects_an_impossible_lock(monkeypatch, capsys):
     out = run_main(monkeypatch, capsys, clock_lock_status.main, {"min_mhz": 2200, "max_mhz": 2200},
                    run_command=fake_host(boot_lock()))
     assert out["failed"] and "requested lock 2200,2200 is not a range" in out["msg"] and out["host"] in out["msg"]
+
+
+def test_gather_says_when_journalctl_cannot_look_for_other_units_locks():
+    def run(args):
+        if args[0] == "journalctl" and "-g" in args:
+            return 1, "", "journalctl: Compiled without pattern matching support"
+        return fake_host(boot_lock())(args)
+    r = cl.gather(run, "locked", UNIT, 0, 2200, reset_unit=RESET)
+    assert r["verdict"] == "locked"
+    assert r["notes"] == ["this journalctl cannot filter by pattern: locks set by other units were not looked for"]
