@@ -4,7 +4,6 @@ The inventory is validated on the control node before any task reaches a host, s
 here as plain Python (unit-tested in tests/unit/test_fleet_filters.py) and the preflight role fails
 in one task with every problem listed.
 """
-import importlib.util
 import posixpath
 import re
 from pathlib import Path
@@ -129,22 +128,49 @@ def dsv41_table(rows, columns):
     return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body]
 
 
-def _load_launcher():
-    """The launcher code of module_utils/launcher.py (stdlib only), so the controller parses a .env
-    exactly as the modules on the hosts do; filters cannot import module_utils the Ansible way."""
-    path = Path(__file__).resolve().parent.parent / "module_utils" / "launcher.py"
-    spec = importlib.util.spec_from_file_location("dsv41_module_utils_launcher", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _module_utils():
+    """The repo's module_utils, imported as Ansible ships them to hosts (``ansible.module_utils.<name>``).
+
+    Filters cannot import module_utils the Ansible way, so the repo's module_utils directory is added
+    to the package path (as tests/conftest.py does): the controller then parses and writes a .env, and
+    decides what is secret, with exactly the code the modules run on the hosts.
+    """
+    import ansible.module_utils as amu
+    path = str(Path(__file__).resolve().parent.parent / "module_utils")
+    if path not in list(amu.__path__):
+        amu.__path__.append(path)
+    from ansible.module_utils import launcher_env, secret_rule
+    return launcher_env, secret_rule
 
 
-_launcher = _load_launcher()
+_env, _secret = _module_utils()
+
+
+def _fail(exc):
+    from ansible.errors import AnsibleFilterError
+    return AnsibleFilterError(str(exc))
 
 
 def dsv41_env_parse(text, base=None):
-    """Parse a launcher .env (KEY=VALUE lines sourced by bash) into a dict (module_utils/launcher.parse_env)."""
-    return _launcher.parse_env(str(text), base)
+    """What ``set -a; source .env`` assigns, read with bash's rules (module_utils/launcher_env.parse_env).
+
+    Fails naming the line for anything that is not data (command substitution, a command word, ...).
+    """
+    try:
+        return _env.parse_env(str(text), base)
+    except _env.EnvError as exc:
+        raise _fail(exc)
+
+
+def dsv41_env_render(settings, api_key=None, notes=None):
+    """The launcher .env text for ``settings`` (the one writer, module_utils/launcher_env.render_env).
+
+    Fails naming every key or value that cannot be written as data.
+    """
+    try:
+        return _env.render_env(settings or {}, api_key, notes or ())
+    except _env.EnvError as exc:
+        raise _fail(exc)
 
 
 def dsv41_launcher_engram_dir(env_text, host, is_head, login_user):
@@ -152,9 +178,32 @@ def dsv41_launcher_engram_dir(env_text, host, is_head, login_user):
 
     Head: ENGRAM_DIR (default ~/dsv41-engram of the head's login user). Worker:
     WORKER_ENGRAM_DIR_<HOST> if set, else WORKER_ENGRAM_DIR, else $WORKER_DIR/engram with
-    WORKER_DIR defaulting to /home/$WORKER_USER/dsv41-3x-spark (module_utils/launcher.effective_engram_dir).
+    WORKER_DIR defaulting to /home/$WORKER_USER/dsv41-3x-spark (module_utils/launcher_env.effective_engram_dir).
     """
-    return _launcher.effective_engram_dir(str(env_text), host, is_head, login_user)
+    try:
+        return _env.effective_engram_dir(str(env_text), host, is_head, login_user)
+    except _env.EnvError as exc:
+        raise _fail(exc)
+
+
+def dsv41_is_secret(name):
+    """The one secret rule (module_utils/secret_rule.is_secret_name): KEY/TOKEN/SECRET/PASSWORD/PASSWD/
+    CREDENTIAL/PAT-style names, case-insensitive."""
+    return _secret.is_secret_name(name)
+
+
+def dsv41_redact(data, secret_values=None):
+    """``data`` with values of secret names shown as ``***`` and every secret value (those, plus
+    ``secret_values`` such as the API key) replaced wherever it appears (module_utils/secret_rule.redact).
+    Apply before to_json/to_nice_json so a secret holding quotes or backslashes is still matched."""
+    values = [v for v in (secret_values or []) if v]
+    return _secret.redact(data, values)
+
+
+def dsv41_secret_values(data, secret_values=None):
+    """Every secret value in ``data`` (values of secret names, ``NAME=value`` items included) plus
+    ``secret_values``: what must be hidden in other documents too (module_utils/secret_rule.secret_values)."""
+    return _secret.secret_values(data, [v for v in (secret_values or []) if v])
 
 
 class FilterModule:
@@ -167,5 +216,9 @@ class FilterModule:
             "dsv41_meminfo": dsv41_meminfo,
             "dsv41_table": dsv41_table,
             "dsv41_env_parse": dsv41_env_parse,
+            "dsv41_env_render": dsv41_env_render,
             "dsv41_launcher_engram_dir": dsv41_launcher_engram_dir,
+            "dsv41_is_secret": dsv41_is_secret,
+            "dsv41_redact": dsv41_redact,
+            "dsv41_secret_values": dsv41_secret_values,
         }

@@ -255,7 +255,8 @@ def run_module():
                          changed=False, **common)
     result["changed"] = bool(p["raw_output"])
     result["host_label"] = label
-    module.exit_json(**result)
+    # Same redaction as the raw file, on the data before Ansible encodes it.
+    module.exit_json(**db.redact_data(result, [p["api_key"]] if p["api_key"] else []))
 
 
 def main():

@@ -21,8 +21,14 @@ description:
     cache) are returned in C(setting_warnings) and shown as Ansible warnings, never fatal.
   - Fails with one line per problem when a rule is broken or (with I(fail_on_unforwarded)) a set
     variable is not forwarded by a path. Read-only.
-  - Secret values (C(API_KEY) and any key containing KEY, TOKEN, SECRET or PASSWORD) never appear
-    in the result or in messages; they are shown as C(***).
+  - Keys that are not shell identifiers (or are the shell's or the loader's own variables, such as
+    C(BASH_ENV), C(PS4), C(PATH), C(LD_PRELOAD)) and values the C(.env) cannot hold as data (a
+    newline, carriage return, NUL or other control character, not UTF-8) are errors (rule
+    C(env_writable)) naming the key, so nothing is written.
+  - Secret values (the project's one secret rule, C(module_utils/secret_rule.py) - API_KEY and any
+    name with a KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or PAT word in any case, e.g.
+    C(hf_token), C(OPENAI_APIKEY), C(DB_PASSWORD2)) never appear in the result or in messages; they
+    are shown as C(***).
 version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
@@ -140,6 +146,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import launcher as L
+from ansible.module_utils.secret_rule import MIN_SECRET_CHARS
 
 
 def _label(name):
@@ -194,7 +201,7 @@ def run_module():
     # Secret values must not leak through the module's echo of its arguments either.
     for key, value in settings.items():
         v = L.norm_value(value)
-        if L.is_secret(key) and v is not None and len(v) >= 4:
+        if L.is_secret(key) and v is not None and len(v) >= MIN_SECRET_CHARS:
             module.no_log_values.add(v)
     who = _label(p["host_label"])
     if p["tp_size"] < 1:

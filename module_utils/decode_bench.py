@@ -24,7 +24,11 @@ Method (SPEC section 3, "Measuring"):
   request of that prompt; 1 for each prompt means deterministic).
 * Every request opens its own HTTP connection (like a fresh client); TTFT therefore includes
   connecting. The API key is sent as ``Authorization: Bearer`` and is scrubbed from every error
-  message and from the raw output.
+  message (before a server's text is cut to length, so a cut cannot leave part of it) and from the
+  raw output. The raw record is redacted as data before it is encoded as JSON
+  (``module_utils/secret_rule.py``: the key's value wherever it appears, also JSON-escaped inside a
+  string the server built, and the values of secret-named fields), so a key holding ``"`` or ``\\``
+  is found as it is, not in its escaped form.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -34,6 +38,8 @@ import socket
 import statistics
 import threading
 import time
+
+from ansible.module_utils.secret_rule import redact as redact_data, redact_text
 
 try:                                    # Python 3
     import http.client as http_client
@@ -81,11 +87,8 @@ class BenchError(Exception):
 
 
 def redact(text, api_key):
-    """Replace the API key (and its Bearer form) in ``text``."""
-    text = "%s" % (text,)
-    if api_key:
-        text = text.replace(str(api_key), "***")
-    return text
+    """``text`` with the API key replaced (as is and JSON-escaped; the one secret rule's redact_text)."""
+    return redact_text("%s" % (text,), [api_key] if api_key else [])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,6 +236,10 @@ class Client(object):
         self.host_label = host_label
         self.full_url = "%s://%s:%s%s" % (self.scheme, self.host, self.port, self.path)
 
+    def _clip(self, text):
+        """Server text for a message: the key redacted first, then cut (a cut key would not match)."""
+        return redact(text, self.api_key)[:ERROR_BODY_CHARS]
+
     def _error(self, message, status=None):
         return BenchError(message, url=self.full_url, status=status, host_label=self.host_label,
                           api_key=self.api_key)
@@ -260,7 +267,7 @@ class Client(object):
                 resp = conn.getresponse()
                 if resp.status != 200:
                     text = resp.read(ERROR_BODY_CHARS * 4).decode("utf-8", "replace").strip()
-                    raise self._error("HTTP %s %s: %s" % (resp.status, resp.reason, text[:ERROR_BODY_CHARS]),
+                    raise self._error("HTTP %s %s: %s" % (resp.status, resp.reason, self._clip(text)),
                                       status=resp.status)
                 if body.get("stream"):
                     rec = self._read_stream(resp, t0)
@@ -282,9 +289,10 @@ class Client(object):
         try:
             obj = json.loads(raw.decode("utf-8"))
         except ValueError:
-            raise self._error("response is not JSON: %r" % raw[:ERROR_BODY_CHARS], status=resp.status)
+            raise self._error("response is not JSON: %r" % self._clip(raw.decode("utf-8", "replace")),
+                              status=resp.status)
         if isinstance(obj, dict) and obj.get("error"):
-            raise self._error("error in response: %s" % json.dumps(obj["error"])[:ERROR_BODY_CHARS],
+            raise self._error("error in response: %s" % self._clip(json.dumps(obj["error"])),
                               status=resp.status)
         tokens = _usage_tokens(obj.get("usage") if isinstance(obj, dict) else None)
         if tokens is None:
@@ -324,12 +332,12 @@ class Client(object):
             try:
                 obj = json.loads(payload)
             except ValueError:
-                raise self._error("stream event is not JSON: %r" % payload[:ERROR_BODY_CHARS], status=resp.status)
+                raise self._error("stream event is not JSON: %r" % self._clip(payload), status=resp.status)
             events.append(obj)
             if not isinstance(obj, dict):
                 continue
             if obj.get("error"):
-                raise self._error("error event in stream: %s" % json.dumps(obj["error"])[:ERROR_BODY_CHARS],
+                raise self._error("error event in stream: %s" % self._clip(json.dumps(obj["error"])),
                                   status=resp.status)
             if obj.get("usage") is not None:
                 usage = obj["usage"]
@@ -605,9 +613,14 @@ def run_benchmark(url, workloads, settings, api_key=None, host_label=None, raw_o
 
 
 def write_raw(path, raw, api_key=None):
-    """Write the raw record atomically (``.partial`` then rename); the key is scrubbed."""
-    text = json.dumps(raw, indent=1, sort_keys=False, default=str)
-    text = redact(text, api_key)
+    """Write the raw record atomically (``.partial`` then rename), redacted before it is encoded.
+
+    Redacting the data rather than the JSON text: a key echoed by the server that holds ``"`` or
+    ``\\`` appears escaped in the text (``\\"``) and would not match there. The text is checked
+    again afterwards (the key in any escaped form left is replaced too).
+    """
+    safe = redact_data(raw, [api_key] if api_key else [])
+    text = redact(json.dumps(safe, indent=1, sort_keys=False, default=str), api_key)
     d = os.path.dirname(os.path.abspath(path))
     if d and not os.path.isdir(d):
         os.makedirs(d)

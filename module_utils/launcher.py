@@ -4,9 +4,9 @@
 Shared by the ``launcher_settings`` module (and anything else that needs the launcher's rules).
 Standard library only: Ansible ships this file to the target host next to the module.
 
-* :func:`parse_env` reads the launcher ``.env`` (KEY=VALUE lines sourced by bash); the
-  ``dsv41_env_parse`` filter loads this file from the repo and calls it, so the controller and the
-  hosts parse a .env the same way.
+* :func:`parse_env`, :func:`effective_engram_dir` and the one ``.env`` writer live in
+  ``module_utils/launcher_env.py`` (re-exported here); what is secret is decided by
+  ``module_utils/secret_rule.py`` (:func:`is_secret` is that rule).
 * :func:`parse_forward_lists` reads the explicit ``HEAD_FORWARD=( ... )`` and
   ``WORKER_FORWARD=( ... )`` bash arrays of ``start.sh``: the only variables that reach the
   containers (SPEC section 3, "Launcher and containers").
@@ -19,9 +19,12 @@ Standard library only: Ansible ships this file to the target host next to the mo
   registers (finder entry) and installs (a branch gated on the adapter's switch).
 
 Values of a settings dict may be str, int, float, bool or None (a rendered YAML mapping):
-None and the empty string mean "unset"; True/False mean "1"/"0". Secret values (any key
-containing KEY, TOKEN, SECRET or PASSWORD, except token counts such as MAX_TOTAL_TOKENS) never
-appear in a message (shown as ``***``).
+None and the empty string mean "unset"; True/False mean "1"/"0"; strings are kept exactly as bash
+will hold them (no stripping). Values of secret names (``secret_rule.is_secret_name``: API_KEY,
+hf_token, OPENAI_APIKEY, DB_PASSWORD2, GITHUB_PAT, ...) never appear in a message (shown as ``***``).
+The first rule, ``env_writable``, refuses what the ``.env`` writer cannot write as data (a key that
+is not a shell identifier or is the shell's own, a value with a newline, NUL or other control
+character), so nothing reaches the file.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -30,10 +33,11 @@ import math
 import re
 from collections import namedtuple
 
-__metaclass__ = type
+from ansible.module_utils.launcher_env import (  # noqa: F401  (re-exported: one parser, one writer)
+    EnvError, EnvSyntaxError, effective_engram_dir, env_text, key_problem, parse_env, value_problem)
+from ansible.module_utils.secret_rule import SECRET_MASK, is_secret_name, mask_mapping
 
-SECRET_MASK = "***"
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+__metaclass__ = type
 
 # Keys ``start.sh`` consumes itself: it turns them into engine arguments (``engine_args``:
 # --tp-size, --ep-size, --model-path, --port, --dspark-block-size, --max-running-requests,
@@ -84,7 +88,7 @@ TP4_CACHE_GIB = 4.0
 FORWARD_ARRAYS = ("HEAD_FORWARD", "WORKER_FORWARD")
 PATH_ARRAY = {"head": "HEAD_FORWARD", "worker": "WORKER_FORWARD"}
 
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class LauncherError(ValueError):
@@ -96,21 +100,22 @@ class LauncherError(ValueError):
 # ---------------------------------------------------------------------------------------------
 
 def is_secret(key):
-    """Keys containing KEY, TOKEN, SECRET or PASSWORD; ``*TOKENS`` (a count, e.g. MAX_TOTAL_TOKENS) is not."""
-    up = str(key).upper().replace("TOKENS", "")
-    return any(word in up for word in SECRET_WORDS)
+    """The one secret rule (``module_utils/secret_rule.py``): case-insensitive KEY/TOKEN/SECRET/PASSWORD/
+    PASSWD/CREDENTIAL/PAT words of the name; ``*_TOKENS`` (a count, e.g. MAX_TOTAL_TOKENS) is not."""
+    return is_secret_name(key)
 
 
 def norm_value(value):
-    """A settings value as the string bash would hold, or None when unset."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, float):
-        text = repr(value)
-        return text[:-2] if text.endswith(".0") and "e" not in text else text
-    text = str(value).strip()
+    """A settings value as the string bash would hold, or None when unset (None or "").
+
+    Same conversion as the ``.env`` writer (``launcher_env.env_text``), so the rules judge exactly
+    what bash will see; a value the writer refuses is reported by the ``env_writable`` rule and is
+    judged here as its ``str()``.
+    """
+    try:
+        text = env_text(value)
+    except (TypeError, UnicodeDecodeError):
+        text = "%s" % (value,)
     return text if text != "" else None
 
 
@@ -133,8 +138,7 @@ def shown(key, value):
 
 def mask_settings(settings):
     """Copy of ``settings`` with secret values replaced by ``***``."""
-    return dict((k, SECRET_MASK if is_secret(k) and norm_value(v) is not None else v)
-                for k, v in (settings or {}).items())
+    return mask_mapping(settings)
 
 
 def _switch_on(value):
@@ -157,120 +161,6 @@ def _as_float(value):
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
-# ---------------------------------------------------------------------------------------------
-# .env
-# ---------------------------------------------------------------------------------------------
-
-_ENV_LINE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _expand(text, known):
-    def repl(match):
-        name = match.group(1) or match.group(4)
-        op, default = match.group(2), match.group(3)
-        value = known.get(name)
-        if op == ":-":
-            return value if value else _expand(default, known)
-        if op == "-":
-            return value if value is not None else _expand(default, known)
-        return value or ""
-    return _ENV_REF.sub(repl, text)
-
-
-def _env_value(raw, known):
-    """Value of one assignment as bash reads it (one line, no command substitution)."""
-    raw = raw.strip()
-    parts = []          # (text, expand?)
-    i, n = 0, len(raw)
-    while i < n:
-        c = raw[i]
-        if c == "'":
-            j = raw.find("'", i + 1)
-            if j == -1:
-                parts.append((raw[i + 1:], False))
-                break
-            parts.append((raw[i + 1:j], False))
-            i = j + 1
-        elif c == '"':
-            j = i + 1
-            buf = []
-            while j < n and raw[j] != '"':
-                if raw[j] == "\\" and j + 1 < n and raw[j + 1] in '"\\$`':
-                    if buf:
-                        parts.append(("".join(buf), True))
-                        buf = []
-                    parts.append((raw[j + 1], False))
-                    j += 2
-                    continue
-                buf.append(raw[j])
-                j += 1
-            if buf:
-                parts.append(("".join(buf), True))
-            i = j + 1
-        elif c.isspace():
-            break                           # the rest is a comment (or another word bash ignores here)
-        elif c == "\\" and i + 1 < n:
-            parts.append((raw[i + 1], False))
-            i += 2
-        else:
-            j = i
-            while j < n and raw[j] not in "'\"\\" and not raw[j].isspace():
-                if raw.startswith("${", j) and raw.find("}", j) != -1:
-                    j = raw.find("}", j) + 1        # ${VAR:-a b} is one word
-                    continue
-                j += 1
-            parts.append((raw[i:j], True))
-            i = j
-    return "".join(_expand(text, known) if expand else text for text, expand in parts)
-
-
-def parse_env(text, base=None):
-    """Parse a launcher ``.env`` (KEY=VALUE lines sourced by bash) into a dict.
-
-    Handles comments, ``export``, single quotes (literal), double quotes (expanded, with
-    ``\\"`` ``\\$`` escapes), trailing comments, and ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` /
-    ``${VAR-default}`` references to earlier keys or to ``base`` (e.g. HOME). Same results as the
-    ``dsv41_env_parse`` filter for everything that filter reads correctly.
-    """
-    known = dict(base or {})
-    result = {}
-    for line in str(text).splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _ENV_LINE.match(line)
-        if match:
-            value = _env_value(match.group(2), known)
-            known[match.group(1)] = value
-            result[match.group(1)] = value
-    return result
-
-
-def effective_engram_dir(env, host, is_head, login_user):
-    """Directory the launcher bind-mounts at /engram for ``host`` at its next serve.
-
-    ``env``: the ``.env`` text or an already parsed dict. Head: ENGRAM_DIR (default
-    ~/dsv41-engram of the head's login user). Worker: WORKER_ENGRAM_DIR_<HOST> if set, else
-    WORKER_ENGRAM_DIR, else $WORKER_DIR/engram with WORKER_DIR defaulting to
-    /home/$WORKER_USER/dsv41-3x-spark. Same as the ``dsv41_launcher_engram_dir`` filter.
-    """
-    home = "/home/%s" % login_user
-    if isinstance(env, dict):
-        env = dict((k, norm_value(v) or "") for k, v in env.items())
-    else:
-        env = parse_env(env, {"HOME": home})
-    if is_head:
-        return env.get("ENGRAM_DIR") or "%s/dsv41-engram" % home
-    override = "WORKER_ENGRAM_DIR_" + re.sub(r"[^A-Z0-9]", "_", str(host).upper())
-    if env.get(override):
-        return env[override]
-    if env.get("WORKER_ENGRAM_DIR"):
-        return env["WORKER_ENGRAM_DIR"]
-    worker_dir = env.get("WORKER_DIR") or "/home/%s/dsv41-3x-spark" % (env.get("WORKER_USER") or login_user)
-    return "%s/engram" % worker_dir
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,7 +281,9 @@ def unforwarded(settings, forward_lists):
     unset, e.g. SGLANG_DSPARK_FOLDED_SAMPLING) and it is not consumed by start.sh itself
     (:data:`LAUNCHER_KEYS`). API_KEY is head-only (:data:`HEAD_ONLY_KEYS`). Sorted names.
     """
-    set_keys = sorted(k for k in normalize_settings(settings) if not is_launcher_key(k))
+    # A key that is not a variable name is refused by the env_writable rule; no forwarding gap for it.
+    set_keys = sorted(k for k in normalize_settings(settings)
+                      if not is_launcher_key(k) and key_problem(k) is None)
     result = {}
     for path in ("head", "worker"):
         fwd = set(forward_lists.get(path) or [])
@@ -419,6 +311,7 @@ Finding = namedtuple("Finding", "rule level key message")
 
 class _Ctx(object):
     def __init__(self, settings, tp_size, validated, packed, timing):
+        self.raw = dict(settings or {})
         self.s = normalize_settings(settings)
         self.tp_size = int(tp_size)
         self.validated = frozenset(validated or ())
@@ -439,6 +332,14 @@ class _Ctx(object):
     @property
     def tp3(self):
         return self.tp_size == 3
+
+
+def _r_env_writable(c):
+    """Keys and values the .env writer refuses: nothing is written, the message names the key."""
+    for key, value in c.raw.items():
+        problem = key_problem(key) or value_problem(key, value)
+        if problem:
+            yield ("%s" % (key,), problem)
 
 
 def _r_alloc_expandable(c):
@@ -667,6 +568,8 @@ def _w_drm_node(c):
 
 
 RULES = (
+    Rule("env_writable", "error", "keys are shell identifiers (not the shell's own variables); values hold no "
+         "newline, NUL or control character and are UTF-8", _r_env_writable),
     Rule("alloc_expandable", "error", "PYTORCH_CUDA_ALLOC_CONF with expandable_segments:True (NaN logits)",
          _r_alloc_expandable),
     Rule("moe_fused_finalize", "error", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE must be explicitly 0",

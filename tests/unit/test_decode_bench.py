@@ -34,11 +34,15 @@ class FakeEngine(object):
         self.odd_first = 0            # the first N requests get a different text (warm-up detector)
         self.delay = 0.0              # seconds before the first content message
         self.chunked = False          # HTTP/1.1 chunked transfer encoding (uvicorn style)
+        self.echo = None              # a header echoed back in the text and a secret-named field
+        self.pad_401 = 0              # characters of padding before the echoed key in a 401 body
 
     def text_for(self, body, n_request):
         prompt = body["messages"][-1]["content"]
         if self.random_text:
             return ["w%d" % random.randint(0, 10 ** 9) for _ in range(self.messages)]
+        if self.echo is not None:
+            return ["you sent %s" % self.echo] + ["e%d" % i for i in range(self.messages - 1)]
         if n_request < self.odd_first:
             return ["warm%d" % i for i in range(self.messages)]
         return ["%s-%d" % (prompt[:8], i) for i in range(self.messages)]
@@ -69,8 +73,11 @@ def make_server(engine):
             with engine.lock:
                 n = len(engine.bodies)
                 engine.bodies.append(body)
+            if engine.echo is not None:
+                engine.echo = self.headers.get("Authorization")
             if engine.api_key and self.headers.get("Authorization") != "Bearer " + engine.api_key:
-                self._json(401, {"error": {"message": "bad key %s" % self.headers.get("Authorization")}})
+                self._json(401, {"error": {"message": "%sbad key %s" % ("x" * engine.pad_401,
+                                                                         self.headers.get("Authorization"))}})
                 return
             if engine.status != 200:
                 self._json(engine.status, {"error": {"message": "engine exploded"}})
@@ -100,6 +107,8 @@ def make_server(engine):
                 self.end_headers()
 
                 def sse(obj):
+                    if engine.echo is not None and isinstance(obj, dict):
+                        obj = dict(obj, session_token="tok-private-9876")
                     self._write(("data: %s\n\n" % (obj if isinstance(obj, str) else json.dumps(obj))).encode())
 
                 sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "usage": None})
@@ -391,3 +400,38 @@ def test_documentation_blocks_parse():
             "temperature", "thinking", "stream", "timeout", "raw_output", "host_label", "measured_on"} <= set(doc["options"])
     yaml.safe_load(decode_bench.EXAMPLES)
     yaml.safe_load(decode_bench.RETURN)
+
+
+# --------------------------------------------------------------------------- redaction of raw output
+
+ODD_KEY = 'sk-"quoted\\back-4242'      # a key holding a quote and a backslash
+
+
+def test_echoed_key_with_quotes_is_redacted_before_encoding(monkeypatch, capsys, engine, prompt_files, tmp_path):
+    engine.api_key = ODD_KEY
+    engine.echo = ""
+    raw = tmp_path / "raw.json"
+    res = run(monkeypatch, capsys, {"url": engine.url, "api_key": ODD_KEY, "prompt_files": {"code": prompt_files["code"]},
+                                    "concurrency": [1], "raw_output": str(raw), "host_label": "spark2", "timeout": 5})
+    assert not res.get("failed"), res
+    text = raw.read_text()
+    record = json.loads(text)
+    req = record["conditions"][0]["rounds"][1]["streams"][0]["requests"][0]
+    assert req["text"].startswith("you sent Bearer ***")                  # echoed in the content, redacted
+    events = [e for e in req["response"] if isinstance(e, dict)]
+    assert events and all(e["session_token"] == "***" for e in events)    # a secret-named field
+    for secret in (ODD_KEY, json.dumps(ODD_KEY)[1:-1], "quoted", "tok-private-9876"):
+        assert secret not in text and secret not in json.dumps(res)
+
+
+def test_key_cut_by_the_message_limit_is_still_redacted(engine, prompt_files):
+    # body: '{"error": {"message": "' + padding + 'bad key Bearer sk-...': the cut falls inside the key
+    engine.pad_401 = db.ERROR_BODY_CHARS - 48
+    workloads = {"prose": db.load_prompts(prompt_files["prose"])}
+    wrong = "sk-wrong-key-0123456789abcdef"
+    body = json.dumps({"error": {"message": "x" * engine.pad_401 + "bad key Bearer " + wrong}})
+    assert "sk-wrong" in body[:db.ERROR_BODY_CHARS] and wrong not in body[:db.ERROR_BODY_CHARS]
+    with pytest.raises(db.BenchError) as err:
+        db.run_benchmark(engine.url, workloads, settings(), api_key=wrong, host_label="spark3")
+    assert err.value.status == 401 and "Bearer ***" in str(err.value)
+    assert "sk-wrong" not in str(err.value)

@@ -1,9 +1,20 @@
-"""Inventory validation and launcher .env parsing (filter_plugins/fleet.py)."""
+"""Inventory validation, launcher .env parsing and writing, redaction (filter_plugins/fleet.py)."""
 import copy
 
 import pytest
 
 import fleet
+from ansible.module_utils import _internal as module_utils_internal
+
+
+@pytest.fixture(autouse=True)
+def stay_a_module_process():
+    """A filter error is an AnsibleFilterError, controller code whose import marks the whole process as
+    the controller (module warnings then go to the display instead of the module result). Module tests
+    run later in the same pytest process must still see module behaviour."""
+    was = module_utils_internal.is_controller
+    yield
+    module_utils_internal.is_controller = was
 
 GOOD_HOSTVARS = {
     "spark1": {"dsv41_rank": 0, "dsv41_login_user": "mia", "dsv41_launcher_dir": "/home/mia/dsv41-3x-spark",
@@ -91,13 +102,39 @@ def test_four_node_fleet_is_an_inventory_change():
 
 
 def test_env_filters_use_the_hosts_launcher_parser():
-    # The two .env filters are the code of module_utils/launcher.py, whose cases are in test_launcher.py;
-    # here: the filters reach it and give its answers on the controller.
+    # The .env filters are the code of module_utils/launcher_env.py, whose cases (against bash) are in
+    # test_launcher_env.py; here: the filters reach it and give its answers on the controller.
     text = 'WORKER_USER=zurih\nexport API_KEY="sk-secret"\nWORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n'
     assert fleet.dsv41_env_parse(text) == {"WORKER_USER": "zurih", "API_KEY": "sk-secret",
                                            "WORKER_ENGRAM_DIR_SPARK2": "/data/dsv41-engram"}
     assert fleet.dsv41_launcher_engram_dir(text, "spark2", False, "zurih") == "/data/dsv41-engram"
     assert fleet.dsv41_launcher_engram_dir(text, "spark1", True, "mia") == "/home/mia/dsv41-engram"
+    from ansible.module_utils import launcher_env
+    assert fleet._env is launcher_env                      # the very module the hosts run
+
+
+def test_env_filters_refuse_what_is_not_data_naming_the_line():
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="line 2: \\$\\( ... \\) runs a command"):
+        fleet.dsv41_env_parse("A=1\nB=$(touch /tmp/x)\n")
+    with pytest.raises(AnsibleFilterError, match="line 1: a command word"):
+        fleet.dsv41_launcher_engram_dir("touch /tmp/x\n", "spark2", False, "zurih")
+
+
+def test_env_render_filter_is_the_one_writer():
+    text = fleet.dsv41_env_render({"MODEL_PATH": "$(touch /tmp/x)", "TP_SIZE": 3}, "sk-k'ey", ["a\nb"])
+    assert text.splitlines()[3:] == ["MODEL_PATH='$(touch /tmp/x)'", "TP_SIZE=3", "API_KEY='sk-k'\\''ey'",
+                                     "# a", "# b"]
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="'FOO;x' is not a shell variable name"):
+        fleet.dsv41_env_render({"FOO;x": "1"})
+
+
+def test_redact_filter():
+    env = {"hf_token": "hf_abcdef", "OPENAI_APIKEY": 'sk-"x\\y', "MODEL_PATH": "/m", "URL": "http://k:sk-api-1@h"}
+    assert fleet.dsv41_redact(env, ["sk-api-1", ""]) == {"hf_token": "***", "OPENAI_APIKEY": "***",
+                                                          "MODEL_PATH": "/m", "URL": "http://k:***@h"}
+    assert fleet.dsv41_is_secret("DB_PASSWORD2") and not fleet.dsv41_is_secret("MAX_TOTAL_TOKENS")
 
 
 def test_meminfo_and_gib():

@@ -46,7 +46,6 @@ WORKER_HOSTS="spark2 spark3"
 HOMEDIR=$HOME/dsv41-engram
 SPACED=${UNSET_THING:-a b}/c
 EMPTY=
-not a line
 """
 
 
@@ -59,6 +58,13 @@ def test_parse_env_handles_quotes_exports_references():
     assert env["PLAIN"] == "zurih" and env["INDENTED"] == "1"
     assert env["WORKER_HOSTS"] == "spark2 spark3" and env["HOMEDIR"] == "/home/mia/dsv41-engram"
     assert env["EMPTY"] == "" and "HOME" not in env and env["SPACED"] == "a b/c"
+
+
+def test_parse_env_refuses_a_command_line_naming_it():
+    with pytest.raises(L.EnvSyntaxError) as exc:
+        L.parse_env(ENV_CASES + "not a line\n", HOME)
+    assert str(exc.value) == (".env: line 16: a command word, not NAME=value: bash would run it (a .env holds "
+                              "only assignments)")
 
 
 def test_parse_env_bash_details():
@@ -255,6 +261,7 @@ FORBIDDEN = [
     ("ep_size", {"EP_SIZE": "2"}, {}, "EP_SIZE='2': expert parallel must be 3 (EP=TP) or 1"),
     ("integer_values", {"MAX_RUNNING_REQUESTS": "four"}, {}, "MAX_RUNNING_REQUESTS='four' is not a positive integer"),
     ("integer_values", {"DSV41_CACHE_GIB": "-1"}, {}, "DSV41_CACHE_GIB='-1' is not a size in GiB >= 0"),
+    ("env_writable", {"IMAGE": "x\n$(touch /tmp/x)"}, {}, "IMAGE: the value holds a newline"),
 ]
 
 
@@ -344,12 +351,32 @@ def test_secret_values_are_masked():
         {"API_KEY": "***", "DB_PASSWORD": "***", "X": "1", "EMPTY_SECRET": ""}
     assert not L.is_secret("DSV41_AUTOTUNE_KEEP") and not L.is_secret("MAX_TOTAL_TOKENS")
     assert L.is_secret("HUGGING_FACE_HUB_TOKEN") and L.is_secret("SECRET_KEY_BASE")
+    # the names the three old rules disagreed on
+    assert L.is_secret("hf_token") and L.is_secret("OPENAI_APIKEY") and L.is_secret("DB_PASSWORD2")
+    assert L.shown("OPENAI_APIKEY", "sk-abcdef") == "OPENAI_APIKEY='***'"
 
 
 def test_values_are_normalised_like_bash_strings():
     assert L.norm_value(True) == "1" and L.norm_value(False) == "0" and L.norm_value(0.95) == "0.95"
-    assert L.norm_value(750000) == "750000" and L.norm_value("  ") is None and L.norm_value(None) is None
+    assert L.norm_value(750000) == "750000" and L.norm_value("") is None and L.norm_value(None) is None
     assert L.norm_value(5.0) == "5"
+    # no stripping: the rules judge what bash will hold (a quoted " 0" is not "0")
+    assert L.norm_value("  ") == "  " and L.norm_value(" 0") == " 0"
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("FOO;touch /tmp/x", "1", "'FOO;touch /tmp/x' is not a shell variable name"),
+    ("1ABC", "1", "'1ABC' is not a shell variable name"),
+    ("BASH_ENV", "/tmp/x.sh", "BASH_ENV is a variable of the shell or the program loader"),
+    ("MODEL_PATH", "a\ntouch /tmp/x", "MODEL_PATH: the value holds a newline"),
+    ("MODEL_PATH", "a\x00b", "MODEL_PATH: the value holds a NUL byte"),
+    ("IMAGE", "a\rb", "IMAGE: the value holds a carriage return"),
+    ("IMAGE", "bad\udcff", "IMAGE: the value is not valid UTF-8"),
+])
+def test_env_writable_rule_names_the_key(key, value, needle):
+    found = [f for f in L.check_settings(baseline(**{key: value})) if f.rule == "env_writable"]
+    assert len(found) == 1 and found[0].key == key and needle in found[0].message
+    assert value not in found[0].message or key.startswith(("FOO", "1"))
 
 
 # ------------------------------------------------------------------------------------------ sitecustomize

@@ -190,3 +190,22 @@ def test_documentation_blocks_parse():
     yaml.safe_load(launcher_settings.EXAMPLES)
     ret = yaml.safe_load(launcher_settings.RETURN)
     assert {"forward_lists", "unforwarded", "errors", "setting_warnings", "problems", "settings"} <= set(ret)
+
+
+UNWRITABLE = [
+    ("FOO;touch /tmp/x", "1", "spark1: 1 launcher setting problem(s):\n'FOO;touch /tmp/x' is not a shell variable name"),
+    ("1ABC", "1", "'1ABC' is not a shell variable name"),
+    ("BASH_ENV", "/tmp/evil.sh", "BASH_ENV is a variable of the shell or the program loader"),
+    ("LD_PRELOAD", "/tmp/evil.so", "LD_PRELOAD is a variable of the shell or the program loader"),
+    ("MODEL_PATH", "/srv\ntouch /tmp/x", "MODEL_PATH: the value holds a newline"),
+    ("IMAGE", "x\x00y", "IMAGE: the value holds a NUL byte"),
+    ("hf_token", "hf_secret\rvalue", "hf_token: the value holds a carriage return"),
+]
+
+
+@pytest.mark.parametrize("key,value,needle", UNWRITABLE, ids=[k for k, _, _ in UNWRITABLE])
+def test_unwritable_keys_and_values_are_refused_naming_the_key(monkeypatch, capsys, key, value, needle):
+    res = run(monkeypatch, capsys, base(settings=settings(**{key: value}), fail_on_unforwarded=False))
+    assert res["failed"] and needle in res["msg"]
+    assert [f["rule"] for f in res["findings"] if f["key"] == key] == ["env_writable"]
+    assert "hf_secret" not in res["_raw"]                # a secret's value is never echoed, even refused

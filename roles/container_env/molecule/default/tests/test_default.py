@@ -1,4 +1,5 @@
 """container_env: the head's .env carries the override, stays private, and the previous file is backed up."""
+import json
 
 
 def head_only(host):
@@ -16,13 +17,16 @@ def test_env_has_the_override_and_keeps_the_baseline(host):
     assert "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=0" in lines
 
 
-def test_previous_env_kept_as_timestamped_backup(host):
+def test_previous_env_kept_as_a_private_recorded_backup(host):
     if not head_only(host):
         return
     names = host.check_output("ls -a /home/mia/dsv41-3x-spark").split()  # File.listdir hides dotfiles
-    backups = [f for f in names if f.startswith(".env.") and f.endswith("~")]
-    assert len(backups) == 1
-    assert "DSPARK_BLOCK_SIZE=3" in host.file(f"/home/mia/dsv41-3x-spark/{backups[0]}").content_string
+    backups = [f for f in names if f.startswith(".env.dsv41-backup-")]
+    assert len(backups) == 1                      # the idempotence run made none
+    backup = host.file(f"/home/mia/dsv41-3x-spark/{backups[0]}")
+    assert backup.mode == 0o600 and "DSPARK_BLOCK_SIZE=3" in backup.content_string
+    record = json.loads(host.file("/home/mia/dsv41-3x-spark/.env.dsv41-backups.json").content_string)
+    assert [r["backup"] for r in record["runs"]] == backups
 
 
 def test_workers_have_no_env_written(host):
