@@ -147,7 +147,7 @@ def _dead(label, record, how, cleanup):
     msg = "%s: the packer (%s) %s" % (label, pid, causes[how])
     if record:
         elapsed = _number(record.get("updated")) - _number(record.get("started"))
-        msg += ". Last progress: %s, %.1f s after it started at %s; its last message: %r" % (
+        msg += '. Last progress: %s, %.1f s after it started at %s; its last message: "%s"' % (
             progress_text(record) if record.get("total_bytes") else "none yet", elapsed,
             utc_text(record.get("started")), record.get("message"))
     msg += ". %s%s. Rerun the play to pack this layer again." % (note[0].upper(), note[1:])
@@ -196,8 +196,8 @@ def _past_limit(label, record, why, progress_file, cleanup):
     removed, note = remove_dead_partial(last)
     out.update(_fields(last))
     out.update(finished=True, failed=True, changed=True, state="timed_out", partial_removed=removed,
-               msg="%s. Stopped it with SIGTERM; its last message: %r. %s%s. Rerun the play (with a longer "
-                   "engram_pack_layer_timeout if the pack is only slow) to pack this layer again."
+               msg='%s. Stopped it with SIGTERM; its last message: "%s". %s%s. Rerun the play (with a longer '
+                   'engram_pack_layer_timeout if the pack is only slow) to pack this layer again.'
                    % (head, last.get("message"), note[0].upper(), note[1:]))
     return out
 
@@ -247,6 +247,8 @@ def follow_pack(results_file, progress_file, layer, rank, run_id=None, host_labe
             out["msg"] = "%s: done: %s, %s bytes in %s s (%s MiB/s)" % (
                 label, job.get("path"), "{:,}".format(int(_number(job.get("bytes")))), job.get("seconds"),
                 job.get("throughput_mib_s"))
+        if job.get("reclaimed_lock"):
+            out["msg"] += "; took over the destination lock from %s" % job["reclaimed_lock"]
         out.update(percent=100.0, done_bytes=int(_number(job.get("bytes"))), total_bytes=int(_number(job.get("bytes"))),
                    eta_s=0)
         return out

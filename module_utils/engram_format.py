@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 """Engram tables in a safetensors checkpoint and the packed per-rank shard files.
 
-Shared by the ``engram_plan`` and ``engram_pack`` modules (and anything else that needs the
-format). Standard library only: Ansible ships this file to the target host next to the module.
+Shared by the ``engram_plan`` and ``engram_pack`` modules and by ``engram_follow`` (which reads the
+packer's progress record and lock). Standard library only: Ansible ships this file to the target
+host next to the module.
 
 Checkpoint side: ``model.safetensors.index.json`` maps ``layers.{L}.engram.embed.weight``
 (``F8_E4M3``, ``[N, 256]``) and ``layers.{L}.engram.embed.scale`` (``F8_E8M0``, ``[N, 8]``) to one
@@ -13,6 +14,11 @@ Packed side: ``engram-l{L}-r{r}of{tp}.bin`` holds a 4096-byte header (six little
 magic ``0x31344E4531565344``, layer, lo, hi, N, 264; zero padding) and then rows ``lo..hi-1``, each 256
 weight bytes followed by the row's 8 scale bytes. It is published by writing ``.partial``,
 fsyncing, renaming and fsyncing the directory, so a final-named file is always complete.
+
+While packing, :func:`pack_layer` keeps a :class:`Progress` record (pid, state, bytes, rate, its
+last message or error) that a follower reads, can be capped in rate (:class:`RateLimit`), holds a
+kernel flock on the destination (:func:`dest_lock`) and, inside :func:`stop_signals_unwind`, turns
+SIGTERM/SIGINT into a clean stop that removes its ``.partial``.
 """
 from __future__ import annotations
 

@@ -136,6 +136,12 @@ def test_done_from_the_module_result(tmp_path, dest):
     assert out["finished"] is True and out["failed"] is False and out["state"] == "done"
     assert out["msg"] == "spark2 (rank 1) layer 1: done: /e/engram-l1-r1of3.bin, 16,900,096 bytes in 16.4 s (1.0 MiB/s)"
     assert out["packer_changed"] is True and out["percent"] == 100.0
+    job = _job(tmp_path, {"changed": True, "path": "/e/engram-l1-r1of3.bin", "bytes": 16900096, "seconds": 16.4,
+                          "throughput_mib_s": 1.0, "state_before": "partial", "invocation": {"module_args": {}},
+                          "reclaimed_lock": "a record left by a holder that died: pid 77 on spark2 (layer 1)"})
+    out = _follow(job, _record(tmp_path, dest, alive=False, state="done", percent=100.0))
+    assert out["msg"].endswith("; took over the destination lock from a record left by a holder that died: "
+                               "pid 77 on spark2 (layer 1)")
 
 
 def test_failed_reports_the_packers_own_error(tmp_path, dest):
@@ -156,7 +162,7 @@ def test_killed_alone_the_wrapper_reports_no_result(tmp_path, dest):
     assert out["changed"] is True and out["partial_removed"] is True and not os.path.exists(partial)
     assert "spark2 (rank 1) layer 1: the packer (pid %d) is gone without a result" % ME in out["msg"]
     assert "38.29% (6,471,680 of 16,900,096 bytes)" in out["msg"]
-    assert "its last message: 'writing rows 64000..127999'" in out["msg"]
+    assert 'its last message: "writing rows 64000..127999"' in out["msg"]
     assert "Removed its %s; no final-named shard exists for this layer" % partial in out["msg"]
     assert "JSONDecodeError" not in out["msg"]
 
