@@ -33,7 +33,7 @@ OVERDUE_GRACE_SECONDS = 60
 # Seconds a packer stopped at its time limit gets to unwind (remove its .partial, record why).
 STOP_WAIT_SECONDS = 15
 # A running packer that has not moved its record for this long is reported as stalled (a hung
-# NFS read looks like this); it is still followed, never killed.
+# NFS read looks like this); it is still followed, and only stopped at its time limit.
 STALL_SECONDS = 60
 
 
@@ -75,12 +75,11 @@ def _number(value, default=0):
 
 
 def progress_text(record):
-    """'38.20% (6,471,680 of 16,900,096 bytes), 1.0 MiB/s, ETA 10 s' from a progress record."""
+    """'38.29% (6,471,680 of 16,900,096 bytes), 1.0 MiB/s, ETA 10 s' from a progress record."""
     done, total = int(_number(record.get("done_bytes"))), int(_number(record.get("total_bytes")))
-    text = "%.2f%% (%s of %s bytes), %.1f MiB/s, ETA %s" % (
+    return "%.2f%% (%s of %s bytes), %.1f MiB/s, ETA %s" % (
         _number(record.get("percent"), 0.0), "{:,}".format(done), "{:,}".format(total),
         _number(record.get("mib_s"), 0.0), eta_text(record.get("eta_s")))
-    return text
 
 
 def _matches(record, run_id, layer, rank):

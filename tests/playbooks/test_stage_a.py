@@ -52,10 +52,12 @@ def lab_inventories(extra=None):
 # A checkpoint whose layer 1 takes spark2 many progress rounds to pack at a capped rate: 160,000 rows
 # per rank (42,244,096-byte shards, 40.3 MiB) at engram_pack_max_mib_s 1 is about 40 s, polled every
 # second (a round also costs a module run over ssh: 1.5 to 3 s a round on the 2-core lab machine).
-# The other ranks pack uncapped. Random bytes; the expected shards are rebuilt from them.
+# The other ranks pack uncapped. Random bytes; the expected shards are rebuilt from them. Neither
+# layer has the mini checkpoint's row count: a shard header names rows, not the checkpoint, so a
+# mini shard left by an earlier test would otherwise pass for a complete paced one.
 PACED = "DeepSeek-V4.1-Flash-paced"
 PACED_CHECKPOINT = f"/srv/models/{PACED}"
-PACED_ROWS = {1: 3 * 160000, 14: 3001}
+PACED_ROWS = {1: 3 * 160000, 14: 3 * 1001}
 PACED_SHARD_BYTES = 4096 + 160000 * 264
 PACED_MIB_S = 1
 PROGRESS_FILE = "/tmp/dsv41-engram-pack-1.json"  # spark2 is rank 1 (the role's default path)
@@ -71,10 +73,13 @@ def paced_checkpoint():
     target = MODELS / PACED
     index = target / "model.safetensors.index.json"
     if index.exists():
-        weight = "layers.1.engram.embed.weight"
-        header, _ = ckpt_factory.read_header(target / json.loads(index.read_text())["weight_map"][weight])
-        if header[weight]["shape"][0] != PACED_ROWS[1]:
-            shutil.rmtree(target)  # built for other figures
+        weight_map = json.loads(index.read_text())["weight_map"]
+        for layer, rows in PACED_ROWS.items():
+            weight = f"layers.{layer}.engram.embed.weight"
+            header, _ = ckpt_factory.read_header(target / weight_map[weight])
+            if header[weight]["shape"][0] != rows:
+                shutil.rmtree(target)  # built for other figures
+                break
     if not index.exists():
         building = MODELS / (PACED + ".building")
         shutil.rmtree(building, ignore_errors=True)
