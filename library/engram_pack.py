@@ -17,7 +17,11 @@ description:
   - Takes an exclusive lock on C(dest/.engram-pack.lock) and re-checks free space before writing.
     Written and read pages are dropped from the page cache as it goes (unified-memory nodes).
   - Loads the disks and the checkpoint's NFS export; run it in a maintenance window, usually
-    with C(async) and I(progress_file) to poll.
+    with C(async) and I(progress_file), followed by M(engram_pack_wait). I(max_mib_s) caps its
+    transfer rate to spare the export and the disks.
+  - SIGTERM or SIGINT stops it cleanly; it removes its C(.partial) and writes its error into
+    I(progress_file). After a SIGKILL the C(.partial) stays until M(engram_pack_wait) or the next
+    run removes it; the destination lock is released by the kernel in every case.
   - Never touches other files in I(dest), such as shards of another TP size.
 options:
   checkpoint:
@@ -55,8 +59,22 @@ options:
     type: float
     default: 0
   progress_file:
-    description: File rewritten with JSON C({done_bytes, total_bytes, percent}) while packing.
+    description:
+      - Progress record, rewritten atomically from the packer's start to its end.
+      - A JSON object with the packer's C(pid), C(run_id), C(layer), C(rank), C(state) (starting,
+        waiting_lock, packing, done, failed), C(done_bytes), C(total_bytes), C(percent), C(mib_s),
+        C(eta_s), C(path), C(partial_path) and C(message) (what it is doing, or its error).
     type: path
+  run_id:
+    description: Written into I(progress_file), so a follower can tell this run's record from an earlier one.
+    type: str
+  max_mib_s:
+    description:
+      - Cap on the transfer rate in MiB/s (every byte read from the checkpoint is written once, so
+        it bounds both the NFS reads and the disk writes); 0 means no cap.
+      - The average since writing began stays at or under the cap.
+    type: float
+    default: 0
   owner:
     description: Owner of the shard file.
     type: str
@@ -83,8 +101,22 @@ EXAMPLES = r"""
     owner: zurih
     mode: "0644"
   loop: [1, 14]
-  async: 7200
+  async: 1800
   poll: 30
+
+- name: Pack in the background at no more than 200 MiB/s, to be followed with engram_pack_wait
+  engram_pack:
+    checkpoint: /models/DeepSeek-V4.1-Flash
+    dest: /home/zurih/dsv41-3x-spark/engram
+    layer: 1
+    rank: 1
+    tp_size: 3
+    max_mib_s: 200
+    progress_file: /tmp/dsv41-engram-pack-1.json
+    run_id: spark2-l1-20260924T101500
+  async: 1800
+  poll: 0
+  register: pack_job
 """
 
 RETURN = r"""
@@ -125,12 +157,21 @@ state_before:
   description: complete, missing, partial or stale, before this run.
   returned: success
   type: str
+max_mib_s:
+  description: The rate cap that applied (0 for none).
+  returned: success
+  type: float
+reclaimed_lock:
+  description: The holder record a packer that died left in the lock file, described; null when there was none.
+  returned: success
+  type: str
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engram_format import DEFAULT_CHUNK_BYTES, EngramError, pack_layer
+from ansible.module_utils.engram_format import (
+    DEFAULT_CHUNK_BYTES, EngramError, pack_layer, stop_signals_unwind)
 
 
 def main():
@@ -146,6 +187,8 @@ def main():
             chunk_bytes=dict(type="int"),
             lock_timeout=dict(type="float", default=0),
             progress_file=dict(type="path"),
+            run_id=dict(type="str"),
+            max_mib_s=dict(type="float", default=0),
             owner=dict(type="str"),
             group=dict(type="str"),
             mode=dict(type="raw"),
@@ -155,13 +198,15 @@ def main():
     )
     params = module.params
     try:
-        result = pack_layer(
-            params["checkpoint"], params["dest"], params["layer"], params["rank"], params["tp_size"],
-            margin_bytes=params["margin_bytes"], check_mode=module.check_mode,
-            progress_path=params["progress_file"],
-            chunk_bytes=DEFAULT_CHUNK_BYTES if params["chunk_bytes"] is None else params["chunk_bytes"],
-            chunk_rows=params["chunk_rows"],
-            lock_timeout=params["lock_timeout"])
+        # A stop signal unwinds through the cleanup: .partial removed, error in the progress file.
+        with stop_signals_unwind():
+            result = pack_layer(
+                params["checkpoint"], params["dest"], params["layer"], params["rank"], params["tp_size"],
+                margin_bytes=params["margin_bytes"], check_mode=module.check_mode,
+                progress_path=params["progress_file"],
+                chunk_bytes=DEFAULT_CHUNK_BYTES if params["chunk_bytes"] is None else params["chunk_bytes"],
+                chunk_rows=params["chunk_rows"], lock_timeout=params["lock_timeout"],
+                max_mib_s=params["max_mib_s"], run_id=params["run_id"])
     except EngramError as exc:
         module.fail_json(msg=str(exc))
     # Ownership and mode apply to the final file once it exists (in check mode only if it

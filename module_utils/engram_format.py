@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 """Engram tables in a safetensors checkpoint and the packed per-rank shard files.
 
-Shared by the ``engram_plan`` and ``engram_pack`` modules (and anything else that needs the
-format). Standard library only: Ansible ships this file to the target host next to the module.
+Shared by the ``engram_plan`` and ``engram_pack`` modules and by ``engram_follow`` (which reads the
+packer's progress record and lock). Standard library only: Ansible ships this file to the target
+host next to the module.
 
 Checkpoint side: ``model.safetensors.index.json`` maps ``layers.{L}.engram.embed.weight``
 (``F8_E4M3``, ``[N, 256]``) and ``layers.{L}.engram.embed.scale`` (``F8_E8M0``, ``[N, 8]``) to one
@@ -13,6 +14,11 @@ Packed side: ``engram-l{L}-r{r}of{tp}.bin`` holds a 4096-byte header (six little
 magic ``0x31344E4531565344``, layer, lo, hi, N, 264; zero padding) and then rows ``lo..hi-1``, each 256
 weight bytes followed by the row's 8 scale bytes. It is published by writing ``.partial``,
 fsyncing, renaming and fsyncing the directory, so a final-named file is always complete.
+
+While packing, :func:`pack_layer` keeps a :class:`Progress` record (pid, state, bytes, rate, its
+last message or error) that a follower reads, can be capped in rate (:class:`RateLimit`), holds a
+kernel flock on the destination (:func:`dest_lock`) and, inside :func:`stop_signals_unwind`, turns
+SIGTERM/SIGINT into a clean stop that removes its ``.partial``.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import struct
 import time
 from collections import namedtuple
@@ -45,6 +52,15 @@ DEFAULT_CHUNK_BYTES = 8 * MIB
 # GPU memory on a DGX Spark, so a multi-GiB pack must not sit in the cache.
 DEFAULT_SYNC_BYTES = 128 * MIB
 PROGRESS_INTERVAL_S = 0.5
+PROGRESS_VERSION = 1
+# starting/waiting_lock/packing while the packer runs; done or failed are its last word.
+RUNNING_STATES = ("starting", "waiting_lock", "packing")
+PROGRESS_STATES = RUNNING_STATES + ("done", "failed")
+# A capped pack moves this many seconds' worth of rows per chunk, so its pace and progress are smooth.
+THROTTLE_SLICE_S = 0.1
+# Clock and sleep of the packer's timing and rate cap (replaced by a fake clock in tests).
+_clock = time.monotonic
+_sleep = time.sleep
 
 # The safetensors reference reader refuses headers above 100 MB; so do we, before allocating.
 MAX_SAFETENSORS_HEADER = 100 * 1000 * 1000
@@ -414,41 +430,285 @@ def plan(checkpoint, dest, rank, tp_size, layers=ENGRAM_LAYERS, margin_bytes=0):
     }
 
 
+# --------------------------------------------------------------------------- processes
+
+def _proc_stat(pid):
+    """(state letter, start time in clock ticks since boot) from /proc/PID/stat, or None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    # Field 2 (the command) is parenthesised and may itself contain spaces or ")": split after the last ")".
+    fields = raw[raw.rfind(b")") + 2:].split()
+    try:
+        return fields[0].decode("ascii", "replace"), int(fields[19])  # fields 3 and 22 of proc(5)
+    except (IndexError, ValueError):
+        return None
+
+
+def process_start_ticks(pid):
+    """Start time of ``pid`` (clock ticks since boot), or None where /proc cannot tell.
+
+    Recorded next to a pid so that a later reader can tell the process from a newer one that
+    reused its number."""
+    stat = _proc_stat(pid)
+    return stat[1] if stat else None
+
+
+def pid_alive(pid, start_ticks=None):
+    """Whether ``pid`` still runs, and (when ``start_ticks`` is known) is the same process.
+
+    A zombie (exited, not yet reaped by its parent) counts as gone: it holds no files or locks.
+    """
+    if not _is_int(pid) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists but belongs to another user
+    stat = _proc_stat(pid)
+    if stat is None:
+        # No /proc entry although the signal test passed: it exited in between, or there is no
+        # procfs at all (then the signal test is all there is).
+        return not os.path.isdir("/proc/self")
+    state, started = stat
+    if state == "Z":
+        return False
+    return start_ticks is None or started == start_ticks
+
+
+def _read_json(path):
+    """A JSON object from ``path``; None if the file is missing, empty or not a JSON object."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def utc_text(epoch):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch)) if isinstance(epoch, (int, float)) else "?"
+
+
 # --------------------------------------------------------------------------- packing
 
+def describe_lock_holder(record):
+    """One line naming a lock holder from its record, for refusals and reports."""
+    if not record:
+        return "holder unknown: it left no record"
+    what = []
+    if record.get("layer") is not None:
+        what.append("layer %s" % record["layer"])
+    if record.get("rank") is not None:
+        what.append("rank %s" % record["rank"])
+    if record.get("purpose"):
+        what.append(record["purpose"])
+    text = "pid %s on %s" % (record.get("pid", "?"), record.get("host", "?"))
+    if what:
+        text += " (%s)" % ", ".join(what)
+    text += " since %s" % utc_text(record.get("since"))
+    if record.get("progress_file"):
+        text += "; progress in %s" % record["progress_file"]
+    return text
+
+
 @contextlib.contextmanager
-def dest_lock(dest, timeout=0):
-    """Exclusive flock on ``dest/.engram-pack.lock``, waiting at most ``timeout`` seconds."""
+def dest_lock(dest, timeout=0, owner=None):
+    """Exclusive flock on ``dest/.engram-pack.lock``, waiting at most ``timeout`` seconds.
+
+    The kernel releases a flock when its holder exits, however it dies (SIGKILL included), so a
+    dead packer never blocks the next one, and a live one is always respected. While held, the file
+    records the holder (pid, its start time, host and ``owner``: layer, rank, progress file) so a
+    refusal names the live holder; a record found on acquiring was left by a holder that died
+    (a clean release empties it) and is yielded as ``reclaimed``. Yields ``{"path", "reclaimed"}``.
+    """
     path = os.path.join(dest, LOCK_NAME)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as exc:
         raise EngramPackError("host %s: cannot open lock file %s: %s" % (hostname(), path, _os_error_text(exc)))
+    held = False
     try:
-        deadline = time.monotonic() + max(0, timeout)
+        deadline = _clock() + max(0, timeout)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
                 break
             except BlockingIOError:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - _clock()
                 if remaining <= 0:
                     raise EngramPackError(
-                        "host %s: another engram pack holds %s (waited %ss); refusing to pack into %s "
-                        "concurrently" % (hostname(), path, timeout, dest))
+                        "host %s: another engram pack holds %s (%s; waited %ss); refusing to pack into %s "
+                        "concurrently. Wait for it to finish, or stop that process if it is not wanted"
+                        % (hostname(), path, describe_lock_holder(_read_json(path)), timeout, dest))
                 time.sleep(min(0.1, remaining))
-        yield path
+        reclaimed = _read_json(path)
+        pid = os.getpid()
+        record = dict(owner or {}, pid=pid, pid_start=process_start_ticks(pid), host=hostname(), since=time.time())
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record, sort_keys=True).encode(), 0)
+        yield {"path": path, "reclaimed": reclaimed}
     finally:
+        if held:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # a clean release leaves no holder record behind
         os.close(fd)  # closing the descriptor releases the flock
 
 
-def _write_progress(progress_path, done, total):
-    """Atomically rewrite the progress file so a poller never reads half a JSON document."""
-    tmp = progress_path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump({"done_bytes": done, "total_bytes": total,
-                   "percent": round(100.0 * done / total, 2) if total else 100.0}, handle)
-    os.replace(tmp, progress_path)
+def eta_text(seconds):
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return "%d h %02d min" % (seconds // 3600, seconds % 3600 // 60)
+    if seconds >= 60:
+        return "%d min %02d s" % (seconds // 60, seconds % 60)
+    return "%d s" % seconds
+
+
+class Progress(object):
+    """The packer's progress record, rewritten atomically so a follower never reads half of it.
+
+    JSON object: ``version``, ``run_id`` (chosen by the caller, so a follower can tell this run's
+    record from an earlier one at the same path), ``host``, ``pid`` and ``pid_start`` (see
+    :func:`pid_alive`), ``layer``, ``rank``, ``tp_size``, ``state`` (starting, waiting_lock,
+    packing, done, failed), ``path`` and ``partial_path``, ``done_bytes``, ``total_bytes``,
+    ``percent``, ``mib_s`` (average since writing began), ``eta_s``, ``max_mib_s`` (the cap, 0 for
+    none), ``started`` and ``updated`` (epoch seconds) and ``message`` (the packer's own words:
+    what it is doing, or its error). With no path nothing is written.
+    """
+
+    def __init__(self, path, **fields):
+        self.path = path
+        pid, now = os.getpid(), time.time()
+        self.record = {"version": PROGRESS_VERSION, "run_id": None, "host": hostname(), "pid": pid,
+                       "pid_start": process_start_ticks(pid), "layer": None, "rank": None, "tp_size": None,
+                       "state": "starting", "path": None, "partial_path": None, "done_bytes": 0,
+                       "total_bytes": 0, "percent": 0.0, "mib_s": 0.0, "eta_s": None, "max_mib_s": 0,
+                       "started": now, "updated": now, "message": "starting"}
+        self.record.update(fields)
+
+    def update(self, **fields):
+        self.record.update(fields)
+        self.record["updated"] = time.time()
+        if not self.path:
+            return
+        tmp = "%s.%d.tmp" % (self.path, os.getpid())
+        try:
+            with open(tmp, "w") as handle:
+                json.dump(self.record, handle, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise EngramPackError("host %s: cannot write the progress file %s: %s"
+                                  % (hostname(), self.path, _os_error_text(exc)))
+
+    def packing(self, done, total, elapsed):
+        """Record bytes done of total after ``elapsed`` seconds of writing rows (the 4 KiB header
+        is written before the clock starts, so it is left out of the rate)."""
+        rate = max(0, done - HEADER_BYTES) / elapsed if elapsed > 0 else 0.0
+        self.update(state="packing", done_bytes=done, total_bytes=total,
+                    percent=round(100.0 * done / total, 2) if total else 100.0,
+                    mib_s=round(rate / MIB, 2),
+                    eta_s=round((total - done) / rate, 1) if rate > 0 else None)
+
+    def fail(self, message):
+        """Record the packer's error; never masks it with an error of its own."""
+        with contextlib.suppress(EngramPackError):
+            self.update(state="failed", message=message)
+
+
+def read_progress(path):
+    """The progress record at ``path`` (see :class:`Progress`), or None if there is none readable."""
+    record = _read_json(path)
+    if record is None or not _is_int(record.get("pid")) or record.get("state") not in PROGRESS_STATES:
+        return None
+    return record
+
+
+class RateLimit(object):
+    """Caps the packer's transfer rate at ``max_mib_s`` MiB/s; 0 means no cap.
+
+    Every byte read from the checkpoint is written to the shard once, so one cap bounds both the
+    NFS reads and the local writes. The average since the first chunk is held at or under the cap
+    (bursts of at most one chunk): :meth:`chunk_rows` shrinks chunks to THROTTLE_SLICE_S worth of
+    transfer so the pace is smooth and progress moves steadily.
+    """
+
+    def __init__(self, max_mib_s=0):
+        self.max_mib_s = max_mib_s
+        self.bytes_per_s = float(max_mib_s) * MIB
+        self._start = None
+        self._bytes = 0
+
+    def chunk_rows(self, chunk_rows):
+        if not self.bytes_per_s:
+            return chunk_rows
+        return max(1, min(chunk_rows, int(self.bytes_per_s * THROTTLE_SLICE_S) // ROW_BYTES))
+
+    def start(self):
+        self._start, self._bytes = _clock(), 0
+
+    def pace(self, nbytes):
+        """Count ``nbytes`` just moved; sleep until the average is back at the cap. Returns the sleep."""
+        if not self.bytes_per_s:
+            return 0.0
+        if self._start is None:
+            self.start()
+        self._bytes += nbytes
+        wait = self._start + self._bytes / self.bytes_per_s - _clock()
+        if wait > 0:
+            _sleep(wait)
+            return wait
+        return 0.0
+
+
+def check_max_mib_s(where, max_mib_s):
+    """Raise EngramFormatError unless ``max_mib_s`` is a finite number >= 0 (0: no cap)."""
+    if (isinstance(max_mib_s, bool) or not isinstance(max_mib_s, (int, float))
+            or not 0 <= max_mib_s < float("inf")):
+        raise EngramFormatError("%s: max_mib_s must be a number of MiB/s >= 0 (0 means no cap), got %r"
+                                % (where, max_mib_s))
+
+
+class PackStopped(EngramPackError):
+    """A stop signal (SIGTERM, SIGINT) arrived while packing."""
+
+    def __init__(self, signum):
+        self.signum = signum
+        EngramPackError.__init__(self, "stopped by %s" % signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def stop_signals_unwind(signals=(signal.SIGTERM, signal.SIGINT)):
+    """While inside, a stop signal unwinds the packer through its cleanup (main thread only).
+
+    The packer then removes its .partial and writes its error into the progress record before
+    exiting, instead of dying with a half-written .partial. Only the first signal unwinds; further
+    ones are ignored so they cannot interrupt the cleanup (SIGKILL still ends the process). The
+    previous handlers are restored on the way out.
+    """
+    def handler(signum, frame):
+        for other in signals:
+            signal.signal(other, signal.SIG_IGN)
+        raise PackStopped(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _write_all(fd, view):
@@ -475,7 +735,7 @@ def _drop_cache(fd, offset=0, length=0):
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
-def _fsync_dir(path):
+def fsync_dir(path):
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
@@ -483,7 +743,7 @@ def _fsync_dir(path):
         os.close(fd)
 
 
-def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress_path):
+def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, limit):
     """Write header and rows lo..hi-1 into ``out_fd``; return bytes written.
 
     Per chunk: the weights are scattered by the kernel straight into their 256-byte slots of the
@@ -499,7 +759,9 @@ def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress_pa
     weight_slots = [buf[i * ROW_BYTES:i * ROW_BYTES + WEIGHT_BYTES] for i in range(chunk_rows)]
     scales = memoryview(bytearray(chunk_rows * SCALE_BYTES))
     scale_words = scales.cast("Q")
-    done, synced, synced_row, last_progress = HEADER_BYTES, 0, lo, time.monotonic()
+    started = _clock()
+    done, synced, synced_row, last_progress = HEADER_BYTES, 0, lo, started
+    limit.start()
     row = lo
     while row < hi:
         n = min(chunk_rows, hi - row)
@@ -523,17 +785,20 @@ def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress_pa
             # DONTNEED on dirty pages starts their writeback without waiting, which keeps the
             # disk busy between the periodic fdatasyncs.
             _drop_cache(out_fd, done - n * ROW_BYTES, n * ROW_BYTES)
-        if progress_path and (time.monotonic() - last_progress >= PROGRESS_INTERVAL_S or row == hi):
-            _write_progress(progress_path, done, total)
-            last_progress = time.monotonic()
+        limit.pace(n * ROW_BYTES)
+        now = _clock()
+        if now - last_progress >= PROGRESS_INTERVAL_S or row == hi:
+            progress.packing(done, total, now - started)
+            last_progress = now
     _drop_cache(out_fd)  # whole file: pages still under writeback at an earlier drop
     return done
 
 
-def _write_shard(table, status, chunk_rows, sync_bytes, progress_path):
+def _write_shard(table, status, chunk_rows, sync_bytes, progress, limit):
     """Write the .partial, fsync, rename over the final name, fsync the directory.
 
-    On any failure the .partial is removed, and no final-named file is created.
+    On any failure (a stop signal included) the .partial is removed, and no final-named file is
+    created.
     """
     dest = os.path.dirname(status.path)
     if status.state == "stale":
@@ -542,12 +807,11 @@ def _write_shard(table, status, chunk_rows, sync_bytes, progress_path):
         os.unlink(status.path)
     out_fd = in_fd = None
     try:
-        if progress_path:
-            _write_progress(progress_path, 0, status.bytes)
+        progress.packing(0, status.bytes, 0)
         out_fd = os.open(status.partial_path,
                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
         in_fd = os.open(table.shard_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        written = _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress_path)
+        written = _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, limit)
         if written != status.bytes or os.fstat(out_fd).st_size != status.bytes:
             raise EngramPackError("host %s: %s: wrote %d bytes, expected %d"
                                   % (hostname(), status.partial_path, written, status.bytes))
@@ -555,7 +819,7 @@ def _write_shard(table, status, chunk_rows, sync_bytes, progress_path):
         os.close(out_fd)
         out_fd = None
         os.replace(status.partial_path, status.path)
-        _fsync_dir(dest)
+        fsync_dir(dest)
     except BaseException as exc:
         if out_fd is not None:
             os.close(out_fd)
@@ -584,17 +848,60 @@ def _check_space(dest, status, margin_bytes):
                free, status.reclaimable_bytes, deficit, deficit / GIB))
 
 
+def _stopped_message(exc, layer, path, partial_path, record):
+    """What a stop signal left behind, checked on disk rather than assumed."""
+    where = "before writing began"
+    if record.get("total_bytes"):
+        where = "at %.2f%% (%s of %s bytes)" % (record.get("percent", 0.0), "{:,}".format(record["done_bytes"]),
+                                               "{:,}".format(record["total_bytes"]))
+    left = ("its .partial %s is still there" % partial_path if os.path.exists(partial_path)
+            else "no .partial is left")
+    final = ("%s exists (published before the signal; complete by the rename protocol)" % path
+             if os.path.exists(path) else "no final-named shard was written")
+    return ("host %s: packing layer %d into %s was %s %s; %s and %s"
+            % (hostname(), layer, path, exc, where, left, final))
+
+
 def pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes=0, check_mode=False,
                progress_path=None, chunk_bytes=DEFAULT_CHUNK_BYTES, chunk_rows=None, lock_timeout=0,
-               sync_bytes=DEFAULT_SYNC_BYTES):
+               sync_bytes=DEFAULT_SYNC_BYTES, max_mib_s=0, run_id=None):
     """Pack one layer's rows for ``rank`` of ``tp_size`` into ``dest`` unless already complete.
 
-    Returns changed, path, bytes, rows, lo, hi, seconds, throughput_mib_s, state_before. In check
-    mode nothing is touched. Raises EngramFormatError for malformed input and EngramPackError for
-    destination problems (missing directory, lock held, not enough space, I/O errors).
+    Returns changed, path, bytes, rows, lo, hi, seconds, throughput_mib_s, state_before,
+    max_mib_s and reclaimed_lock (the record a dead holder left in the lock file, described, or
+    None). In check mode nothing is touched. ``max_mib_s`` caps the transfer rate (0: no cap).
+    With ``progress_path`` the :class:`Progress` record is written from the first moment (pid,
+    ``run_id``), updated while writing and closed with ``done`` or ``failed`` and the error.
+    Raises EngramFormatError for malformed input and EngramPackError for destination problems
+    (missing directory, lock held, not enough space, I/O errors, a stop signal).
     """
+    progress = Progress(None if check_mode else progress_path, run_id=run_id, layer=layer, rank=rank,
+                        tp_size=tp_size, max_mib_s=max_mib_s, message="reading the checkpoint headers")
+    progress.update()  # first: a follower knows the pid from here on
+    try:
+        return _pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes, check_mode, chunk_bytes,
+                           chunk_rows, lock_timeout, sync_bytes, max_mib_s, progress)
+    except PackStopped as exc:
+        record = progress.record
+        message = _stopped_message(exc, layer, record.get("path") or os.path.join(dest, shard_name(layer, rank, tp_size)),
+                                   record.get("partial_path") or os.path.join(dest, partial_name(layer, rank, tp_size)),
+                                   record)
+        progress.fail(message)
+        raise EngramPackError(message)
+    except EngramError as exc:
+        progress.fail(str(exc))
+        raise
+    except BaseException as exc:
+        progress.fail("host %s: packing layer %d stopped by an unexpected %s: %s"
+                      % (hostname(), layer, type(exc).__name__, exc))
+        raise
+
+
+def _pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes, check_mode, chunk_bytes, chunk_rows,
+                lock_timeout, sync_bytes, max_mib_s, progress):
     check_dest(dest)
     _check_params(checkpoint, rank, tp_size, margin_bytes)
+    check_max_mib_s(checkpoint, max_mib_s)
     if chunk_rows is None:
         if not _is_int(chunk_bytes) or chunk_bytes < ROW_BYTES:
             raise EngramFormatError("%s: chunk_bytes must be an integer >= %d, got %r"
@@ -602,24 +909,45 @@ def pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes=0, check_mod
         chunk_rows = chunk_bytes // ROW_BYTES
     elif not _is_int(chunk_rows) or chunk_rows < 1:
         raise EngramFormatError("%s: chunk_rows must be an integer >= 1, got %r" % (checkpoint, chunk_rows))
+    limit = RateLimit(max_mib_s)
+    chunk_rows = limit.chunk_rows(chunk_rows)
     table = read_engram_tables(checkpoint, (layer,))[layer]
     table_rank_range(table, rank, tp_size)
     before = describe_shard(dest, layer, rank, tp_size, table.rows)
     result = {"changed": before.state != "complete", "path": before.path, "bytes": before.bytes,
               "rows": before.hi - before.lo, "lo": before.lo, "hi": before.hi, "seconds": 0.0,
-              "throughput_mib_s": 0.0, "state_before": before.state}
-    if before.state == "complete" or check_mode:
+              "throughput_mib_s": 0.0, "state_before": before.state, "max_mib_s": max_mib_s,
+              "reclaimed_lock": None}
+    if check_mode:
         return result
-    with dest_lock(dest, lock_timeout):
+    progress.update(path=before.path, partial_path=before.partial_path, total_bytes=before.bytes)
+    if before.state == "complete":
+        progress.update(state="done", done_bytes=before.bytes, percent=100.0, eta_s=0,
+                        message="%s is already complete; nothing written" % before.path)
+        return result
+    progress.update(state="waiting_lock", message="taking the destination lock %s"
+                    % os.path.join(dest, LOCK_NAME))
+    owner = {"layer": layer, "rank": rank, "tp_size": tp_size, "progress_file": progress.path}
+    with dest_lock(dest, lock_timeout, owner) as lock:
+        if lock["reclaimed"]:
+            result["reclaimed_lock"] = "a record left by a holder that died: %s" % describe_lock_holder(lock["reclaimed"])
         # Another run may have finished (or left a .partial) while we waited for the lock.
         status = describe_shard(dest, layer, rank, tp_size, table.rows)
         if status.state == "complete":
             result["changed"] = False
+            progress.update(state="done", done_bytes=status.bytes, percent=100.0, eta_s=0,
+                            message="%s was completed by another run; nothing written" % status.path)
             return result
         _check_space(dest, status, margin_bytes)
-        started = time.monotonic()
-        _write_shard(table, status, min(chunk_rows, status.hi - status.lo), sync_bytes, progress_path)
-        seconds = time.monotonic() - started
+        progress.update(message="writing rows %d..%d into %s%s" % (
+            status.lo, status.hi - 1, status.partial_path,
+            " (capped at %s MiB/s)" % max_mib_s if max_mib_s else ""))
+        started = _clock()
+        _write_shard(table, status, min(chunk_rows, status.hi - status.lo), sync_bytes, progress, limit)
+        seconds = _clock() - started
     result["seconds"] = round(seconds, 3)
     result["throughput_mib_s"] = round(status.bytes / MIB / seconds, 1) if seconds > 0 else 0.0
+    progress.update(state="done", done_bytes=status.bytes, percent=100.0, eta_s=0,
+                    message="wrote %s (%s bytes) in %.1f s, %.1f MiB/s" % (
+                        status.path, "{:,}".format(status.bytes), seconds, result["throughput_mib_s"]))
     return result

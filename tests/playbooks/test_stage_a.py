@@ -2,12 +2,18 @@
 
 Each test module starts from a fresh lab in the report's state (`labctl.py up`).
 """
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+
 import pytest
 
-import json
-
-from labhelpers import (MINI_CHECKPOINT, MODELS, ROOT, changed_tasks, lab, playbook, read_bytes,
-                        set_launcher_env, sh, snapshot)
+from labhelpers import (LAB_INVENTORY, MINI_CHECKPOINT, MODELS, ROOT, changed_tasks, env, lab, playbook,
+                        read_bytes, set_launcher_env, sh, snapshot)
 from spec_reader import expected_shard
 
 ENGRAM = {"spark1": "/home/mia/dsv41-engram", "spark2": "/home/zurih/dsv41-3x-spark/engram",
@@ -41,6 +47,88 @@ def roomy_inventory(tmp_path):
 def lab_inventories(extra=None):
     base = (ROOT / "inventory" / "lab",)
     return base + ((extra,) if extra else ())
+
+
+# A checkpoint whose layer 1 takes spark2 many progress rounds to pack at a capped rate: 160,000 rows
+# per rank (42,244,096-byte shards, 40.3 MiB) at engram_pack_max_mib_s 1 is about 40 s, polled every
+# second (a round also costs a module run over ssh: 1.5 to 3 s a round on the 2-core lab machine).
+# The other ranks pack uncapped. Random bytes; the expected shards are rebuilt from them. Neither
+# layer has the mini checkpoint's row count: a shard header names rows, not the checkpoint, so a
+# mini shard left by an earlier test would otherwise pass for a complete paced one.
+PACED = "DeepSeek-V4.1-Flash-paced"
+PACED_CHECKPOINT = f"/srv/models/{PACED}"
+PACED_ROWS = {1: 3 * 160000, 14: 3 * 1001}
+PACED_SHARD_BYTES = 4096 + 160000 * 264
+PACED_MIB_S = 1
+PROGRESS_FILE = "/tmp/dsv41-engram-pack-1.json"  # spark2 is rank 1 (the role's default path)
+FOLLOW_TASK = "Follow the packer to its end: layer 1"
+
+
+@pytest.fixture(scope="module")
+def paced_checkpoint():
+    """Built once under the lab's models directory (every host sees it at /srv/models; the workers
+    read-only, as over NFS). Written aside and renamed in, so an interrupted build is never used."""
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    import ckpt_factory
+    target = MODELS / PACED
+    index = target / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        for layer, rows in PACED_ROWS.items():
+            weight = f"layers.{layer}.engram.embed.weight"
+            header, _ = ckpt_factory.read_header(target / weight_map[weight])
+            if header[weight]["shape"][0] != rows:
+                shutil.rmtree(target)  # built for other figures
+                break
+    if not index.exists():
+        building = MODELS / (PACED + ".building")
+        shutil.rmtree(building, ignore_errors=True)
+        ckpt_factory.make_checkpoint(str(building), rows=PACED_ROWS)
+        os.rename(building, target)
+    return target
+
+
+@pytest.fixture
+def paced_inventory(roomy_inventory, paced_checkpoint):
+    """The "spark2 given room" variant on the paced checkpoint: progress every second, spark2's packer
+    capped; spark2's paced shards removed so that its layer 1 packs in this test."""
+    (roomy_inventory / "group_vars" / "dsv41_ranks.yml").write_text(
+        f"---\ndsv41_checkpoint_dir: {PACED_CHECKPOINT}\nengram_pack_poll_seconds: 1\n")
+    (roomy_inventory / "host_vars" / "spark2" / "paced.yml").write_text(
+        f"---\nengram_pack_max_mib_s: {PACED_MIB_S}\n")
+    set_launcher_env(MODEL_PATH=PACED_CHECKPOINT, WORKER_ENGRAM_DIR_SPARK2=ROOMY_DEST)
+    sh("spark2", f"rm -f {ROOMY_DEST}/engram-l1-r1of3.* {ROOMY_DEST}/engram-l14-r1of3.*")
+    return roomy_inventory
+
+
+def follow_section(out, host):
+    """The output of `Follow layer 1` on ``host`` (serial: 1 gives each host its own task header),
+    whitespace-normalised because the yaml callback folds long messages."""
+    for section in out.split(f"TASK [engram_pack : {FOLLOW_TASK}]")[1:]:
+        section = section.split("\nTASK [", 1)[0].split("\nPLAY ", 1)[0]
+        if f"[{host}]" in section:
+            return " ".join(section.split())
+    raise AssertionError(f"no '{FOLLOW_TASK}' output for {host}")
+
+
+ROUND = re.compile(r"msg: '(\S+) \(rank (\d+)\) layer 1: ([\d.]+)% \(([\d,]+) of ([\d,]+) bytes\), "
+                   r"([\d.]+) MiB/s, ETA ([^']+)'")
+
+
+def progress_rounds(section):
+    """(percent, done, total, MiB/s, ETA) of every round that printed progress, in order."""
+    return [(float(pct), int(done.replace(",", "")), int(total.replace(",", "")), float(rate), eta)
+            for _host, _rank, pct, done, total, rate, eta in ROUND.findall(section)]
+
+
+def assert_exact_shards(dests, checkpoint):
+    for rank, host in enumerate(("spark1", "spark2", "spark3")):
+        for layer in (1, 14):
+            expected, lo, hi, n = expected_shard(checkpoint, layer, rank, 3)
+            got = read_bytes(host, f"{dests[host]}/engram-l{layer}-r{rank}of3.bin")
+            assert len(got) == 4096 + (hi - lo) * 264
+            assert got == expected, (host, layer)
+        assert ".partial" not in sh(host, f"ls -a {dests[host]}")
 
 
 def test_check_mode_on_full_scale_stops_at_spark2_and_changes_nothing():
@@ -141,3 +229,80 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
                                   "run_record : Write each node's record", "run_record : Write the raw benchmark output",
                                   "run_record : Write summary.md"}, changed_tasks(out)
     assert "Stop the engine" not in out or "skipping" in out.split("Stop the engine", 1)[1][:300]
+
+
+def test_a_pack_spanning_many_rounds_prints_each_round_and_leaves_exact_shards(paced_inventory, paced_checkpoint):
+    """Issue 8 acceptance: packing that spans at least 10 progress rounds completes, prints the
+    bytes done of total, percent, MiB/s and ETA every round, and leaves byte-exact shards."""
+    rc, out = playbook("stage_a_pack.yml", "-e", "maintenance_window=true",
+                       inventories=lab_inventories(paced_inventory))
+    assert rc == 0, out[-6000:]
+    assert "Recursive loop" not in out
+    section = follow_section(out, "spark2")
+    headings = section.count(f"FAILED - RETRYING: [spark2]: {FOLLOW_TASK}")
+    rounds = progress_rounds(section)
+    print(f"spark2 layer 1: {len(rounds)} progress rounds, {headings} retried rounds")
+    assert len(rounds) >= 10, section[-3000:]
+    # Every round printed its result (a round before the first progress record says "starting").
+    assert section.count("msg: 'spark2 (rank 1) layer 1:") == headings + 1
+    total = PACED_SHARD_BYTES
+    assert all(r[2] == total for r in rounds)
+    assert [r[1] for r in rounds] == sorted(r[1] for r in rounds) and rounds[0][1] < total // 2
+    assert all(0 < r[3] <= PACED_MIB_S + 0.05 for r in rounds if r[1] > 4096)  # the cap holds
+    assert re.search(r"spark2 \(rank 1\) layer 1: done: /data/dsv41-engram/engram-l1-r1of3\.bin, "
+                     r"42,244,096 bytes in [\d.]+ s \(1\.0 MiB/s\)", section), section[-1500:]
+    assert_exact_shards(dict(ENGRAM, spark2=ROOMY_DEST), paced_checkpoint)
+
+
+def test_a_packer_killed_in_round_5_fails_the_play_then_a_rerun_completes(paced_inventory, paced_checkpoint):
+    """Issue 8 acceptance: the packer and its async job are SIGKILLed in round 5; the play fails in
+    the next round naming host, layer and the packer's last message, leaves no final-named file and
+    no .partial for the layer, and a rerun completes."""
+    cmd = ["ansible-playbook", str(ROOT / "playbooks" / "stage_a_pack.yml"), "-i", str(LAB_INVENTORY),
+           "-i", str(paced_inventory), "-e", "maintenance_window=true"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    watchdog = threading.Timer(900, proc.kill)
+    watchdog.start()
+    lines, heading, rounds, killed, rounds_at_kill = [], f"FAILED - RETRYING: [spark2]: {FOLLOW_TASK}", 0, None, 0
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(heading):
+                rounds += 1
+                if rounds == 5 and killed is None:
+                    record = json.loads(sh("spark2", f"cat {PROGRESS_FILE}"))
+                    assert record["state"] == "packing" and 0 < record["percent"] < 100, record
+                    # The packer and the async wrapper process that runs it (its parent): nothing is
+                    # left to report the job, so only the pid can tell the wait.
+                    wrapper = sh("spark2", f"ps -o ppid= -p {record['pid']}").strip()
+                    sh("spark2", f"kill -KILL {wrapper} {record['pid']}")
+                    killed, rounds_at_kill = record, rounds
+        rc = proc.wait()
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    out = "".join(lines)
+    assert killed is not None, out[-4000:]
+    assert rc != 0
+    section = follow_section(out, "spark2")
+    flat = " ".join(out.split())
+    print(f"killed pid {killed['pid']} at {killed['percent']}% in round {rounds_at_kill}; "
+          f"the wait ended after {rounds} retried rounds")
+    assert rounds - rounds_at_kill <= 2  # noticed in the next round or so, not at the time limit
+    fatal = flat.split("fatal: [spark2]: FAILED! =>", 1)[1]
+    message = re.search(r"msg: '(spark2 \(rank 1\) layer 1: the packer .*?)' (?:\w+:|PLAY|NO MORE)", fatal).group(1)
+    print("killed-packer message:", message)
+    assert f"spark2 (rank 1) layer 1: the packer (pid {killed['pid']}) is gone" in message
+    assert 'its last message: "writing rows 160000..319999 into /data/dsv41-engram/engram-l1-r1of3.partial' in message
+    assert f"Removed its {ROOMY_DEST}/engram-l1-r1of3.partial; no final-named shard exists for this layer" in message
+    assert section.count(heading) == rounds
+    listing = sh("spark2", f"ls -a {ROOMY_DEST}").split()
+    assert "engram-l1-r1of3.bin" not in listing and not [n for n in listing if n.endswith(".partial")], listing
+    assert "Restart so every rank opens" not in out.split("fatal: [spark2]", 1)[1]  # the play stopped there
+
+    # The rerun (uncapped) takes the lock at once and completes.
+    rc, out = playbook("stage_a_pack.yml", "-e", "maintenance_window=true", "-e", "engram_pack_max_mib_s=0",
+                       inventories=lab_inventories(paced_inventory))
+    assert rc == 0, out[-6000:]
+    assert "spark2 (rank 1) layer 1: done: /data/dsv41-engram/engram-l1-r1of3.bin" in " ".join(out.split())
+    assert_exact_shards(dict(ENGRAM, spark2=ROOMY_DEST), paced_checkpoint)

@@ -17,6 +17,7 @@ from ansible.module_utils.engram_format import (
     EngramFormatError, EngramPackError, pack_layer, partial_name, shard_name)
 
 HOST = os.uname().nodename
+MIB = 1 << 20
 ROWS = {1: 4099, 14: 3001}
 
 
@@ -93,10 +94,111 @@ def test_check_mode_touches_nothing(ckpt, dest):
 
 def test_progress_file(ckpt, dest, tmp_path):
     progress = str(tmp_path / "progress.json")
-    result = pack_layer(ckpt, dest, 14, 2, 3, chunk_rows=10, progress_path=progress)
-    with open(progress) as handle:
-        assert json.load(handle) == {"done_bytes": result["bytes"], "total_bytes": result["bytes"],
-                                     "percent": 100.0}
+    result = pack_layer(ckpt, dest, 14, 2, 3, chunk_rows=10, progress_path=progress, run_id="run-7")
+    record = ef.read_progress(progress)
+    assert record["state"] == "done" and record["run_id"] == "run-7" and record["pid"] == os.getpid()
+    assert (record["layer"], record["rank"], record["tp_size"]) == (14, 2, 3)
+    assert record["done_bytes"] == record["total_bytes"] == result["bytes"] and record["percent"] == 100.0
+    assert record["path"] == result["path"] and record["partial_path"] == os.path.join(dest, partial_name(14, 2, 3))
+    assert result["path"] in record["message"] and "{:,}".format(result["bytes"]) in record["message"]
+    assert record["started"] <= record["updated"]
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    # An already complete shard says so, and writes nothing.
+    pack_layer(ckpt, dest, 14, 2, 3, progress_path=progress, run_id="run-8")
+    record = ef.read_progress(progress)
+    assert record["state"] == "done" and record["run_id"] == "run-8" and "already complete" in record["message"]
+
+
+def test_progress_record_while_packing(ckpt, dest, tmp_path, monkeypatch):
+    """Every record written mid-pack has consistent figures: done grows, percent and ETA follow it."""
+    progress = str(tmp_path / "progress.json")
+    seen = []
+    real_update = ef.Progress.update
+
+    def spy(self, **fields):
+        real_update(self, **fields)
+        if self.path:
+            seen.append(ef.read_progress(self.path))
+
+    monkeypatch.setattr(ef.Progress, "update", spy)
+    clock = FakeClock()
+    monkeypatch.setattr(ef, "_clock", clock.now)
+    monkeypatch.setattr(ef, "_sleep", clock.sleep)
+    monkeypatch.setattr(ef, "PROGRESS_INTERVAL_S", 0.0)
+    pack_layer(ckpt, dest, 1, 0, 3, progress_path=progress, max_mib_s=0.25)
+    states = [r["state"] for r in seen]
+    assert states[0] == "starting" and states[-1] == "done" and "waiting_lock" in states
+    packing = [r for r in seen if r["state"] == "packing"]
+    assert len(packing) > 3
+    done = [r["done_bytes"] for r in packing]
+    assert done == sorted(done) and done[-1] == packing[-1]["total_bytes"] == 4096 + 1366 * 264
+    for r in packing[1:-1]:
+        assert 0 < r["percent"] < 100 and r["percent"] == round(100.0 * r["done_bytes"] / r["total_bytes"], 2)
+        assert r["mib_s"] <= 0.25 and r["eta_s"] > 0 and r["max_mib_s"] == 0.25
+
+
+# --------------------------------------------------------------------------- rate cap
+
+class FakeClock(object):
+    """A monotonic clock that only moves when the code under test sleeps."""
+
+    def __init__(self):
+        self.t = 1000.0
+        self.slept = []
+
+    def now(self):
+        return self.t
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.t += seconds
+
+
+def test_rate_limit_holds_the_average_at_the_cap():
+    clock = FakeClock()
+    limit = ef.RateLimit(2)
+    limit_clock = (ef._clock, ef._sleep)
+    ef._clock, ef._sleep = clock.now, clock.sleep
+    try:
+        limit.start()
+        for _ in range(10):
+            limit.pace(MIB // 2)
+        assert clock.t - 1000.0 == pytest.approx(2.5)  # 5 MiB at 2 MiB/s
+        clock.t += 3.0  # time spent elsewhere counts: no sleep needed to stay under the cap
+        assert limit.pace(MIB) == 0.0
+    finally:
+        ef._clock, ef._sleep = limit_clock
+
+
+def test_rate_limit_off_never_sleeps_and_keeps_chunks():
+    limit = ef.RateLimit(0)
+    assert limit.pace(10 ** 9) == 0.0 and limit.chunk_rows(31775) == 31775
+
+
+def test_rate_limit_shrinks_chunks_to_a_slice():
+    assert ef.RateLimit(1).chunk_rows(31775) == int(MIB * ef.THROTTLE_SLICE_S) // 264
+    assert ef.RateLimit(0.0001).chunk_rows(31775) == 1
+    assert ef.RateLimit(10 ** 6).chunk_rows(50) == 50
+
+
+def test_capped_pack_takes_as_long_as_the_cap_says_and_is_exact(ckpt, dest, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(ef, "_clock", clock.now)
+    monkeypatch.setattr(ef, "_sleep", clock.sleep)
+    result = pack_layer(ckpt, dest, 1, 1, 3, max_mib_s=0.5)
+    rows_bytes = result["bytes"] - 4096
+    assert result["seconds"] == pytest.approx(rows_bytes / (0.5 * MIB), rel=1e-3)
+    assert result["throughput_mib_s"] <= 0.5 + 0.05 and result["max_mib_s"] == 0.5
+    # Paced in slices of THROTTLE_SLICE_S (0.69 s here: 7 of them), not one sleep at the end.
+    assert len(clock.slept) >= 6 and max(clock.slept) <= ef.THROTTLE_SLICE_S + 1e-9
+    _assert_exact(ckpt, dest, 1, 1, 3)
+
+
+@pytest.mark.parametrize("bad", [-1, "fast", float("nan"), float("inf"), True])
+def test_bad_cap_is_refused_before_writing(ckpt, dest, bad):
+    with pytest.raises(EngramFormatError, match="max_mib_s must be a number"):
+        pack_layer(ckpt, dest, 1, 0, 3, max_mib_s=bad)
+    assert os.listdir(dest) == []
 
 
 # --------------------------------------------------------------------------- stale and partial
@@ -313,6 +415,121 @@ def test_lock_released_after_pack(ckpt, dest):
         os.close(fd)
 
 
+def test_live_holder_is_named_and_respected(ckpt, dest, tmp_path):
+    """A live pack in another process holds the lock: refused at once, naming its pid and layer."""
+    python, bootstrap = ckpt_factory.python_with_module_utils()
+    script = bootstrap + textwrap.dedent("""
+        import sys, time
+        from ansible.module_utils import engram_format as ef
+        with ef.dest_lock(sys.argv[1], 0, {"layer": 14, "rank": 2, "progress_file": "/tmp/p.json"}):
+            print("held", flush=True)
+            time.sleep(30)
+    """)
+    holder = subprocess.Popen([python, "-c", script, dest], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(EngramPackError) as info:
+            pack_layer(ckpt, dest, 1, 0, 3)
+        message = str(info.value)
+        assert "pid %d on %s (layer 14, rank 2)" % (holder.pid, HOST) in message
+        assert "progress in /tmp/p.json" in message and dest in message
+        assert not os.path.exists(os.path.join(dest, shard_name(1, 0, 3)))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_lock_of_a_killed_holder_is_reclaimed(ckpt, dest):
+    """SIGKILL leaves the holder's record in the lock file; the kernel has released the flock, so
+    the next pack takes the lock at once and reports the dead holder's record as reclaimed."""
+    python, bootstrap = ckpt_factory.python_with_module_utils()
+    script = bootstrap + textwrap.dedent("""
+        import sys, time
+        from ansible.module_utils import engram_format as ef
+        with ef.dest_lock(sys.argv[1], 0, {"layer": 1, "rank": 0}):
+            print("held", flush=True)
+            time.sleep(30)
+    """)
+    holder = subprocess.Popen([python, "-c", script, dest], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    dead_pid = holder.pid
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with open(os.path.join(dest, ".engram-pack.lock")) as handle:
+        assert json.load(handle)["pid"] == dead_pid  # the record outlived its holder
+    assert not ef.pid_alive(dead_pid)
+    started = time.monotonic()
+    result = pack_layer(ckpt, dest, 1, 0, 3, lock_timeout=0)
+    assert time.monotonic() - started < 5
+    assert "pid %d on %s (layer 1, rank 0)" % (dead_pid, HOST) in result["reclaimed_lock"]
+    _assert_exact(ckpt, dest, 1, 0, 3)
+    # A clean release leaves no record, so the next run reclaims nothing.
+    assert os.path.getsize(os.path.join(dest, ".engram-pack.lock")) == 0
+    os.unlink(result["path"])
+    assert pack_layer(ckpt, dest, 1, 0, 3)["reclaimed_lock"] is None
+
+
+def test_pid_alive_tells_reused_pids_and_zombies_apart():
+    me = os.getpid()
+    assert ef.pid_alive(me) and ef.pid_alive(me, ef.process_start_ticks(me))
+    assert not ef.pid_alive(me, ef.process_start_ticks(me) + 1)  # same number, another process
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while ef._proc_stat(child.pid)[0] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not ef.pid_alive(child.pid)  # exited, not yet reaped
+    child.wait()
+    assert not ef.pid_alive(child.pid) and not ef.pid_alive(0) and not ef.pid_alive(None)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_removes_partial_and_records_the_error(tmp_path, dest, signum):
+    """A stop signal mid-pack: the packer removes its .partial, writes no final file, and its
+    error (which signal, how far it got) is in the progress record and the module's failure."""
+    big = ckpt_factory.make_checkpoint(str(tmp_path / "big"), rows={1: 6000, 14: 10})["dir"]
+    progress = str(tmp_path / "progress.json")
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
+        "checkpoint": big, "dest": dest, "layer": 1, "rank": 0, "tp_size": 1, "max_mib_s": 0.5,
+        "progress_file": progress, "run_id": "r1"}}))
+    python, bootstrap = ckpt_factory.python_with_module_utils()
+    module_path = engram_pack.__file__
+    script = bootstrap + "import runpy, sys; sys.argv = [%r, %r]; runpy.run_path(%r, run_name='__main__')" % (
+        module_path, str(args), module_path)
+    child = subprocess.Popen([python, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    record = _wait_for_progress(progress, child)
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=30)
+    result = json.loads(out)
+    name = signal.Signals(signum).name
+    assert result["failed"] is True, err
+    assert "was stopped by %s at " % name in result["msg"] and HOST in result["msg"] and "layer 1" in result["msg"]
+    assert "no .partial is left and no final-named shard was written" in result["msg"]
+    final = ef.read_progress(progress)
+    assert final["state"] == "failed" and final["message"] == result["msg"] and final["pid"] == child.pid
+    assert final["done_bytes"] >= record["done_bytes"] > 0
+    assert sorted(os.listdir(dest)) == [".engram-pack.lock"]
+    assert os.path.getsize(os.path.join(dest, ".engram-pack.lock")) == 0  # released cleanly
+
+
+def _wait_for_progress(progress, child, percent=0.0):
+    """The packer's first progress record past ``percent`` while it still runs."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert child.poll() is None, "packer ended before it could be stopped"
+        record = ef.read_progress(progress)
+        if record and record["state"] == "packing" and record["percent"] > percent:
+            return record
+        time.sleep(0.02)
+    raise AssertionError("no progress past %s%% in 30 s" % percent)
+
+
+def test_module_stop_handlers_are_restored(ckpt, dest):
+    before = signal.getsignal(signal.SIGTERM)
+    assert _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 0, "tp_size": 3})["changed"] is True
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 # --------------------------------------------------------------------------- module entry point
 
 def _run(args, check_mode=False):
@@ -375,10 +592,11 @@ def test_module_documentation_is_yaml():
     doc = yaml.safe_load(engram_pack.DOCUMENTATION)
     assert set(doc["options"]) == {"checkpoint", "dest", "layer", "rank", "tp_size", "margin_bytes",
                                    "chunk_rows", "chunk_bytes", "lock_timeout", "progress_file",
-                                   "owner", "group", "mode"}
+                                   "run_id", "max_mib_s", "owner", "group", "mode"}
     yaml.safe_load(engram_pack.EXAMPLES)
     assert set(yaml.safe_load(engram_pack.RETURN)) == {
-        "changed", "path", "bytes", "rows", "lo", "hi", "seconds", "throughput_mib_s", "state_before"}
+        "changed", "path", "bytes", "rows", "lo", "hi", "seconds", "throughput_mib_s", "state_before",
+        "max_mib_s", "reclaimed_lock"}
 
 
 def test_module_runs_as_a_script(ckpt, dest, tmp_path):
