@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from labhelpers import (LAB_INVENTORY, MINI_CHECKPOINT, MODELS, ROOT, changed_tasks, env, lab, playbook,
+from labhelpers import (LAB_INVENTORY, boot_facts, MINI_CHECKPOINT, MODELS, ROOT, changed_tasks, env, lab, playbook,
                         read_bytes, set_launcher_env, sh, snapshot)
 from spec_reader import expected_shard
 
@@ -195,9 +195,8 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
             assert ".partial" not in sh(host, f"ls -a {dests[host]}")
     # The engine restarted and every rank's latest boot has both layers packed with its rows.
     for host, container in (("spark1", "dsv41-head"), ("spark2", "dsv41-worker"), ("spark3", "dsv41-worker")):
-        log = sh(host, f"docker logs {container}")
-        latest = log[log.rfind("server_args=ServerArgs("):]
-        assert latest.count("packed=True") >= 2 and "packed=False" not in latest.split("Ready")[0], host
+        facts = boot_facts(host, container)
+        assert facts.marker_found and [facts.engram[layer]["packed"] for layer in (1, 14)] == [True, True], host
     assert snapshot({"spark2": ["/home/zurih/dsv41-engram"]}) == tp2_before  # the old TP2 shards are untouched
     boot_logs = ROOT / "records" / "boot-logs"
     assert all((boot_logs / f"{h}-rank{r}.log").exists() for r, h in enumerate(("spark1", "spark2", "spark3")))
