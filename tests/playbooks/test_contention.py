@@ -1,4 +1,8 @@
-"""Contention report on the lab in the report's state, opt-in pause of two spark3 containers, rollback."""
+"""Contention report on the lab in the report's state, opt-in pause/stop of spark3 containers, rollback.
+
+Every rollback runs twice, and the fleet's containers (docker inspect on every host) must then be
+exactly as they were before the first change.
+"""
 import json
 import re
 
@@ -20,6 +24,36 @@ def states(host):
 
 def flat(out):
     return " ".join(out.split())
+
+
+RECORD = "/home/zurih/.local/state/dsv41-fleet/contention-actions.json"
+
+
+def inspected():
+    """{host: {container: (status, running, paused)}} from docker inspect of every container."""
+    fmt = "'{{.Name}} {{.State.Status}} {{.State.Running}} {{.State.Paused}}'"
+    result = {}
+    for host in ("spark1", "spark2", "spark3"):
+        out = sh(host, f"docker ps -aq | xargs docker inspect --format {fmt}")
+        result[host] = {name.lstrip("/"): tuple(rest) for name, *rest in (line.split() for line in out.splitlines())}
+    return result
+
+
+def act(*actions):
+    rc, out = playbook("contention.yml", "-e", json.dumps({"contention_actions": list(actions)}))
+    assert rc == 0, out[-3000:]
+
+
+def rollback_twice(before):
+    """Roll back twice: the first restores exactly `before`, the second finds nothing left to do."""
+    rc, out = playbook("rollback.yml")
+    assert rc == 0, out[-3000:]
+    assert inspected() == before
+    assert sh("spark3", f"test -e {RECORD} && echo kept || echo cleared").strip() == "cleared"
+    rc, out = playbook("rollback.yml")
+    assert rc == 0, out[-3000:]
+    assert all(c["changed"] == 0 for c in recap(out).values()), recap(out)
+    assert inspected() == before
 
 
 def test_report_shows_the_reports_fleet_state():
@@ -72,8 +106,46 @@ def test_unlisted_or_serving_containers_are_refused_and_nothing_changes():
 
 
 def test_default_target_is_opt_in_and_says_next_boot():
-    rc, out = playbook("contention.yml", "--limit", "spark3", "-e", "contention_default_target=multi-user.target")
+    # contention.yml acts on the whole fleet; a run on spark3 alone has to say so.
+    rc, out = playbook("contention.yml", "--limit", "spark3", "-e", "allow_partial_fleet=true",
+                       "-e", "contention_default_target=multi-user.target")
     assert rc == 0, out[-3000:]
     assert "This only affects the next boot" in flat(out)
     assert sh("spark3", "systemctl get-default").strip() == "multi-user.target"
     assert sh("spark3", "systemctl is-active display-manager.service").strip() == "active"
+
+
+def test_paused_then_stopped_goes_back_to_running_and_a_second_rollback_changes_nothing():
+    before = inspected()
+    assert before["spark3"]["comfyui"][0] == "running" and before["spark3"]["ollama"][0] == "running"
+    act({"name": "comfyui", "action": "pause"})
+    act({"name": "comfyui", "action": "stop"}, {"name": "ollama", "action": "pause"})
+    now = inspected()["spark3"]
+    assert now["comfyui"][0] == "exited" and now["ollama"][0] == "paused"
+    # The record keeps each container's state before its first change, not before the latest one.
+    record = {e["name"]: e for e in json.loads(sh("spark3", f"cat {RECORD}"))}
+    assert record["comfyui"]["before"] == "running" and record["comfyui"]["actions"] == ["pause", "stop"]
+    assert record["ollama"]["before"] == "running" and record["ollama"]["actions"] == ["pause"]
+    rollback_twice(before)
+
+
+def test_a_container_its_owner_had_paused_is_paused_again_after_a_stop_is_rolled_back():
+    sh("spark3", "docker pause ollama")  # the owner's own state, before this project touches it
+    try:
+        before = inspected()
+        act({"name": "ollama", "action": "stop"})
+        assert inspected()["spark3"]["ollama"][0] == "exited"
+        rollback_twice(before)
+        assert inspected()["spark3"]["ollama"][0] == "paused"
+    finally:
+        sh("spark3", "docker unpause ollama", check=False)
+
+
+def test_a_record_listing_a_container_twice_restores_its_first_before():
+    # Records written before one entry per container was kept list each action with the state it found.
+    before = inspected()
+    sh("spark3", "docker pause comfyui && docker stop comfyui")
+    old = [{"name": "comfyui", "action": "pause", "before": "running"},
+           {"name": "comfyui", "action": "stop", "before": "paused"}]
+    sh("spark3", f"mkdir -p $(dirname {RECORD}) && echo '{json.dumps(old)}' > {RECORD}", user="zurih")
+    rollback_twice(before)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from labhelpers import LAB_INVENTORY, ROOT, env, playbook
 
@@ -93,3 +94,27 @@ def test_an_inventory_named_production_is_refused_from_a_lab_only_machine(broken
     assert rc != 0
     assert "This control node is lab-only" in out
     assert "UNREACHABLE" not in out
+
+
+# Which part of the ranks each playbook may run on (roles/preflight/README.md): read-only playbooks any
+# subset, stage B never a subset, every other playbook the whole fleet unless -e allow_partial_fleet=true.
+FLEET_SCOPE = {"fleet_status.yml": "any", "drift.yml": "any", "stage_b_autotune.yml": "whole_only",
+               "stage_a_pack.yml": "whole", "site.yml": "whole", "contention.yml": "whole", "rollback.yml": "whole"}
+# Playbooks whose plays stop every host on the first host's failure (rollback restores what it can).
+ERRORS_FATAL = ("stage_a_pack.yml", "stage_b_autotune.yml", "stage_b/boot.yml", "site.yml", "contention.yml")
+
+
+def test_every_playbook_validates_first_with_its_fleet_scope():
+    books = sorted(p.name for p in (ROOT / "playbooks").glob("*.yml"))
+    assert books == sorted(FLEET_SCOPE), "a new playbook needs its fleet scope here and in the preflight README"
+    for book in books:
+        first = yaml.safe_load((ROOT / "playbooks" / book).read_text())[0]
+        role = first["roles"][0]
+        assert role["role"] == "preflight" and first["hosts"] == "dsv41_ranks", book
+        assert role.get("vars", {}).get("preflight_fleet_scope", "whole") == FLEET_SCOPE[book], book
+
+
+def test_stage_plays_stop_every_host_on_one_failure():
+    for book in ERRORS_FATAL:
+        plays = [p for p in yaml.safe_load((ROOT / "playbooks" / book).read_text()) if "hosts" in p]
+        assert plays and all(p.get("any_errors_fatal") is True for p in plays), (book, [p["name"] for p in plays])

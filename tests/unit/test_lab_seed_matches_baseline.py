@@ -13,6 +13,8 @@ PLAYBOOK = """
   gather_facts: false
   roles:
     - role: preflight
+      vars:
+        preflight_fleet_scope: any  # renders on the control node only: the head alone is enough
   tasks:
     - name: Render
       ansible.builtin.template:
