@@ -146,16 +146,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.clock_lock import ClockLockError, gather
-
-
-def make_runner(module):
-    """``run(args) -> (rc, out, err)``; rc is None when the executable does not exist."""
-    def run(args):
-        try:
-            return module.run_command(list(args), expand_user_and_vars=False, handle_exceptions=False)
-        except (IOError, OSError) as exc:
-            return None, "", "%s: %s" % (args[0], exc)
-    return run
+from ansible.module_utils.contention import make_runner
 
 
 def run_module():

@@ -13,35 +13,9 @@ description:
     masked by the engine), Engram lines, memory and KV pool lines, autotune events, CUDA graph capture shapes,
     fatal errors and readiness.
   - Read-only; runs the same in check mode. A log with no boot at all is a failure naming the source.
+extends_documentation_fragment:
+  - engine_log_source
 options:
-  log_path:
-    description:
-      - Engine log file to read (a saved log). Its latest boot is found from the end of the file,
-        so the time taken does not grow with the log. Mutually exclusive with I(container).
-    type: path
-  container:
-    description:
-      - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
-        C(dsv41-worker). Both streams are read (the engine logs to stderr, C(print) lines go to
-        stdout) and merged back into log order by their timestamps.
-      - Mutually exclusive with I(log_path).
-    type: str
-  docker_bin:
-    description: Docker client to run for I(container).
-    type: str
-    default: docker
-  docker_timestamps:
-    description:
-      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Without it the
-        two streams cannot be interleaved (stdout is read first, then stderr).
-    type: bool
-    default: true
-  count_boots:
-    description:
-      - Also count the boots in the whole log (C(boots_seen)); this reads every earlier boot's
-        marker, so it costs a pass over the log. Off by default (C(boots_seen) is then null).
-    type: bool
-    default: false
   host_label:
     description: Name used in messages (defaults to the host name).
     type: str

@@ -20,34 +20,9 @@ description:
   - A boot longer than I(max_bytes) keeps its first and last halves around a line saying how many
     bytes were left out. A last line still being written is left out and reported.
   - Read-only; runs the same in check mode.
+extends_documentation_fragment:
+  - engine_log_source
 options:
-  log_path:
-    description:
-      - Engine log file to read (a saved log). Its latest boot is found from the end of the file,
-        so the time taken does not grow with the log. Mutually exclusive with I(container).
-    type: path
-  container:
-    description:
-      - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
-        C(dsv41-worker). Both streams are read (the engine logs to stderr, C(print) lines go to
-        stdout) and merged back into log order by their timestamps.
-      - Mutually exclusive with I(log_path).
-    type: str
-  docker_bin:
-    description: Docker client to run for I(container).
-    type: str
-    default: docker
-  docker_timestamps:
-    description:
-      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Without it the
-        two streams cannot be interleaved (stdout is read first, then stderr).
-    type: bool
-    default: true
-  count_boots:
-    description:
-      - Accepted for a uniform log source; this module does not count boots.
-    type: bool
-    default: false
   max_bytes:
     description:
       - Largest text returned. A longer boot keeps its first and last halves.

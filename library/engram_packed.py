@@ -28,35 +28,9 @@ description:
     C(module_utils/engine_log.py), the project's one engine-log parser.
 version_added: "0.1.0"
 author: TP3 fleet config repo
+extends_documentation_fragment:
+  - engine_log_source
 options:
-  log_path:
-    description:
-      - Engine log file to read (a saved log). Its latest boot is found from the end of the file,
-        so the time taken does not grow with the log. Mutually exclusive with I(container).
-    type: path
-  container:
-    description:
-      - Container whose log to read with C(docker logs --timestamps), e.g. C(dsv41-head) or
-        C(dsv41-worker). Both streams are read (the engine logs to stderr, C(print) lines go to
-        stdout) and merged back into log order by their timestamps.
-      - Mutually exclusive with I(log_path).
-    type: str
-  docker_bin:
-    description: Docker client to run for I(container).
-    type: str
-    default: docker
-  docker_timestamps:
-    description:
-      - Pass C(--timestamps) to C(docker logs) and merge stdout/stderr by timestamp. Without it the
-        two streams cannot be interleaved (stdout is read first, then stderr).
-    type: bool
-    default: true
-  count_boots:
-    description:
-      - Also count the boots in the whole log (C(boots_seen)); this reads every earlier boot's
-        marker, so it costs a pass over the log. Off by default (C(boots_seen) is then null).
-    type: bool
-    default: false
   rank:
     description: This node's tensor-parallel rank.
     type: int

@@ -805,3 +805,14 @@ def gather(run, owners=None, serving_prefix="dsv41-", docker="docker", journal_p
     r["summary"] = summarize(r)
     r["findings"] = findings(r)
     return r
+
+
+def make_runner(module):
+    """``run(args) -> (rc, out, err)`` over ``module.run_command``; rc is None when the executable
+    does not exist (the read-only probes of contention_report and clock_lock_status share it)."""
+    def run(args):
+        try:
+            return module.run_command(list(args), expand_user_and_vars=False, handle_exceptions=False)
+        except (IOError, OSError) as exc:
+            return None, "", "%s: %s" % (args[0], exc)
+    return run

@@ -261,7 +261,8 @@ def test_documentation_blocks_parse():
     import yaml
     doc = yaml.safe_load(autotune_status.DOCUMENTATION)
     assert doc["module"] == "autotune_status"
-    assert set(doc["options"]) == {"log_path", "container", "docker_bin", "docker_timestamps", "count_boots", "rank", "cache_root",
+    assert doc["extends_documentation_fragment"] == ["engine_log_source"]
+    assert set(doc["options"]) == {"rank", "cache_root",
                                    "expect", "host_label"}
     yaml.safe_load(autotune_status.EXAMPLES)
     ret = yaml.safe_load(autotune_status.RETURN)

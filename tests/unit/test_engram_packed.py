@@ -176,7 +176,8 @@ def test_documentation_blocks_parse():
     import yaml
     doc = yaml.safe_load(engram_packed.DOCUMENTATION)
     assert doc["module"] == "engram_packed"
-    assert set(doc["options"]) == {"log_path", "container", "docker_bin", "docker_timestamps", "count_boots", "rank", "tp_size",
+    assert doc["extends_documentation_fragment"] == ["engine_log_source"]
+    assert set(doc["options"]) == {"rank", "tp_size",
                                    "layers", "rows_total", "checkpoint", "require_packed", "host_label"}
     yaml.safe_load(engram_packed.EXAMPLES)
     ret = yaml.safe_load(engram_packed.RETURN)

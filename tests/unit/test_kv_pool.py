@@ -166,7 +166,8 @@ def test_documentation_blocks_parse():
     import yaml
     doc = yaml.safe_load(kv_pool.DOCUMENTATION)
     assert doc["module"] == "kv_pool"
-    assert set(doc["options"]) == {"log_path", "container", "docker_bin", "docker_timestamps", "count_boots", "requested_tokens",
+    assert doc["extends_documentation_fragment"] == ["engine_log_source"]
+    assert set(doc["options"]) == {"requested_tokens",
                                    "min_tokens", "rank", "host_label"}
     yaml.safe_load(kv_pool.EXAMPLES)
     ret = yaml.safe_load(kv_pool.RETURN)

@@ -47,3 +47,17 @@ def test_documentation_matches_argument_spec(docs, name):
     keys = spec_keys(ROOT / "library" / f"{name}.py")
     assert keys is not None, f"{name}: no argument_spec=dict(...) found"
     assert set(doc.get("options") or {}) == keys, name
+
+
+def test_log_source_fragment_documents_the_shared_argument_spec():
+    """The doc fragment the engine-log modules extend documents exactly SOURCE_ARGUMENT_SPEC."""
+    import importlib.util
+    import yaml
+    spec = importlib.util.spec_from_file_location("frag", ROOT / "doc_fragments" / "engine_log_source.py")
+    frag = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(frag)
+    options = yaml.safe_load(frag.ModuleDocFragment.DOCUMENTATION)["options"]
+    assert set(options) == set(SOURCE_ARGUMENT_SPEC)
+    for name, arg in SOURCE_ARGUMENT_SPEC.items():
+        assert options[name]["type"] == arg["type"], name
+        assert options[name].get("default") == arg.get("default"), name
