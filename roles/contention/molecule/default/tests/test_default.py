@@ -15,6 +15,7 @@ def test_only_comfyui_is_paused(host):
 def test_action_is_recorded_for_rollback(host):
     record = host.file(f"/home/{host.ansible.get_variables()['dsv41_login_user']}/.local/state/dsv41-fleet/contention-actions.json")
     if host.backend.get_hostname() == "spark3":
-        assert json.loads(record.content_string) == [{"name": "comfyui", "action": "pause", "before": "running"}]
+        # one entry per container: its state before the first change, and every action since
+        assert json.loads(record.content_string) == [{"name": "comfyui", "before": "running", "actions": ["pause"]}]
     else:
         assert not record.exists
