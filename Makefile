@@ -102,7 +102,7 @@ lab-tests: lab-up ## testinfra: the lab reproduces the report's fleet
 	$(BIN)/pytest -q tests/testinfra --hosts=ansible://dsv41_ranks --ansible-inventory=inventory/lab --connection=ansible
 
 molecule: setup ## molecule scenarios of every role (each brings the lab up in the report state)
-	set -e; for scenario in roles/*/molecule/*/; do \
+	set -e; for scenario in $$(dirname roles/*/molecule/*/molecule.yml); do \
 	  role=$$(basename $$(dirname $$(dirname $$scenario))); name=$$(basename $$scenario); \
 	  echo "== molecule $$role/$$name"; (cd roles/$$role && $(BIN)/molecule test -s $$name); done
 
