@@ -23,6 +23,16 @@ description:
     I(progress_file). After a SIGKILL the C(.partial) stays until M(engram_pack_wait) or the next
     run removes it; the destination lock is released by the kernel in every case.
   - Never touches other files in I(dest), such as shards of another TP size.
+  - Beside each shard it writes C(engram-l{layer}-r{rank}of{tp_size}.bin.meta.json) (published like
+    the shard, after it), holding the checkpoint identity it was packed from (sha256 of the index, the
+    source file's size and mtime_ns, both tensors' dtype, shape and data_offsets, a sha256 of 64
+    rows sampled over the rank's range, the packer version). A shard whose checkpoint changed is
+    C(stale) with the reason and is repacked. A shard without metadata (an older packer's) is
+    trusted only if its sampled rows equal the checkpoint's; a real run then writes its metadata.
+  - Refuses, naming host and path and changing nothing, a symlink, directory or FIFO at the
+    shard's, C(.partial)'s, metadata's or lock's name, and a left-over C(.partial) owned by another
+    uid. The C(.partial) is created with O_EXCL and O_NOFOLLOW. Every OS error is a failure naming
+    host and path. Index entries naming files outside the checkpoint directory are refused.
 options:
   checkpoint:
     description: Checkpoint directory holding C(model.safetensors.index.json) and the shards.
@@ -76,13 +86,13 @@ options:
     type: float
     default: 0
   owner:
-    description: Owner of the shard file.
+    description: Owner of the shard file (and of its metadata file).
     type: str
   group:
-    description: Group of the shard file.
+    description: Group of the shard file (and of its metadata file).
     type: str
   mode:
-    description: Mode of the shard file (octal string or number).
+    description: Mode of the shard file and its metadata file (octal string or number).
     type: raw
 author:
   - DSV41 fleet team
@@ -165,6 +175,23 @@ reclaimed_lock:
   description: The holder record a packer that died left in the lock file, described; null when there was none.
   returned: success
   type: str
+stale_reason:
+  description: Why the existing shard was stale (for example C(source size or mtime changed ...)); null otherwise.
+  returned: success
+  type: str
+verified:
+  description: C(verified by sampled rows, no metadata) for a complete shard an older packer wrote; null otherwise.
+  returned: success
+  type: str
+meta_path:
+  description: The shard's metadata file.
+  returned: success
+  type: str
+  sample: /engram/engram-l1-r1of3.bin.meta.json
+metadata_written:
+  description: Whether this run wrote the metadata file (never in check mode).
+  returned: success
+  type: bool
 """
 
 import os
@@ -211,12 +238,14 @@ def main():
         module.fail_json(msg=str(exc))
     # Ownership and mode apply to the final file once it exists (in check mode only if it
     # already does; the set_*_if_different helpers then only report).
-    if os.path.exists(result["path"]):
-        changed = result["changed"]
-        changed = module.set_owner_if_different(result["path"], params["owner"], changed)
-        changed = module.set_group_if_different(result["path"], params["group"], changed)
-        changed = module.set_mode_if_different(result["path"], params["mode"], changed)
-        result["changed"] = changed
+    # The metadata file gets the shard's owner, group and mode so the two always travel together.
+    changed = result["changed"]
+    for path in (result["path"], result["meta_path"]):
+        if os.path.isfile(path) and not os.path.islink(path):
+            changed = module.set_owner_if_different(path, params["owner"], changed)
+            changed = module.set_group_if_different(path, params["group"], changed)
+            changed = module.set_mode_if_different(path, params["mode"], changed)
+    result["changed"] = changed
     module.exit_json(**result)
 
 

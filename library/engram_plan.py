@@ -12,7 +12,14 @@ description:
     tables, computes the rows this rank owns, inspects the packed shards already in I(dest) and
     returns how many bytes packing needs and whether they fit.
   - Read-only; runs the same way in check mode. A shortfall is a verdict (C(fits=false)), not a
-    failure. Malformed checkpoints fail with a message naming the file.
+    failure. Malformed checkpoints fail with a message naming the file; index entries naming
+    files outside the checkpoint directory are refused.
+  - A shard is checked against the checkpoint through its metadata file (index digest, source
+    size and mtime, tensor offsets, 64 sampled rows) and reported C(stale) with the reason when the
+    checkpoint changed. A shard without metadata is complete only if its sampled rows equal the
+    checkpoint's (C(verified)), otherwise stale.
+  - A symlink, directory or FIFO at a shard's, C(.partial)'s or metadata's name fails the plan,
+    naming host and path.
 options:
   checkpoint:
     description: Checkpoint directory holding C(model.safetensors.index.json) and the shards.
@@ -78,7 +85,13 @@ shards:
     rows: {description: hi - lo., type: int}
     bytes: {description: Exact shard size., type: int}
     state: {description: complete, missing, partial (only a .partial exists) or stale., type: str}
-    stale_reason: {description: Why the existing file is unusable (only when stale)., type: str}
+    stale_reason:
+      description:
+        - Why the existing file is unusable (only when stale), for example C(index digest changed),
+          C(source size or mtime changed), C(offsets changed), C(sampled rows differ) or a header mismatch.
+      type: str
+    verified: {description: C(verified by sampled rows, no metadata) for a complete shard without metadata., type: str}
+    meta_path: {description: The shard's metadata file., type: str}
 to_write_bytes:
   description: Bytes of the shards that are not complete.
   returned: success

@@ -17,7 +17,6 @@ file says.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -25,7 +24,7 @@ import time
 
 from ansible.module_utils.engram_format import (
     RUNNING_STATES, EngramPackError, dest_lock, eta_text, fsync_dir, hostname, pid_alive, read_progress,
-    utc_text)
+    remove_own_file, utc_text)
 
 # The async wrapper kills a job at its limit only on its next 5 s check, then reports: a packer still
 # alive this long past its limit escaped it.
@@ -108,7 +107,7 @@ def remove_dead_partial(record, cleanup=True):
     if not partial:
         return False, "it had not created a .partial"
     removed, note = False, "no .partial is left"
-    if os.path.exists(partial):
+    if os.path.lexists(partial):
         if not cleanup:
             note = "its .partial %s is left (cleanup is off; the next pack overwrites it)" % partial
         else:
@@ -116,9 +115,8 @@ def remove_dead_partial(record, cleanup=True):
             try:
                 with dest_lock(dest, 0, {"purpose": "removing the .partial of dead packer pid %s"
                                          % record.get("pid")}):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(partial)
-                        removed = True
+                    # Only a regular file of the packer's uid: a link or FIFO planted there is left alone.
+                    removed = remove_own_file(partial)
                     fsync_dir(dest)
                 note = "removed its %s" % partial if removed else "no .partial is left"
             except EngramPackError as exc:

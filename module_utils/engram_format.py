@@ -25,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import signal
+import stat
 import struct
 import time
 from collections import namedtuple
@@ -41,6 +43,14 @@ HEADER_BYTES = 4096
 # "DSV41EN1"); the number is what is written and compared, so the number is kept.
 MAGIC = 0x31344E4531565344
 INDEX_NAME = "model.safetensors.index.json"
+# Beside each shard: the checkpoint identity it was packed from (see shard_provenance).
+META_SUFFIX = ".meta.json"
+META_VERSION = 1
+# Written into every shard's metadata; raise it when the packed bytes of a row change meaning.
+PACKER_VERSION = 2
+# Rows hashed to tie a shard to the checkpoint's table bytes: spread over [lo, hi), first and last
+# included; 64 rows cost 128 small reads whatever the table size.
+SAMPLE_ROWS = 64
 LOCK_NAME = ".engram-pack.lock"
 WEIGHT_DTYPE = "F8_E4M3"
 SCALE_DTYPE = "F8_E8M0"
@@ -68,15 +78,21 @@ _SHARD_HEADER = struct.Struct("<6Q")
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 0
 _IOV_MAX = _IOV_MAX if _IOV_MAX > 0 else 1024  # buffers per preadv call (1024 on Linux)
 
-EngramTable = namedtuple("EngramTable", "layer rows shard_path weight_offset scale_offset")
+EngramTable = namedtuple("EngramTable", "layer rows shard_path weight_offset scale_offset source",
+                         defaults=(None,))
 EngramTable.__doc__ = """One layer's Engram table: row count and absolute byte offsets of the
-weight and scale data inside ``shard_path``."""
+weight and scale data inside ``shard_path``. ``source`` is the checkpoint identity the table was
+read under (index digest, shard file name, size and mtime_ns, both tensors' dtype, shape and
+data_offsets), or None when built by hand."""
 
 ShardStatus = namedtuple(
-    "ShardStatus", "state reason path partial_path lo hi bytes reclaimable_bytes")
+    "ShardStatus", "state reason path partial_path lo hi bytes reclaimable_bytes note meta_path",
+    defaults=(None, None))
 ShardStatus.__doc__ = """What is on disk for one packed shard. ``state`` is complete, missing,
 partial or stale; ``reason`` explains stale; ``reclaimable_bytes`` is the allocated size of the
-files a pack would replace (a left-over .partial and/or a stale final file)."""
+files a pack would replace (a left-over .partial and/or a stale final file). ``note`` says how a
+complete shard was trusted (``verified by sampled rows, no metadata`` for a shard packed before
+metadata existed)."""
 
 
 class EngramError(Exception):
@@ -117,6 +133,10 @@ def shard_name(layer, rank, tp_size):
 
 def partial_name(layer, rank, tp_size):
     return "engram-l%d-r%dof%d.partial" % (layer, rank, tp_size)
+
+
+def meta_name(layer, rank, tp_size):
+    return shard_name(layer, rank, tp_size) + META_SUFFIX
 
 
 def shard_bytes(lo, hi):
@@ -163,11 +183,15 @@ def read_safetensors_header(path):
     files may be sparse). Never reads tensor data.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK: a FIFO at the name must not block the reader (it is refused below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise EngramFormatError("%s: cannot open safetensors file: %s" % (path, exc.strerror))
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise EngramFormatError("%s: safetensors file is a %s, not a regular file" % (path, _kind(st)))
+        size = st.st_size
         if size < 8:
             raise EngramFormatError("%s: truncated safetensors header: file is %d bytes, shorter than "
                                     "the 8-byte header length" % (path, size))
@@ -227,8 +251,17 @@ def _table_rows(path, header, name, dtype, width):
 def _load_index(checkpoint_dir):
     index_path = os.path.join(checkpoint_dir, INDEX_NAME)
     try:
-        with open(index_path, "rb") as handle:
-            index = json.loads(handle.read().decode("utf-8"))
+        fd = os.open(index_path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise EngramFormatError("%s: checkpoint index is a %s, not a regular file"
+                                        % (index_path, _kind(st)))
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                raw = handle.read()
+        finally:
+            os.close(fd)
+        index = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise EngramFormatError("%s: checkpoint index not found" % index_path)
     except OSError as exc:
@@ -238,12 +271,29 @@ def _load_index(checkpoint_dir):
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise EngramFormatError("%s: checkpoint index has no weight_map object" % index_path)
-    return index_path, weight_map
+    return index_path, weight_map, hashlib.sha256(raw).hexdigest()
+
+
+def _confined_file(checkpoint_dir, index_path, tensor, value):
+    """Path of the checkpoint file ``value`` the index names for ``tensor``, refused unless it stays
+    inside the checkpoint directory (no absolute path, no "..", no symlink resolving outside)."""
+    parts = value.replace("\\", "/").split("/")
+    if os.path.isabs(value) or ".." in parts or "\0" in value:
+        raise EngramFormatError("%s: weight_map entry for %s is %r, which names a file outside the checkpoint "
+                                "directory %s (absolute path or '..'); refusing to read it"
+                                % (index_path, tensor, value, checkpoint_dir))
+    path = os.path.join(checkpoint_dir, value)
+    root, real = os.path.realpath(checkpoint_dir), os.path.realpath(path)
+    if os.path.commonpath([root, real]) != root:
+        raise EngramFormatError("%s: weight_map entry for %s is %r, which resolves to %s, outside the checkpoint "
+                                "directory %s (a symlink leading out); refusing to read it"
+                                % (index_path, tensor, value, real, root))
+    return path
 
 
 def read_engram_tables(checkpoint_dir, layers=ENGRAM_LAYERS):
     """Return ``{layer: EngramTable}`` read from the index and the safetensors headers only."""
-    index_path, weight_map = _load_index(checkpoint_dir)
+    index_path, weight_map, index_sha256 = _load_index(checkpoint_dir)
     headers = {}  # one header read per shard file, however many layers live in it
     tables = {}
     for layer in layers:
@@ -256,18 +306,26 @@ def read_engram_tables(checkpoint_dir, layers=ENGRAM_LAYERS):
         if weight_map[wname] != weight_map[sname]:
             raise EngramFormatError("%s: %s is in %s but %s is in %s; both must be in the same file"
                                     % (index_path, wname, weight_map[wname], sname, weight_map[sname]))
-        shard_path = os.path.join(checkpoint_dir, weight_map[wname])
+        shard_path = _confined_file(checkpoint_dir, index_path, wname, weight_map[wname])
         if shard_path not in headers:
-            headers[shard_path] = read_safetensors_header(shard_path)
-        header, data_start = headers[shard_path]
+            header = read_safetensors_header(shard_path)
+            try:
+                st = os.stat(shard_path)
+            except OSError as exc:
+                raise EngramFormatError("%s: cannot stat safetensors file: %s" % (shard_path, exc.strerror))
+            headers[shard_path] = header + ((st.st_size, st.st_mtime_ns),)
+        header, data_start, (size, mtime_ns) = headers[shard_path]
         rows = _table_rows(shard_path, header, wname, WEIGHT_DTYPE, WEIGHT_BYTES)
         scale_rows = _table_rows(shard_path, header, sname, SCALE_DTYPE, SCALE_BYTES)
         if scale_rows != rows:
             raise EngramFormatError("%s: %s has %d rows but %s has %d"
                                     % (shard_path, sname, scale_rows, wname, rows))
+        source = {"index_sha256": index_sha256, "file": weight_map[wname], "size": size, "mtime_ns": mtime_ns,
+                  "tensors": {name: {key: header[name][key] for key in ("dtype", "shape", "data_offsets")}
+                              for name in (wname, sname)}}
         tables[layer] = EngramTable(layer, rows, shard_path,
                                     data_start + header[wname]["data_offsets"][0],
-                                    data_start + header[sname]["data_offsets"][0])
+                                    data_start + header[sname]["data_offsets"][0], source)
     return tables
 
 
@@ -287,12 +345,64 @@ def encode_shard_header(layer, lo, hi, n_rows):
     return fields + bytes(HEADER_BYTES - len(fields))
 
 
+_OPEN_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _kind(st):
+    mode = st.st_mode
+    for test, name in ((stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def lstat_or_none(path):
+    """``os.lstat(path)`` (never following a symlink), None if nothing is there."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise EngramPackError("host %s: cannot inspect %s: %s" % (hostname(), path, _os_error_text(exc)))
+
+
+def check_regular(path, what):
+    """Refuse (EngramPackError naming host and path) anything but a regular file or nothing at ``path``.
+
+    A symlink, directory or FIFO at a name the packer writes, replaces or reads would make it write
+    through the link, fail half-way or block forever; none of them is ever the packer's own."""
+    st = lstat_or_none(path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = _kind(st)
+        if kind == "symlink":
+            with contextlib.suppress(OSError):
+                kind = "symlink to %s" % os.readlink(path)
+        raise EngramPackError("host %s: %s %s is a %s, not a regular file; refusing to read, replace or remove "
+                              "it (nothing was written). Move it out of the way and rerun"
+                              % (hostname(), what, path, kind))
+    return st
+
+
+def _open_read(path):
+    """Read-only descriptor of a regular file at ``path``: never follows a symlink, never blocks on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | _OPEN_SAFE)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    return fd
+
+
 def shard_stale_reason(path, layer, lo, hi, n_rows):
     """Why the existing final shard at ``path`` is unusable for rows [lo, hi), or None if valid."""
     try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            head = handle.read(HEADER_BYTES)
+        fd = _open_read(path)
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, HEADER_BYTES, 0)
+        finally:
+            os.close(fd)
     except OSError as exc:
         return "cannot be read: %s" % _os_error_text(exc)
     if len(head) < HEADER_BYTES:
@@ -318,25 +428,184 @@ def shard_stale_reason(path, layer, lo, hi, n_rows):
 def _allocated_bytes(path):
     """Space freed by deleting/truncating ``path``: allocated blocks, never more than its size
     (a sparse file frees only what it occupies)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
+    st = lstat_or_none(path)
+    if st is None or not stat.S_ISREG(st.st_mode):
         return 0
     return min(st.st_size, st.st_blocks * 512)
 
 
-def describe_shard(dest, layer, rank, tp_size, n_rows):
+# --------------------------------------------------------------------------- provenance
+
+def sample_rows(lo, hi, count=SAMPLE_ROWS):
+    """Up to ``count`` rows spread evenly over [lo, hi), the first and the last included."""
+    n = hi - lo
+    if n <= count:
+        return list(range(lo, hi))
+    return sorted(set(lo + i * (n - 1) // (count - 1) for i in range(count)))
+
+
+def checkpoint_sample_sha256(table, lo, hi):
+    """sha256 of the sampled rows as they would be packed (256 weight + 8 scale bytes each), read
+    from the checkpoint."""
+    digest = hashlib.sha256()
+    fd = os.open(table.shard_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for row in sample_rows(lo, hi):
+            digest.update(_pread_exact(fd, WEIGHT_BYTES, table.weight_offset + row * WEIGHT_BYTES, table.shard_path))
+            digest.update(_pread_exact(fd, SCALE_BYTES, table.scale_offset + row * SCALE_BYTES, table.shard_path))
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
+
+def _shard_sample_sha256_fd(fd, lo, hi, path):
+    digest = hashlib.sha256()
+    for row in sample_rows(lo, hi):
+        digest.update(_pread_exact(fd, ROW_BYTES, HEADER_BYTES + (row - lo) * ROW_BYTES, path))
+    return digest.hexdigest()
+
+
+def shard_sample_sha256(path, lo, hi):
+    """sha256 of the same sampled rows read from a packed shard."""
+    fd = _open_read(path)
+    try:
+        return _shard_sample_sha256_fd(fd, lo, hi, path)
+    finally:
+        os.close(fd)
+
+
+def shard_provenance(table, rank, tp_size, sample_sha256=None):
+    """The metadata written beside a shard: which checkpoint bytes it was packed from."""
+    lo, hi = rank_row_range(table.rows, rank, tp_size)
+    source = table.source or {}
+    return {
+        "version": META_VERSION, "packer_version": PACKER_VERSION,
+        "layer": table.layer, "rank": rank, "tp_size": tp_size, "lo": lo, "hi": hi, "rows": table.rows,
+        "shard_bytes": shard_bytes(lo, hi),
+        "index_sha256": source.get("index_sha256"),
+        "source": {"file": source.get("file"), "size": source.get("size"), "mtime_ns": source.get("mtime_ns")},
+        "tensors": source.get("tensors"),
+        "sampled_rows": {"count": len(sample_rows(lo, hi)),
+                         "sha256": sample_sha256 or checkpoint_sample_sha256(table, lo, hi)},
+    }
+
+
+def _short(digest):
+    return (digest or "none")[:12]
+
+
+def provenance_stale_reasons(meta, table, rank, tp_size, shard_path):
+    """Why a shard whose metadata is ``meta`` no longer matches the checkpoint (empty list: it does)."""
+    lo, hi = rank_row_range(table.rows, rank, tp_size)
+    want = shard_provenance(table, rank, tp_size)
+    reasons = []
+    for key in ("layer", "rank", "tp_size", "lo", "hi", "rows", "shard_bytes"):
+        if meta.get(key) != want[key]:
+            reasons.append("metadata %s is %r, the shard needs %r" % (key, meta.get(key), want[key]))
+    if meta.get("index_sha256") != want["index_sha256"]:
+        reasons.append("index digest changed: %s sha256 %s..., was %s... when packed"
+                       % (INDEX_NAME, _short(want["index_sha256"]), _short(meta.get("index_sha256"))))
+    was, now = meta.get("source") if isinstance(meta.get("source"), dict) else {}, want["source"]
+    if was.get("file") != now["file"]:
+        reasons.append("source file changed: the index names %s, was %s" % (now["file"], was.get("file")))
+    elif (was.get("size"), was.get("mtime_ns")) != (now["size"], now["mtime_ns"]):
+        reasons.append("source size or mtime changed: %s is %s bytes, mtime_ns %s; was %s bytes, mtime_ns %s"
+                       % (now["file"], now["size"], now["mtime_ns"], was.get("size"), was.get("mtime_ns")))
+    tensors = meta.get("tensors") if isinstance(meta.get("tensors"), dict) else {}
+    for name, info in sorted((want["tensors"] or {}).items()):
+        old = tensors.get(name) if isinstance(tensors.get(name), dict) else {}
+        for key in ("data_offsets", "dtype", "shape"):
+            if old.get(key) != info[key]:
+                reasons.append("%s changed: %s %s is %r, was %r" % (
+                    "offsets" if key == "data_offsets" else key, name, key, info[key], old.get(key)))
+    sampled = meta.get("sampled_rows") if isinstance(meta.get("sampled_rows"), dict) else {}
+    if sampled.get("sha256") != want["sampled_rows"]["sha256"]:
+        reasons.append("sampled rows differ: %d rows of the checkpoint hash to %s..., the shard was packed from %s..."
+                       % (want["sampled_rows"]["count"], _short(want["sampled_rows"]["sha256"]),
+                          _short(sampled.get("sha256"))))
+    elif shard_sample_sha256(shard_path, lo, hi) != sampled.get("sha256"):
+        reasons.append("sampled rows differ: the shard's own rows no longer match its metadata")
+    return reasons
+
+
+def read_meta(meta_path):
+    """(metadata dict or None, problem text or None) of the file beside a shard."""
+    if check_regular(meta_path, "shard metadata") is None:
+        return None, None
+    try:
+        fd = _open_read(meta_path)
+        try:
+            raw = os.read(fd, 1 << 20)
+        finally:
+            os.close(fd)
+        meta = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, "metadata %s is unreadable: %s" % (meta_path, exc)
+    if not isinstance(meta, dict) or meta.get("version") != META_VERSION:
+        return None, "metadata %s has an unknown format" % meta_path
+    return meta, None
+
+
+def write_meta(meta_path, meta):
+    """Publish the metadata like a shard: exclusive temp file, fsync, rename, directory fsync."""
+    tmp = meta_path + ".partial"
+    dest = os.path.dirname(meta_path)
+    remove_own_file(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_SAFE, 0o644)
+    try:
+        _write_all(fd, memoryview(json.dumps(meta, sort_keys=True, indent=1).encode() + b"\n"))
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, meta_path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(dest)
+
+
+def remove_own_file(path, what="left-over .partial"):
+    """Remove a left-over temp file only if it is a regular file owned by this process's uid (lstat:
+    a symlink is never followed); refuse anything else. Returns whether a file was removed."""
+    st = check_regular(path, what)
+    if st is None:
+        return False
+    if st.st_uid != os.geteuid():
+        raise EngramPackError("host %s: %s %s belongs to uid %d, not the packer's uid %d; "
+                              "refusing to remove it (nothing was written). Remove it as its owner and rerun"
+                              % (hostname(), what, path, st.st_uid, os.geteuid()))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return True
+
+
+def describe_shard(dest, layer, rank, tp_size, n_rows, table=None):
     """ShardStatus of ``engram-l{L}-r{r}of{tp}`` in directory ``dest``.
 
     complete: the final file is valid for this rank's range; missing: nothing there;
     partial: only a .partial exists (a killed run); stale: the final file exists but is wrong.
+    With ``table`` (from :func:`read_engram_tables`) a structurally valid shard is also checked
+    against the checkpoint: through its metadata (index digest, source size and mtime, offsets,
+    sampled rows), or, when it has none (packed by an older version), by sampled rows alone.
+    Raises EngramPackError when a name the packer uses holds a symlink, directory or FIFO.
     """
     lo, hi = rank_row_range(n_rows, rank, tp_size)
     path = os.path.join(dest, shard_name(layer, rank, tp_size))
     partial_path = os.path.join(dest, partial_name(layer, rank, tp_size))
-    partial_exists = os.path.exists(partial_path)
-    if os.path.exists(path):
+    meta_path = os.path.join(dest, meta_name(layer, rank, tp_size))
+    partial_exists = check_regular(partial_path, "shard .partial") is not None
+    check_regular(meta_path, "shard metadata")
+    note = None
+    if check_regular(path, "packed shard") is not None:
         reason = shard_stale_reason(path, layer, lo, hi, n_rows)
+        if reason is None and table is not None:
+            reason, note = _provenance_verdict(table, rank, tp_size, path, meta_path, lo, hi)
         state = "complete" if reason is None else "stale"
     else:
         reason = None
@@ -344,7 +613,28 @@ def describe_shard(dest, layer, rank, tp_size, n_rows):
     reclaimable = 0
     if state != "complete":
         reclaimable = _allocated_bytes(partial_path) + (_allocated_bytes(path) if state == "stale" else 0)
-    return ShardStatus(state, reason, path, partial_path, lo, hi, shard_bytes(lo, hi), reclaimable)
+    return ShardStatus(state, reason, path, partial_path, lo, hi, shard_bytes(lo, hi), reclaimable, note, meta_path)
+
+
+NOTE_NO_METADATA = "verified by sampled rows, no metadata"
+
+
+def _provenance_verdict(table, rank, tp_size, path, meta_path, lo, hi):
+    """(stale reason or None, note) of a structurally valid shard against the checkpoint."""
+    meta, problem = read_meta(meta_path)
+    try:
+        if meta is None and problem is None:
+            # Packed before metadata existed: trusted only if its sampled rows equal the checkpoint's.
+            if shard_sample_sha256(path, lo, hi) == checkpoint_sample_sha256(table, lo, hi):
+                return None, NOTE_NO_METADATA
+            return ("sampled rows differ: the shard has no metadata and %d sampled rows differ from the checkpoint"
+                    % len(sample_rows(lo, hi))), None
+        if problem is not None:
+            return problem, None
+        reasons = provenance_stale_reasons(meta, table, rank, tp_size, path)
+    except OSError as exc:
+        return "cannot be verified: %s" % _os_error_text(exc), None
+    return ("; ".join(reasons) or None), None
 
 
 def inspect_shard(path, layer, rank, tp_size, n_rows):
@@ -401,11 +691,14 @@ def plan(checkpoint, dest, rank, tp_size, layers=ENGRAM_LAYERS, margin_bytes=0):
     for layer in layers:
         table = tables[layer]
         table_rank_range(table, rank, tp_size)
-        status = describe_shard(dest, layer, rank, tp_size, table.rows)
+        status = describe_shard(dest, layer, rank, tp_size, table.rows, table)
         entry = {"layer": layer, "path": status.path, "lo": status.lo, "hi": status.hi,
-                 "rows": status.hi - status.lo, "bytes": status.bytes, "state": status.state}
+                 "rows": status.hi - status.lo, "bytes": status.bytes, "state": status.state,
+                 "meta_path": status.meta_path}
         if status.state == "stale":
             entry["stale_reason"] = status.reason
+        if status.note:
+            entry["verified"] = status.note
         shards.append(entry)
         required += status.bytes
         if status.state != "complete":
@@ -483,8 +776,11 @@ def pid_alive(pid, start_ticks=None):
 def _read_json(path):
     """A JSON object from ``path``; None if the file is missing, empty or not a JSON object."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        fd = _open_read(path)  # a FIFO or symlink planted at the name is not read (nor waited on)
+        try:
+            raw = os.read(fd, 1 << 20)
+        finally:
+            os.close(fd)
     except OSError:
         return None
     try:
@@ -532,9 +828,15 @@ def dest_lock(dest, timeout=0, owner=None):
     """
     path = os.path.join(dest, LOCK_NAME)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        # Never through a symlink, never blocking on a FIFO someone left at the name.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_SAFE, 0o644)
     except OSError as exc:
         raise EngramPackError("host %s: cannot open lock file %s: %s" % (hostname(), path, _os_error_text(exc)))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        kind = _kind(os.fstat(fd))
+        os.close(fd)
+        raise EngramPackError("host %s: lock file %s is a %s, not a regular file; refusing to use it (nothing was "
+                              "written). Move it out of the way and rerun" % (hostname(), path, kind))
     held = False
     try:
         deadline = _clock() + max(0, timeout)
@@ -603,13 +905,21 @@ class Progress(object):
         if not self.path:
             return
         tmp = "%s.%d.tmp" % (self.path, os.getpid())
+        created = False
         try:
-            with open(tmp, "w") as handle:
-                json.dump(self.record, handle, sort_keys=True)
+            # Created exclusively and never through a symlink: the record usually lives in /tmp.
+            remove_own_file(tmp, "left-over progress temp file")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_SAFE, 0o644)
+            created = True
+            try:
+                _write_all(fd, memoryview(json.dumps(self.record, sort_keys=True).encode()))
+            finally:
+                os.close(fd)
             os.replace(tmp, self.path)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            if created:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
             raise EngramPackError("host %s: cannot write the progress file %s: %s"
                                   % (hostname(), self.path, _os_error_text(exc)))
 
@@ -794,45 +1104,70 @@ def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, l
     return done
 
 
-def _write_shard(table, status, chunk_rows, sync_bytes, progress, limit):
-    """Write the .partial, fsync, rename over the final name, fsync the directory.
+def _write_shard(table, status, meta, chunk_rows, sync_bytes, progress, limit):
+    """Write the .partial, fsync, rename over the final name, fsync the directory, then publish
+    the metadata ``meta`` beside it the same way.
 
+    The .partial is created with O_EXCL|O_NOFOLLOW, so the packer only ever writes a file it has
+    just created itself; a left-over one is removed first only if it is a regular file of ours.
     On any failure (a stop signal included) the .partial is removed, and no final-named file is
-    created.
+    created. The old metadata is removed before the shard is replaced, so a shard never pairs
+    with metadata of another checkpoint; a crash between the rename and the metadata leaves a
+    shard without metadata, which is trusted only after its sampled rows are verified.
     """
     dest = os.path.dirname(status.path)
-    if status.state == "stale":
-        # Free the stale file's space before writing (the space check counted on it); it is
-        # unusable for this rank anyway, and its name means it can only be ours.
-        os.unlink(status.path)
     out_fd = in_fd = None
+    created = False
     try:
+        remove_own_file(status.partial_path)
+        check_regular(status.meta_path, "shard metadata")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(status.meta_path)
+        if status.state == "stale":
+            # Free the stale file's space before writing (the space check counted on it); it is
+            # unusable for this rank anyway, and its name means it can only be ours.
+            check_regular(status.path, "packed shard")
+            os.unlink(status.path)
         progress.packing(0, status.bytes, 0)
-        out_fd = os.open(status.partial_path,
-                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        out_fd = os.open(status.partial_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_SAFE, 0o644)
+        created = True
         in_fd = os.open(table.shard_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         written = _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, limit)
         if written != status.bytes or os.fstat(out_fd).st_size != status.bytes:
             raise EngramPackError("host %s: %s: wrote %d bytes, expected %d"
                                   % (hostname(), status.partial_path, written, status.bytes))
+        # The metadata's sample was read before the copy: equal rows in what was written mean the
+        # checkpoint did not change under the pack (at least where it is sampled).
+        if _shard_sample_sha256_fd(out_fd, status.lo, status.hi, status.partial_path) != meta["sampled_rows"]["sha256"]:
+            raise EngramPackError("host %s: %s changed while layer %d was being packed (sampled rows differ from "
+                                  "those read before writing); nothing was published, rerun the pack"
+                                  % (hostname(), table.shard_path, table.layer))
         os.fsync(out_fd)
         os.close(out_fd)
         out_fd = None
         os.replace(status.partial_path, status.path)
+        created = False
         fsync_dir(dest)
     except BaseException as exc:
         if out_fd is not None:
             os.close(out_fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(status.partial_path)
+        if created:
+            with contextlib.suppress(OSError):
+                os.unlink(status.partial_path)
         if isinstance(exc, OSError):
-            raise EngramPackError("host %s: packing layer %d into %s failed at %s: %s"
+            raise EngramPackError("host %s: packing layer %d into %s failed at %s: %s; nothing was published"
                                   % (hostname(), table.layer, status.path,
                                      exc.filename or status.partial_path, _os_error_text(exc)))
         raise
     finally:
         if in_fd is not None:
             os.close(in_fd)
+    try:
+        write_meta(status.meta_path, meta)
+    except OSError as exc:
+        raise EngramPackError("host %s: %s was published but its metadata %s could not be written: %s; the next "
+                              "plan verifies the shard by sampled rows" % (hostname(), status.path, status.meta_path,
+                                                                          _os_error_text(exc)))
 
 
 def _check_space(dest, status, margin_bytes):
@@ -913,15 +1248,16 @@ def _pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes, check_mode
     chunk_rows = limit.chunk_rows(chunk_rows)
     table = read_engram_tables(checkpoint, (layer,))[layer]
     table_rank_range(table, rank, tp_size)
-    before = describe_shard(dest, layer, rank, tp_size, table.rows)
+    before = describe_shard(dest, layer, rank, tp_size, table.rows, table)
     result = {"changed": before.state != "complete", "path": before.path, "bytes": before.bytes,
               "rows": before.hi - before.lo, "lo": before.lo, "hi": before.hi, "seconds": 0.0,
               "throughput_mib_s": 0.0, "state_before": before.state, "max_mib_s": max_mib_s,
-              "reclaimed_lock": None}
+              "reclaimed_lock": None, "stale_reason": before.reason, "verified": before.note,
+              "meta_path": before.meta_path, "metadata_written": False}
     if check_mode:
         return result
     progress.update(path=before.path, partial_path=before.partial_path, total_bytes=before.bytes)
-    if before.state == "complete":
+    if before.state == "complete" and before.note != NOTE_NO_METADATA:
         progress.update(state="done", done_bytes=before.bytes, percent=100.0, eta_s=0,
                         message="%s is already complete; nothing written" % before.path)
         return result
@@ -932,18 +1268,29 @@ def _pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes, check_mode
         if lock["reclaimed"]:
             result["reclaimed_lock"] = "a record left by a holder that died: %s" % describe_lock_holder(lock["reclaimed"])
         # Another run may have finished (or left a .partial) while we waited for the lock.
-        status = describe_shard(dest, layer, rank, tp_size, table.rows)
+        status = describe_shard(dest, layer, rank, tp_size, table.rows, table)
         if status.state == "complete":
-            result["changed"] = False
-            progress.update(state="done", done_bytes=status.bytes, percent=100.0, eta_s=0,
-                            message="%s was completed by another run; nothing written" % status.path)
+            message = "%s was completed by another run; nothing written" % status.path
+            if status.note == NOTE_NO_METADATA:
+                # An older packer's shard, verified by sampled rows: record what it was verified against.
+                try:
+                    write_meta(status.meta_path, shard_provenance(table, rank, tp_size))
+                except OSError as exc:
+                    raise EngramPackError("host %s: cannot write the metadata %s of %s: %s"
+                                          % (hostname(), status.meta_path, status.path, _os_error_text(exc)))
+                result["metadata_written"] = True
+                message = "%s (%s) is complete; wrote its metadata %s" % (status.path, status.note, status.meta_path)
+            result["changed"] = result["metadata_written"]
+            progress.update(state="done", done_bytes=status.bytes, percent=100.0, eta_s=0, message=message)
             return result
         _check_space(dest, status, margin_bytes)
+        meta = shard_provenance(table, rank, tp_size)
         progress.update(message="writing rows %d..%d into %s%s" % (
             status.lo, status.hi - 1, status.partial_path,
             " (capped at %s MiB/s)" % max_mib_s if max_mib_s else ""))
         started = _clock()
-        _write_shard(table, status, min(chunk_rows, status.hi - status.lo), sync_bytes, progress, limit)
+        _write_shard(table, status, meta, min(chunk_rows, status.hi - status.lo), sync_bytes, progress, limit)
+        result["metadata_written"] = True
         seconds = _clock() - started
     result["seconds"] = round(seconds, 3)
     result["throughput_mib_s"] = round(status.bytes / MIB / seconds, 1) if seconds > 0 else 0.0

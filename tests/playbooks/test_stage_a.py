@@ -305,3 +305,49 @@ def test_a_packer_killed_in_round_5_fails_the_play_then_a_rerun_completes(paced_
     assert rc == 0, out[-6000:]
     assert "spark2 (rank 1) layer 1: done: /data/dsv41-engram/engram-l1-r1of3.bin" in " ".join(out.split())
     assert_exact_shards(dict(ENGRAM, spark2=ROOMY_DEST), paced_checkpoint)
+
+
+# Neither the mini nor the paced checkpoint's row counts, so no shard of theirs passes for one of these.
+UPDATED = "DeepSeek-V4.1-Flash-updated"
+UPDATED_ROWS = {1: 3 * 2001, 14: 3 * 1002}
+
+
+def test_a_checkpoint_updated_with_the_same_shapes_makes_shards_stale_and_the_repack_exact(roomy_inventory):
+    """Issue 10 acceptance: table bytes rewritten in place (same shapes, offsets and size) and the file
+    touched. The next plan reports every rank's layer 1 stale with the reason, check mode changes
+    nothing, and packing makes the shards byte-exact for the new bytes."""
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    import ckpt_factory
+    target = MODELS / UPDATED
+    shutil.rmtree(target, ignore_errors=True)
+    ckpt_factory.make_checkpoint(str(target), rows=UPDATED_ROWS)
+    checkpoint = f"/srv/models/{UPDATED}"
+    (roomy_inventory / "group_vars" / "dsv41_ranks.yml").write_text(f"---\ndsv41_checkpoint_dir: {checkpoint}\n")
+    set_launcher_env(MODEL_PATH=checkpoint, WORKER_ENGRAM_DIR_SPARK2=ROOMY_DEST)
+    dests = dict(ENGRAM, spark2=ROOMY_DEST)
+    rc, out = playbook("stage_a_pack.yml", "-e", "maintenance_window=true", inventories=lab_inventories(roomy_inventory))
+    assert rc == 0, out[-6000:]
+    assert_exact_shards(dests, target)
+
+    source = target / "model-00001-of-00002.safetensors"  # layer 1; layer 14 lives in the other file
+    ckpt_factory.update_table_rows(str(target), 1, range(0, UPDATED_ROWS[1], 5))
+    before = snapshot(WATCHED)
+    rc, out = playbook("stage_a_pack.yml", "--check", "-e", "maintenance_window=true",
+                       inventories=lab_inventories(roomy_inventory))
+    assert rc == 0, out[-6000:]
+    assert snapshot(WATCHED) == before
+    flat = " ".join(out.split())
+    st = os.stat(source)
+    for rank, (host, dest) in enumerate(dests.items()):
+        assert (f"{host} (rank {rank}) {dest}/engram-l1-r{rank}of3.bin: stale: source size or mtime changed: "
+                f"model-00001-of-00002.safetensors is {st.st_size} bytes, mtime_ns {st.st_mtime_ns}") in flat, flat[-6000:]
+        assert f"{dest}/engram-l14-r{rank}of3.bin: stale" not in flat
+        assert f"Check mode: {dest}/engram-l1-r{rank}of3.bin would be written" in flat
+    assert flat.count("sampled rows differ") >= 3
+
+    rc, out = playbook("stage_a_pack.yml", "-e", "maintenance_window=true", inventories=lab_inventories(roomy_inventory))
+    assert rc == 0, out[-6000:]
+    assert_exact_shards(dests, target)
+    for rank, (host, dest) in enumerate(dests.items()):
+        meta = json.loads(sh(host, f"cat {dest}/engram-l1-r{rank}of3.bin.meta.json"))
+        assert meta["source"] == {"file": source.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}

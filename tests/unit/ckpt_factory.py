@@ -138,6 +138,35 @@ def edit_index(checkpoint_dir, mutate):
         json.dump(index, handle)
 
 
+def update_table_rows(checkpoint_dir, layer, rows, keep_mtime=False):
+    """Rewrite the weight and scale bytes of ``rows`` of ``layer`` in place with new random bytes:
+    the checkpoint keeps its shapes, offsets and size. The file's mtime moves forward by a second
+    (a touch the filesystem's clock granularity cannot hide) unless ``keep_mtime``, which puts it
+    back exactly. Returns the shard file's path."""
+    with open(os.path.join(checkpoint_dir, INDEX_NAME)) as handle:
+        weight_map = json.load(handle)["weight_map"]
+    wname = "layers.%d.engram.embed.weight" % layer
+    sname = "layers.%d.engram.embed.scale" % layer
+    path = os.path.join(checkpoint_dir, weight_map[wname])
+    header, start = read_header(path)
+    before = os.stat(path)
+    with open(path, "r+b") as handle:
+        for row in rows:
+            for name, width in ((wname, 256), (sname, 8)):
+                handle.seek(start + header[name]["data_offsets"][0] + row * width)
+                old = handle.read(width)
+                new = os.urandom(width)
+                while new == old:
+                    new = os.urandom(width)
+                handle.seek(-width, os.SEEK_CUR)
+                handle.write(new)
+    if keep_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    else:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 10 ** 9))
+    return path
+
+
 def expected_shard(checkpoint_dir, layer, rank, tp_size):
     """Bytes of a packed shard built straight from the SPEC format (independent reader)."""
     with open(os.path.join(checkpoint_dir, INDEX_NAME)) as handle:

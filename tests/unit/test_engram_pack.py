@@ -4,6 +4,7 @@ import fcntl
 import json
 import os
 import signal
+import stat
 import subprocess
 import textwrap
 import time
@@ -12,6 +13,7 @@ import pytest
 
 import ckpt_factory
 import engram_pack
+import engram_plan
 from ansible.module_utils import engram_format as ef
 from ansible.module_utils.engram_format import (
     EngramFormatError, EngramPackError, pack_layer, partial_name, shard_name)
@@ -66,7 +68,8 @@ def test_byte_exact_all_ranks_uneven_rows(ckpt, dest, layer, chunk_rows):
         assert result["bytes"] == 4096 + (hi - lo) * 264 == os.path.getsize(result["path"])
         assert result["seconds"] >= 0 and result["throughput_mib_s"] >= 0
         _assert_exact(ckpt, dest, layer, rank, 3)
-    assert sorted(os.listdir(dest)) == sorted([".engram-pack.lock"] + [shard_name(layer, r, 3) for r in range(3)])
+    assert sorted(os.listdir(dest)) == sorted([".engram-pack.lock"] + [shard_name(layer, r, 3) for r in range(3)]
+                                              + [ef.meta_name(layer, r, 3) for r in range(3)])
 
 
 def test_whole_table_tp1(ckpt, dest):
@@ -246,7 +249,7 @@ def test_other_files_untouched(ckpt, dest):
     pack_layer(ckpt, dest, 1, 1, 3)
     after = ckpt_factory.snapshot(dest)
     assert {k: v for k, v in after.items() if k in before} == before
-    assert set(after) - set(before) == {".engram-pack.lock", "engram-l1-r1of3.bin"}
+    assert set(after) - set(before) == {".engram-pack.lock", "engram-l1-r1of3.bin", "engram-l1-r1of3.bin.meta.json"}
 
 
 # --------------------------------------------------------------------------- faults
@@ -543,6 +546,7 @@ def test_module_packs_then_is_idempotent(ckpt, dest):
     assert first.get("failed") is not True, first
     assert first["changed"] is True and first["state_before"] == "missing" and first["rows"] == 1000
     assert os.stat(first["path"]).st_mode & 0o777 == 0o600
+    assert os.stat(first["meta_path"]).st_mode & 0o777 == 0o600
     _assert_exact(ckpt, dest, 14, 1, 3)
     second = _run(args)
     assert second["changed"] is False and second["state_before"] == "complete"
@@ -596,7 +600,7 @@ def test_module_documentation_is_yaml():
     yaml.safe_load(engram_pack.EXAMPLES)
     assert set(yaml.safe_load(engram_pack.RETURN)) == {
         "changed", "path", "bytes", "rows", "lo", "hi", "seconds", "throughput_mib_s", "state_before",
-        "max_mib_s", "reclaimed_lock"}
+        "max_mib_s", "reclaimed_lock", "stale_reason", "verified", "meta_path", "metadata_written"}
 
 
 def test_module_runs_as_a_script(ckpt, dest, tmp_path):
@@ -612,3 +616,496 @@ def test_module_runs_as_a_script(ckpt, dest, tmp_path):
     result = json.loads(proc.stdout)
     assert result["changed"] is True, proc.stderr
     _assert_exact(ckpt, dest, 1, 0, 3)
+
+
+# --------------------------------------------------------------------------- hostile destinations
+
+def _lstate(directory):
+    """{name: (mode, size, mtime_ns, bytes or None)} by lstat: links, directories and FIFOs included,
+    never followed or opened."""
+    state = {}
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        st = os.lstat(path)
+        data = _content(path) if stat.S_ISREG(st.st_mode) else None
+        state[name] = (st.st_mode, st.st_size, st.st_mtime_ns, data)
+    return state
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """A directory beside the destination holding a file a hostile name may point at."""
+    path = tmp_path / "outside"
+    path.mkdir()
+    (path / "victim").write_bytes(b"precious bytes that must not change\n" * 100)
+    return str(path)
+
+
+@pytest.fixture
+def no_hang():
+    """Fail instead of blocking forever (a FIFO opened for reading or writing waits for a peer)."""
+    def on_alarm(signum, frame):
+        raise AssertionError("the packer blocked")
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _symlink_to_victim(path, outside):
+    os.symlink(os.path.join(outside, "victim"), path)
+
+
+# (what sits at which name, how it is made, the refusal's words); layer 1, rank 0 of 3.
+HOSTILE_NAMES = {
+    "partial_symlink": (partial_name(1, 0, 3), _symlink_to_victim, "shard .partial {path} is a symlink to {outside}/victim, not a regular file"),
+    "partial_directory": (partial_name(1, 0, 3), lambda p, o: os.mkdir(p), "shard .partial {path} is a directory, not a regular file"),
+    "partial_fifo": (partial_name(1, 0, 3), lambda p, o: os.mkfifo(p), "shard .partial {path} is a FIFO, not a regular file"),
+    "final_symlink": (shard_name(1, 0, 3), _symlink_to_victim, "packed shard {path} is a symlink to {outside}/victim"),
+    "final_directory": (shard_name(1, 0, 3), lambda p, o: os.mkdir(p), "packed shard {path} is a directory, not a regular file"),
+    "final_fifo": (shard_name(1, 0, 3), lambda p, o: os.mkfifo(p), "packed shard {path} is a FIFO, not a regular file"),
+    "metadata_symlink": (ef.meta_name(1, 0, 3), _symlink_to_victim, "shard metadata {path} is a symlink to {outside}/victim"),
+    "lock_fifo": (ef.LOCK_NAME, lambda p, o: os.mkfifo(p), "lock file {path} is a FIFO, not a regular file; refusing to use it"),
+    "lock_symlink": (ef.LOCK_NAME, _symlink_to_victim, "cannot open lock file {path}: ELOOP"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_NAMES))
+def test_hostile_name_in_dest_is_refused_and_nothing_changes(ckpt, dest, outside, no_hang, case):
+    name, make, words = HOSTILE_NAMES[case]
+    path = os.path.join(dest, name)
+    make(path, outside)
+    before, outside_before, ckpt_before = _lstate(dest), _lstate(outside), ckpt_factory.snapshot(ckpt)
+    for check_mode in (True, False):
+        if check_mode and name == ef.LOCK_NAME:
+            continue  # check mode takes no lock
+        with pytest.raises(EngramPackError) as info:
+            pack_layer(ckpt, dest, 1, 0, 3, check_mode=check_mode)
+        message = str(info.value)
+        assert message.startswith("host %s: " % HOST) and words.format(path=path, outside=outside) in message
+        assert _lstate(dest) == before and _lstate(outside) == outside_before
+    assert ckpt_factory.snapshot(ckpt) == ckpt_before
+    # The module fails with the same words, no traceback, and changes nothing either.
+    result = _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 0, "tp_size": 3})
+    assert result["failed"] is True and words.format(path=path, outside=outside) in result["msg"]
+    assert "Traceback" not in json.dumps(result) and "exception" not in result
+    assert _lstate(dest) == before and _lstate(outside) == outside_before
+
+
+@pytest.mark.parametrize("case", ["partial_symlink", "final_directory", "final_fifo", "metadata_symlink"])
+def test_plan_refuses_the_same_hostile_names(ckpt, dest, outside, no_hang, case):
+    name, make, words = HOSTILE_NAMES[case]
+    path = os.path.join(dest, name)
+    make(path, outside)
+    before = _lstate(dest)
+    with pytest.raises(EngramPackError) as info:
+        ef.plan(ckpt, dest, 0, 3)
+    assert HOST in str(info.value) and words.format(path=path, outside=outside) in str(info.value)
+    assert _lstate(dest) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the .partial another owner")
+def test_leftover_partial_of_another_uid_is_not_removed(ckpt, dest):
+    partial = os.path.join(dest, partial_name(1, 0, 3))
+    with open(partial, "wb") as handle:
+        handle.write(b"someone else's bytes")
+    os.chown(partial, 65534, 65534)
+    assert ef.plan(ckpt, dest, 0, 3)["shards"][0]["state"] == "partial"
+    with pytest.raises(EngramPackError) as info:
+        pack_layer(ckpt, dest, 1, 0, 3)
+    assert str(info.value) == (
+        "host %s: left-over .partial %s belongs to uid 65534, not the packer's uid 0; refusing to remove it "
+        "(nothing was written). Remove it as its owner and rerun" % (HOST, partial))
+    assert _content(partial) == b"someone else's bytes" and os.stat(partial).st_uid == 65534
+    assert sorted(os.listdir(dest)) == [".engram-pack.lock", partial_name(1, 0, 3)]
+
+
+# Run the packer as another user (nobody) against a destination it may not write: root ignores
+# permissions, so the refusal must come from a process that does not.
+_AS_NOBODY = textwrap.dedent("""
+    import importlib.util, os, sys
+    spec = importlib.util.spec_from_file_location("engram_format", sys.argv[1])
+    ef = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ef)
+    os.setgid(65534)
+    os.setuid(65534)
+    try:
+        ef.pack_layer(sys.argv[2], sys.argv[3], 1, 0, 3)
+    except ef.EngramError as exc:
+        print(exc)
+        sys.exit(3)
+""")
+
+
+@pytest.mark.parametrize("lock_exists", [False, True])
+def test_non_writable_dest_fails_cleanly_eacces(lock_exists, no_hang):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the packer as another user")
+    import shutil
+    import tempfile
+    base = tempfile.mkdtemp(prefix="engram-eacces-", dir="/tmp")
+    try:
+        os.chmod(base, 0o755)
+        ckpt_dir = ckpt_factory.make_checkpoint(os.path.join(base, "ckpt"), rows=ROWS)["dir"]
+        target = os.path.join(base, "engram")
+        os.mkdir(target, 0o755)
+        if lock_exists:  # a lock left writable by an earlier pack: the refusal comes at the .partial
+            lock = os.path.join(target, ef.LOCK_NAME)
+            open(lock, "wb").close()
+            os.chmod(lock, 0o666)
+        before = _lstate(target)
+        proc = subprocess.run([os.sys.executable, "-c", _AS_NOBODY, ef.__file__, ckpt_dir, target],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 3, (proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        message = proc.stdout.strip()
+        if lock_exists:
+            assert message == ("host %s: packing layer 1 into %s failed at %s: EACCES (Permission denied); "
+                               "nothing was published" % (HOST, os.path.join(target, shard_name(1, 0, 3)),
+                                                          os.path.join(target, partial_name(1, 0, 3))))
+        else:
+            assert message == ("host %s: cannot open lock file %s: EACCES (Permission denied)"
+                               % (HOST, os.path.join(target, ef.LOCK_NAME)))
+        after = _lstate(target)
+        assert sorted(after) == sorted(before)
+        # The lock's record is written and emptied again (its mtime moves): that is what it is for.
+        assert {k: v for k, v in after.items() if k != ef.LOCK_NAME} == \
+            {k: v for k, v in before.items() if k != ef.LOCK_NAME}
+    finally:
+        shutil.rmtree(base)
+
+
+def test_read_only_dest_fails_cleanly_erofs(ckpt, small_tmpfs):
+    pack_layer(ckpt, small_tmpfs, 14, 0, 3)  # the lock file exists, as after any earlier pack
+    subprocess.run(["mount", "-o", "remount,ro", small_tmpfs], check=True)
+    try:
+        before = _lstate(small_tmpfs)
+        with pytest.raises(EngramPackError) as info:
+            pack_layer(ckpt, small_tmpfs, 1, 0, 3)
+        assert str(info.value) == ("host %s: cannot open lock file %s: EROFS (Read-only file system)"
+                                   % (HOST, os.path.join(small_tmpfs, ef.LOCK_NAME)))
+        assert _lstate(small_tmpfs) == before
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", small_tmpfs], check=True)
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EROFS, errno.ENOSPC, errno.EISDIR, errno.EIO])
+@pytest.mark.parametrize("where", ["create", "rename"])
+def test_os_error_at_partial_or_rename_is_a_clean_failure(ckpt, dest, outside, monkeypatch, code, where):
+    """The same errors arriving at the .partial's creation or at the rename (a directory appearing at
+    the final name after the check gives EISDIR there): one message naming host and path."""
+    before = _foreign_files(dest)
+    partial = os.path.join(dest, partial_name(1, 0, 3))
+    real_open, real_replace = os.open, os.replace
+
+    def failing_open(path, flags, *args):
+        if where == "create" and path == partial:
+            raise OSError(code, os.strerror(code), path)
+        return real_open(path, flags, *args)
+
+    def failing_replace(src, dst):
+        if where == "rename" and src == partial:
+            raise OSError(code, os.strerror(code), src, None, dst)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(ef.os, "open", failing_open)
+    monkeypatch.setattr(ef.os, "replace", failing_replace)
+    with pytest.raises(EngramPackError) as info:
+        pack_layer(ckpt, dest, 1, 0, 3)
+    monkeypatch.undo()
+    assert str(info.value) == ("host %s: packing layer 1 into %s failed at %s: %s (%s); nothing was published"
+                               % (HOST, os.path.join(dest, shard_name(1, 0, 3)), partial,
+                                  errno.errorcode[code], os.strerror(code)))
+    after = ckpt_factory.snapshot(dest)
+    assert set(after) - set(before) == {".engram-pack.lock"}
+    assert {k: v for k, v in after.items() if k in before} == before
+
+
+# --------------------------------------------------------------------------- index confinement
+
+def _point_layer1_at(ckpt_dir, value):
+    ckpt_factory.edit_index(ckpt_dir, lambda index: index["weight_map"].update(
+        {"layers.1.engram.embed.weight": value, "layers.1.engram.embed.scale": value}))
+
+
+@pytest.mark.parametrize("how", ["absolute", "dotdot", "symlink_out"])
+def test_index_entries_outside_the_checkpoint_are_refused(ckpt, dest, outside, how):
+    index = os.path.join(ckpt, ckpt_factory.INDEX_NAME)
+    shard = os.path.join(ckpt, "model-00001-of-00002.safetensors")
+    moved = os.path.join(outside, "model-00001-of-00002.safetensors")
+    os.rename(shard, moved)
+    if how == "absolute":
+        value, words = moved, "names a file outside the checkpoint directory %s (absolute path or '..')" % ckpt
+    elif how == "dotdot":
+        value, words = "../outside/model-00001-of-00002.safetensors", "(absolute path or '..')"
+    else:
+        os.symlink(moved, shard)
+        value = "model-00001-of-00002.safetensors"
+        words = "which resolves to %s, outside the checkpoint directory %s" % (moved, os.path.realpath(ckpt))
+    _point_layer1_at(ckpt, value)
+    expected = "%s: weight_map entry for layers.1.engram.embed.weight is %r, " % (index, value)
+    for call in (lambda: ef.plan(ckpt, dest, 0, 3), lambda: pack_layer(ckpt, dest, 1, 0, 3),
+                 lambda: ef.read_engram_tables(ckpt, (1,))):
+        with pytest.raises(EngramFormatError) as info:
+            call()
+        assert str(info.value).startswith(expected) and words in str(info.value)
+        assert "refusing to read it" in str(info.value)
+    result = _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 0, "tp_size": 3})
+    assert result["failed"] is True and result["msg"].startswith(expected)
+    assert os.listdir(dest) == []
+
+
+def test_symlinks_inside_the_checkpoint_are_followed(ckpt, dest, tmp_path):
+    """A checkpoint reached through a symlinked directory, or a file linked to another inside it, is fine."""
+    link_dir = str(tmp_path / "models-link")
+    os.symlink(ckpt, link_dir)
+    os.mkdir(os.path.join(ckpt, "files"))
+    os.rename(os.path.join(ckpt, "model-00001-of-00002.safetensors"),
+              os.path.join(ckpt, "files", "m1.safetensors"))
+    os.symlink("files/m1.safetensors", os.path.join(ckpt, "model-00001-of-00002.safetensors"))
+    pack_layer(link_dir, dest, 1, 0, 3)
+    _assert_exact(ckpt, dest, 1, 0, 3)
+
+
+# --------------------------------------------------------------------------- provenance
+
+def _sha256(path):
+    import hashlib
+    return hashlib.sha256(_content(path)).hexdigest()
+
+
+def _meta(dest_dir, layer, rank, tp):
+    with open(os.path.join(dest_dir, ef.meta_name(layer, rank, tp))) as handle:
+        return json.load(handle)
+
+
+def _shard_state(ckpt_dir, dest_dir, layer, rank=1, tp=3, check_mode=False):
+    """(state, stale_reason, verified) of one layer as engram_plan reports it through the module."""
+    result = ckpt_factory.run_module(engram_plan.main, {"checkpoint": ckpt_dir, "dest": dest_dir, "rank": rank,
+                                                        "tp_size": tp}, check_mode=check_mode)
+    assert result.get("failed") is not True, result
+    entry = [s for s in result["shards"] if s["layer"] == layer][0]
+    return entry["state"], entry.get("stale_reason"), entry.get("verified")
+
+
+def test_metadata_records_the_checkpoint_identity(ckpt, dest):
+    path = pack_layer(ckpt, dest, 14, 1, 3)["path"]
+    meta = _meta(dest, 14, 1, 3)
+    source = os.path.join(ckpt, "model-00002-of-00002.safetensors")
+    header, start = ckpt_factory.read_header(source)
+    st = os.stat(source)
+    assert meta["index_sha256"] == _sha256(os.path.join(ckpt, ckpt_factory.INDEX_NAME))
+    assert meta["source"] == {"file": "model-00002-of-00002.safetensors", "size": st.st_size,
+                              "mtime_ns": st.st_mtime_ns}
+    for name in ("layers.14.engram.embed.weight", "layers.14.engram.embed.scale"):
+        assert meta["tensors"][name] == {k: header[name][k] for k in ("dtype", "shape", "data_offsets")}
+    assert (meta["layer"], meta["rank"], meta["tp_size"], meta["lo"], meta["hi"], meta["rows"]) == (14, 1, 3, 1000, 2000, 3001)
+    assert meta["shard_bytes"] == os.path.getsize(path) and meta["packer_version"] == ef.PACKER_VERSION
+    # The sampled rows' hash is that of 64 rows spread over [lo, hi) as packed, first and last included.
+    rows = ef.sample_rows(1000, 2000)
+    assert len(rows) == 64 and rows[0] == 1000 and rows[-1] == 1999
+    import hashlib
+    data = _content(path)
+    digest = hashlib.sha256(b"".join(data[4096 + (r - 1000) * 264:4096 + (r - 999) * 264] for r in rows)).hexdigest()
+    assert meta["sampled_rows"] == {"count": 64, "sha256": digest}
+    assert not [n for n in os.listdir(dest) if n.endswith(".partial")]
+
+
+def test_updated_checkpoint_same_shapes_is_stale_then_repacked_byte_exact(ckpt, dest):
+    """The acceptance case: table bytes rewritten in place and the file touched."""
+    for layer in (1, 14):
+        pack_layer(ckpt, dest, layer, 1, 3)
+    old = _content(os.path.join(dest, shard_name(1, 1, 3)))
+    ckpt_factory.update_table_rows(ckpt, 1, range(1366, 2732, 7))  # rank 1's rows of layer 1
+    source = os.path.join(ckpt, "model-00001-of-00002.safetensors")
+    state, reason, _ = _shard_state(ckpt, dest, 1)
+    assert state == "stale"
+    assert "source size or mtime changed: model-00001-of-00002.safetensors is %d bytes, mtime_ns %d" % (
+        os.path.getsize(source), os.stat(source).st_mtime_ns) in reason
+    assert "sampled rows differ" in reason
+    assert _shard_state(ckpt, dest, 14)[0] == "complete"  # layer 14 lives in the other file
+    # Check mode reports the same and changes nothing.
+    before = ckpt_factory.snapshot(dest)
+    checked = pack_layer(ckpt, dest, 1, 1, 3, check_mode=True)
+    assert checked["changed"] is True and checked["state_before"] == "stale" and checked["stale_reason"] == reason
+    assert ckpt_factory.snapshot(dest) == before
+    result = pack_layer(ckpt, dest, 1, 1, 3)
+    assert result["changed"] is True and result["state_before"] == "stale" and result["metadata_written"] is True
+    _assert_exact(ckpt, dest, 1, 1, 3)
+    assert _content(result["path"]) != old
+    assert _meta(dest, 1, 1, 3)["source"]["mtime_ns"] == os.stat(source).st_mtime_ns
+    assert _shard_state(ckpt, dest, 1) == ("complete", None, None)
+    assert pack_layer(ckpt, dest, 1, 1, 3)["changed"] is False
+
+
+def test_rows_rewritten_with_the_old_mtime_are_caught_by_the_sample(ckpt, dest):
+    pack_layer(ckpt, dest, 1, 1, 3)
+    ckpt_factory.update_table_rows(ckpt, 1, [1366], keep_mtime=True)  # lo is always sampled
+    state, reason, _ = _shard_state(ckpt, dest, 1)
+    assert state == "stale" and reason.startswith("sampled rows differ: 64 rows of the checkpoint hash to ")
+    assert "size or mtime" not in reason
+    pack_layer(ckpt, dest, 1, 1, 3)
+    _assert_exact(ckpt, dest, 1, 1, 3)
+
+
+def test_index_change_is_stale_with_the_digest(ckpt, dest):
+    pack_layer(ckpt, dest, 1, 1, 3)
+    old = _meta(dest, 1, 1, 3)["index_sha256"]
+    ckpt_factory.edit_index(ckpt, lambda index: index["metadata"].update({"total_size": 1}))
+    new = _sha256(os.path.join(ckpt, ckpt_factory.INDEX_NAME))
+    state, reason, _ = _shard_state(ckpt, dest, 1)
+    assert state == "stale" and reason == ("index digest changed: model.safetensors.index.json sha256 %s..., was %s... "
+                                           "when packed" % (new[:12], old[:12]))
+    assert pack_layer(ckpt, dest, 1, 1, 3)["state_before"] == "stale"
+    assert _shard_state(ckpt, dest, 1)[0] == "complete"
+
+
+def test_moved_tensors_are_stale_with_the_offsets(ckpt, dest):
+    """The same tables stored in another order: same bytes, size and mtime, other offsets."""
+    pack_layer(ckpt, dest, 1, 1, 3)
+    source = os.path.join(ckpt, "model-00001-of-00002.safetensors")
+    st = os.stat(source)
+    header, start = ckpt_factory.read_header(source)
+    with open(source, "rb") as handle:
+        data = handle.read()[start:]
+    tensors = [(name, info["dtype"], info["shape"], data[info["data_offsets"][0]:info["data_offsets"][1]])
+               for name, info in sorted(header.items(), key=lambda kv: -kv[1]["data_offsets"][0])]
+    ckpt_factory.write_safetensors(source, tensors)
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+    state, reason, _ = _shard_state(ckpt, dest, 1)
+    assert state == "stale" and "offsets changed: layers.1.engram.embed.weight data_offsets is [" in reason
+    assert "sampled rows differ" not in reason
+    pack_layer(ckpt, dest, 1, 1, 3)
+    _assert_exact(ckpt, dest, 1, 1, 3)
+
+
+def test_shard_bytes_changed_under_its_metadata_are_stale(ckpt, dest):
+    path = pack_layer(ckpt, dest, 1, 1, 3)["path"]
+    with open(path, "r+b") as handle:
+        handle.seek(4096 + 5)
+        handle.write(b"\xff\x00\xff")  # row lo, always sampled
+    assert _shard_state(ckpt, dest, 1)[1] == "sampled rows differ: the shard's own rows no longer match its metadata"
+    pack_layer(ckpt, dest, 1, 1, 3)
+    _assert_exact(ckpt, dest, 1, 1, 3)
+
+
+@pytest.mark.parametrize("bad", [b"{not json", b"[]", b'{"version": 99}'])
+def test_unreadable_metadata_is_never_trusted(ckpt, dest, bad):
+    pack_layer(ckpt, dest, 1, 1, 3)
+    meta_path = os.path.join(dest, ef.meta_name(1, 1, 3))
+    with open(meta_path, "wb") as handle:
+        handle.write(bad)
+    state, reason, _ = _shard_state(ckpt, dest, 1)
+    assert state == "stale" and reason.startswith("metadata %s " % meta_path)
+    pack_layer(ckpt, dest, 1, 1, 3)
+    assert _meta(dest, 1, 1, 3)["version"] == ef.META_VERSION
+
+
+def test_shard_without_metadata_is_verified_by_sampled_rows(ckpt, dest):
+    """A shard packed before metadata existed: trusted after sampling, its metadata written only by a real run."""
+    path = pack_layer(ckpt, dest, 1, 1, 3)["path"]
+    meta_path = os.path.join(dest, ef.meta_name(1, 1, 3))
+    os.unlink(meta_path)
+    before = ckpt_factory.snapshot(dest)
+    assert _shard_state(ckpt, dest, 1) == ("complete", None, "verified by sampled rows, no metadata")
+    assert _shard_state(ckpt, dest, 1, check_mode=True)[2] == "verified by sampled rows, no metadata"
+    checked = _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 1, "tp_size": 3}, check_mode=True)
+    assert checked["changed"] is False and checked["verified"] == "verified by sampled rows, no metadata"
+    assert checked["metadata_written"] is False
+    assert ckpt_factory.snapshot(dest) == before
+    result = _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 1, "tp_size": 3})
+    assert result["changed"] is True and result["metadata_written"] is True and result["state_before"] == "complete"
+    assert os.stat(path).st_mtime_ns == before[shard_name(1, 1, 3)][1]  # the shard itself is not rewritten
+    assert _meta(dest, 1, 1, 3)["sampled_rows"]["sha256"] == ef.shard_sample_sha256(path, 1366, 2732)
+    assert _shard_state(ckpt, dest, 1) == ("complete", None, None)
+    assert _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 1, "tp_size": 3})["changed"] is False
+
+
+def test_shard_without_metadata_from_another_checkpoint_is_stale(ckpt, dest):
+    pack_layer(ckpt, dest, 1, 1, 3)
+    os.unlink(os.path.join(dest, ef.meta_name(1, 1, 3)))
+    ckpt_factory.update_table_rows(ckpt, 1, [2731])  # hi - 1 is always sampled
+    state, reason, _ = _shard_state(ckpt, dest, 1)
+    assert state == "stale"
+    assert reason == "sampled rows differ: the shard has no metadata and 64 sampled rows differ from the checkpoint"
+    result = pack_layer(ckpt, dest, 1, 1, 3)
+    assert result["state_before"] == "stale" and result["metadata_written"] is True
+    _assert_exact(ckpt, dest, 1, 1, 3)
+
+
+def test_checkpoint_changing_during_the_pack_publishes_nothing(ckpt, dest, monkeypatch):
+    real = ef._copy_rows
+
+    def change_then_copy(table, *args):
+        ckpt_factory.update_table_rows(ckpt, 1, [1366])
+        return real(table, *args)
+
+    monkeypatch.setattr(ef, "_copy_rows", change_then_copy)
+    with pytest.raises(EngramPackError) as info:
+        pack_layer(ckpt, dest, 1, 1, 3)
+    assert str(info.value) == ("host %s: %s changed while layer 1 was being packed (sampled rows differ from those "
+                               "read before writing); nothing was published, rerun the pack"
+                               % (HOST, os.path.join(ckpt, "model-00001-of-00002.safetensors")))
+    assert sorted(os.listdir(dest)) == [".engram-pack.lock"]
+    monkeypatch.undo()
+    pack_layer(ckpt, dest, 1, 1, 3)
+    _assert_exact(ckpt, dest, 1, 1, 3)
+
+
+def test_a_crash_before_the_metadata_leaves_a_shard_that_is_verified_not_trusted(ckpt, dest, monkeypatch):
+    pack_layer(ckpt, dest, 1, 1, 3)
+    ckpt_factory.update_table_rows(ckpt, 1, [1366])
+
+    def fail(path, meta):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path + ".partial")
+
+    monkeypatch.setattr(ef, "write_meta", fail)
+    with pytest.raises(EngramPackError) as info:
+        pack_layer(ckpt, dest, 1, 1, 3)
+    meta_path = os.path.join(dest, ef.meta_name(1, 1, 3))
+    assert str(info.value) == ("host %s: %s was published but its metadata %s could not be written: ENOSPC (No space "
+                               "left on device); the next plan verifies the shard by sampled rows"
+                               % (HOST, os.path.join(dest, shard_name(1, 1, 3)), meta_path))
+    monkeypatch.undo()
+    assert not os.path.exists(meta_path)  # the old checkpoint's metadata went before the shard was replaced
+    _assert_exact(ckpt, dest, 1, 1, 3)
+    assert _shard_state(ckpt, dest, 1) == ("complete", None, "verified by sampled rows, no metadata")
+
+
+def test_follower_leaves_a_planted_partial_alone(dest, outside):
+    from ansible.module_utils import engram_follow
+    partial = os.path.join(dest, partial_name(1, 0, 3))
+    _symlink_to_victim(partial, outside)
+    before = _lstate(outside)
+    removed, note = engram_follow.remove_dead_partial(
+        {"partial_path": partial, "path": os.path.join(dest, shard_name(1, 0, 3)), "pid": 4242})
+    assert removed is False
+    assert note.startswith("left its .partial %s in place: host %s: left-over .partial %s is a symlink to %s/victim"
+                           % (partial, HOST, partial, outside))
+    assert os.path.islink(partial) and _lstate(outside) == before
+
+
+def test_progress_record_never_writes_through_a_symlink(ckpt, dest, outside, tmp_path):
+    progress = str(tmp_path / "progress.json")
+    _symlink_to_victim(progress, outside)
+    _symlink_to_victim("%s.%d.tmp" % (progress, os.getpid()), outside)
+    before = _lstate(outside)
+    with pytest.raises(EngramPackError) as info:
+        pack_layer(ckpt, dest, 1, 0, 3, progress_path=progress)
+    assert "left-over progress temp file %s.%d.tmp is a symlink" % (progress, os.getpid()) in str(info.value)
+    os.unlink("%s.%d.tmp" % (progress, os.getpid()))
+    pack_layer(ckpt, dest, 1, 0, 3, progress_path=progress)
+    assert not os.path.islink(progress) and ef.read_progress(progress)["state"] == "done"
+    assert _lstate(outside) == before
+
+
+@pytest.mark.parametrize("name", [ckpt_factory.INDEX_NAME, "model-00001-of-00002.safetensors"])
+def test_fifo_in_the_checkpoint_is_refused_without_blocking(ckpt, dest, no_hang, name):
+    path = os.path.join(ckpt, name)
+    os.unlink(path)
+    os.mkfifo(path)
+    with pytest.raises(EngramFormatError) as info:
+        pack_layer(ckpt, dest, 1, 0, 3)
+    assert str(info.value).startswith(path + ": ") and "is a FIFO, not a regular file" in str(info.value)
+    assert os.listdir(dest) == []
