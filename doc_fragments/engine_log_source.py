@@ -30,6 +30,12 @@ options:
         two streams cannot be interleaved (stdout is read first, then stderr).
     type: bool
     default: true
+  docker_timeout:
+    description:
+      - Seconds C(docker logs) may take (run under coreutils C(timeout) where it exists); a daemon
+        that stops answering fails the task naming the container instead of holding the play.
+    type: int
+    default: 120
   count_boots:
     description:
       - Also count the boots in the whole log (C(boots_seen)); this reads every earlier boot's

@@ -94,7 +94,7 @@ def collect(run_command, params):
     """The module result (without ``changed``) for ``params``."""
     text, info = read_boot_text(run_command, log_path=params["log_path"], container=params["container"],
                                 docker=params["docker_bin"], timestamps=params["docker_timestamps"],
-                                max_bytes=params["max_bytes"])
+                                max_bytes=params["max_bytes"], timeout=params["docker_timeout"])
     if params["tail_lines"]:
         text = "".join(text.splitlines(True)[-params["tail_lines"]:])
     info["content"] = text

@@ -807,12 +807,28 @@ def gather(run, owners=None, serving_prefix="dsv41-", docker="docker", journal_p
     return r
 
 
-def make_runner(module):
+COMMAND_TIMEOUT = 60      # seconds any probe command may take (docker, journalctl, systemctl, nvidia-smi)
+
+
+def make_runner(module, timeout=COMMAND_TIMEOUT):
     """``run(args) -> (rc, out, err)`` over ``module.run_command``; rc is None when the executable
-    does not exist (the read-only probes of contention_report and clock_lock_status share it)."""
+    does not exist (the read-only probes of contention_report and clock_lock_status share it).
+    Each command runs under coreutils ``timeout`` where it exists: a probe that hangs (a docker
+    daemon that stops answering) ends with rc 124 and its own name in the error."""
+    import shutil
+    tool = shutil.which("timeout") if timeout else None
+
     def run(args):
+        args = list(args)
+        if tool and (os.path.exists(args[0]) or shutil.which(args[0])):
+            bounded = [tool, "--kill-after=10", "%ds" % int(timeout)] + args
+        else:
+            bounded = args
         try:
-            return module.run_command(list(args), expand_user_and_vars=False, handle_exceptions=False)
+            rc, out, err = module.run_command(bounded, expand_user_and_vars=False, handle_exceptions=False)
+            if bounded is not args and rc in (124, 137):
+                return rc, out, "%s: no answer within %d s (killed)" % (args[0], timeout)
+            return rc, out, err
         except (IOError, OSError) as exc:
             return None, "", "%s: %s" % (args[0], exc)
     return run

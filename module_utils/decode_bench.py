@@ -244,6 +244,10 @@ class Client(object):
         return BenchError(message, url=self.full_url, status=status, host_label=self.host_label,
                           api_key=self.api_key)
 
+    def _timed_out(self, t0):
+        return self._error("timed out after %.1f s (timeout=%s s for the whole request)"
+                           % (time.monotonic() - t0, self.timeout), status="timeout")
+
     def _connection(self):
         cls = http_client.HTTPSConnection if self.scheme == "https" else http_client.HTTPConnection
         return cls(self.host, self.port, timeout=self.timeout)
@@ -261,8 +265,27 @@ class Client(object):
             headers["Authorization"] = "Bearer %s" % self.api_key
         conn = self._connection()
         t0 = time.monotonic()
+        # `timeout` bounds each socket operation, and also the whole request: a server that trickles
+        # a byte now and then never trips a per-read timeout, so a watchdog closes the socket at the
+        # deadline and the request fails as timed out.
+        expired = []
+        sockets = []        # the connection hands its socket to the response (conn.sock becomes None)
+
+        def expire():
+            expired.append(True)
+            for sock in sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except (OSError, socket.error):
+                    pass
+
+        watchdog = threading.Timer(self.timeout, expire)
+        watchdog.daemon = True
+        watchdog.start()
         try:
             try:
+                conn.connect()
+                sockets.append(conn.sock)
                 conn.request("POST", self.path, body=data, headers=headers)
                 resp = conn.getresponse()
                 if resp.status != 200:
@@ -273,12 +296,20 @@ class Client(object):
                     rec = self._read_stream(resp, t0)
                 else:
                     rec = self._read_json(resp, t0)
+                if expired:
+                    raise socket.timeout()
             except socket.timeout:
-                raise self._error("timed out after %.1f s (timeout=%s)" % (time.monotonic() - t0, self.timeout),
-                                  status="timeout")
+                raise self._timed_out(t0)
             except (socket.error, http_client.HTTPException) as exc:
+                if expired:
+                    raise self._timed_out(t0)
                 raise self._error("%s: %s" % (type(exc).__name__, exc), status="connection error")
+            except BenchError:
+                if expired:
+                    raise self._timed_out(t0)
+                raise
         finally:
+            watchdog.cancel()
             conn.close()
         rec["start"] = t0
         return rec

@@ -107,6 +107,7 @@ UNIT_BYTES = {
 CHUNK_SIZE = 4 << 20          # bytes per read; memory use is a small multiple of this
 MAX_EVENTS = 256              # cap of every per-boot list (counts keep counting)
 MAX_QUOTE = 240               # characters of a line quoted in a message
+DOCKER_TIMEOUT = 120          # seconds `docker logs` may take (a daemon that stops answering)
 
 # Kinds of facts a scan can be restricted to (``kinds=``). Boot boundaries are always tracked.
 KIND_ENGRAM = "engram"        # Exact + periodic Engram lines
@@ -1240,7 +1241,7 @@ def latest_boot_bytes(data, max_bytes=None):
 
 
 def read_boot_text(run_command, log_path=None, container=None, docker="docker", timestamps=True,
-                   max_bytes=None):
+                   max_bytes=None, timeout=DOCKER_TIMEOUT):
     """``(text, info)``: the latest boot of a log file or of a container's ``docker logs`` (both
     streams, in order), as the one way roles collect boot logs.  ``info`` adds ``source``."""
     if log_path:
@@ -1259,7 +1260,8 @@ def read_boot_text(run_command, log_path=None, container=None, docker="docker", 
         info["source"] = str(log_path)
     elif container:
         partial = []
-        text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps, partial=partial)
+        text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps, partial=partial,
+                                timeout=timeout)
         data, info = latest_boot_bytes(text, max_bytes)
         if partial and not info["partial_last_line"]:
             info["partial_last_line"] = _quote(partial[-1])
@@ -1314,17 +1316,30 @@ def _ts_key(ts):
     return head + ".000000000" + ts[len(head):]
 
 
-def docker_logs_text(run_command, container, docker="docker", timestamps=True, partial=None):
+def bounded(args, seconds):
+    """``args`` run under coreutils ``timeout`` (TERM at the limit, KILL 10 s later) where it exists,
+    so an external command that stops answering cannot hold a play forever."""
+    import shutil
+    tool = shutil.which("timeout") if seconds else None
+    return ([tool, "--kill-after=10", "%ds" % int(seconds)] if tool else []) + list(args)
+
+
+def docker_logs_text(run_command, container, docker="docker", timestamps=True, partial=None,
+                     timeout=DOCKER_TIMEOUT):
     """Run ``docker logs [--timestamps] <container>`` through ``run_command`` and return text.
 
     ``run_command`` is ``AnsibleModule.run_command`` (args list -> (rc, stdout, stderr)); both
-    streams are read.  Raises :class:`EngineLogError` when docker fails.
+    streams are read, within ``timeout`` seconds.  Raises :class:`EngineLogError` when docker
+    fails or does not finish in time.
     """
     args = [docker, "logs"]
     if timestamps:
         args.append("--timestamps")
     args.append(container)
-    rc, out, err = run_command(args)
+    rc, out, err = run_command(bounded(args, timeout))
+    if rc in (124, 137) and timeout and args != bounded(args, timeout):
+        raise EngineLogError("docker logs %s" % container, "readable",
+                             "docker logs did not finish within %d s (docker_timeout)" % timeout)
     if rc != 0:
         raise EngineLogError("docker logs %s" % container, "readable",
                              "docker exited %s: %s" % (rc, (err or out or "").strip()[-500:]))
@@ -1343,9 +1358,10 @@ def docker_logs_text(run_command, container, docker="docker", timestamps=True, p
 
 
 def scan_docker(run_command, container, kinds=ALL_KINDS, docker="docker", timestamps=True,
-                count_boots=False):
+                count_boots=False, timeout=DOCKER_TIMEOUT):
     partial = []
-    text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps, partial=partial)
+    text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps, partial=partial,
+                            timeout=timeout)
     facts = scan(text, name="docker logs %s" % container, kinds=kinds, count_boots=count_boots)
     if partial and not facts.partial_last_line:
         facts.partial_last_line = _quote(partial[-1])
@@ -1358,6 +1374,7 @@ SOURCE_ARGUMENT_SPEC = dict(
     container=dict(type="str"),
     docker_bin=dict(type="str", default="docker"),
     docker_timestamps=dict(type="bool", default=True),
+    docker_timeout=dict(type="int", default=DOCKER_TIMEOUT),
     count_boots=dict(type="bool", default=False),
 )
 SOURCE_MUTUALLY_EXCLUSIVE = [("log_path", "container")]
@@ -1368,11 +1385,12 @@ def read_boot_params(run_command, params, kinds=ALL_KINDS):
     """read_boot with a module's SOURCE_ARGUMENT_SPEC parameters."""
     return read_boot(run_command, log_path=params["log_path"], container=params["container"], kinds=kinds,
                      docker=params["docker_bin"], timestamps=params["docker_timestamps"],
-                     count_boots=params.get("count_boots") or False)
+                     count_boots=params.get("count_boots") or False,
+                     timeout=params.get("docker_timeout", DOCKER_TIMEOUT))
 
 
 def read_boot(run_command, log_path=None, container=None, kinds=ALL_KINDS, docker="docker", timestamps=True,
-              count_boots=False):
+              count_boots=False, timeout=DOCKER_TIMEOUT):
     """Latest-boot facts from a log file or a container's ``docker logs`` (both streams).
 
     The one entry point modules use, so every module reads an engine log the same way.
@@ -1381,7 +1399,7 @@ def read_boot(run_command, log_path=None, container=None, kinds=ALL_KINDS, docke
         return scan_file(log_path, kinds=kinds, count_boots=count_boots)
     if container:
         return scan_docker(run_command, container, kinds=kinds, docker=docker, timestamps=timestamps,
-                           count_boots=count_boots)
+                           count_boots=count_boots, timeout=timeout)
     raise ValueError("read_boot needs log_path or container")
 
 

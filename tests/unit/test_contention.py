@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import time
 import pytest
+
+from modrun import strip_bound
 
 from ansible.module_utils import basic
 from ansible.module_utils import contention as ct
@@ -479,7 +482,7 @@ def run(monkeypatch, capsys, args, host, check_mode=False):
     def fake(self, cmd, *a, **kw):
         kwargs_seen.append(kw)
         assert isinstance(cmd, list) and not kw.get("use_unsafe_shell")
-        return host(cmd)
+        return host(strip_bound(cmd)[1])
     monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
     monkeypatch.setattr(os, "getpid", lambda: SELF)
     with pytest.raises(SystemExit):
@@ -591,6 +594,7 @@ def test_standin_through_the_module(monkeypatch, capsys, fsroot, spark3_docker):
     calls = []
 
     def fake(self, cmd, *a, **kw):
+        limit, cmd = strip_bound(cmd)
         calls.append(cmd)
         if cmd[0] == str(DOCKER):
             return real(self, [sys.executable] + cmd, *a, **kw)
@@ -618,3 +622,30 @@ def test_ansible_invocation_lines_are_not_events():
            "2026-11-29T09:21:33+0000 spark3 kernel[1]: NVRM: graphics context allocation failed [NV_ERR_NO_MEMORY] at 01:33:54\n")
     lines = contention.journal_lines(out)
     assert len(lines) == 1 and "kernel[1]" in lines[0]
+
+
+def test_probe_commands_run_under_a_time_limit(tmp_path):
+    import shutil
+    from ansible.module_utils.contention import make_runner
+    if shutil.which("timeout") is None:
+        pytest.skip("coreutils timeout is not installed here")
+    calls = []
+
+    class Module(object):
+        def run_command(self, args, **kw):
+            calls.append(args)
+            return 124, "", ""
+
+    rc, out, err = make_runner(Module(), timeout=5)(["sleep", "100"])
+    assert calls[0][1:3] == ["--kill-after=10", "5s"] and calls[0][3:] == ["sleep", "100"]
+    assert rc == 124 and err == "sleep: no answer within 5 s (killed)"
+
+
+    class RealModule(object):
+        def run_command(self, args, **kw):
+            res = subprocess.run(args, capture_output=True, text=True)
+            return res.returncode, res.stdout, res.stderr
+
+    t0 = time.monotonic()
+    rc, _out, err = make_runner(RealModule(), timeout=1)(["sleep", "30"])
+    assert rc == 124 and "no answer within 1 s" in err and time.monotonic() - t0 < 15

@@ -435,3 +435,37 @@ def test_key_cut_by_the_message_limit_is_still_redacted(engine, prompt_files):
         db.run_benchmark(engine.url, workloads, settings(), api_key=wrong, host_label="spark3")
     assert err.value.status == 401 and "Bearer ***" in str(err.value)
     assert "sk-wrong" not in str(err.value)
+
+
+def test_a_trickling_server_hits_the_overall_deadline():
+    """A server that sends a byte every 0.2 s never trips a per-read timeout; the whole request
+    still ends at the client's timeout (an overall deadline), as a clean timeout error."""
+    import socket as so
+    listener = so.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    stop = threading.Event()
+
+    def serve():
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: ")
+        while not stop.is_set():
+            try:
+                conn.sendall(b"x")
+            except OSError:
+                break
+            time.sleep(0.2)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = db.Client("http://127.0.0.1:%d/v1/chat/completions" % listener.getsockname()[1], timeout=1.0)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(db.BenchError) as err:
+            client.request({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+    finally:
+        stop.set()
+        listener.close()
+    assert err.value.status == "timeout" and "for the whole request" in str(err.value)
+    assert time.monotonic() - t0 < 5

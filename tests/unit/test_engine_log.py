@@ -312,3 +312,19 @@ def test_periodic_fast_path_reads_what_the_line_parser_reads(tmp_path):
     odd = P + "Engram layer=14 lookups=1 hit_rate=0.0% reads=1 cache=0.0 GiB(4-way) scales=0.0GiB threads=96 packed=False"
     facts = all_ways(L.text(L.boot(1)) + odd + "\n", tmp_path)
     assert facts.periodic[14]["packed_false"] == 1 and facts.periodic[14]["last"]["packed"] is False
+
+
+def test_docker_logs_runs_under_a_time_limit():
+    import shutil
+    seen = []
+
+    def run(args):
+        seen.append(args)
+        return 124, "", ""
+
+    if shutil.which("timeout") is None:
+        pytest.skip("coreutils timeout is not installed here")
+    with pytest.raises(EngineLogError) as err:
+        E.scan_docker(run, "dsv41-head", timeout=7)
+    assert seen[0][1:3] == ["--kill-after=10", "7s"] and seen[0][3:5] == ["docker", "logs"]
+    assert "did not finish within 7 s" in str(err.value) and "docker logs dsv41-head" in str(err.value)
