@@ -180,10 +180,22 @@ def lab_containers():
     return sorted(names)
 
 
+def remove_container(name, attempts=5):
+    """Remove a lab container whatever state it was left in. Under load podman can report a
+    container it is still stopping as "state improper"; try again until the name is free."""
+    for attempt in range(attempts):
+        run(["podman", "rm", "-f", "-t", "2", name], check=False, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        if run(["podman", "container", "exists", name], check=False).returncode != 0:
+            return
+        time.sleep(1 + attempt)
+    raise SystemExit(f"[lab] could not remove {name} after {attempts} attempts (see `podman ps -a`)")
+
+
 def down(purge=False):
     for name in lab_containers():
         log(f"removing {name}")
-        run(["podman", "rm", "-f", "-t", "2", name], check=False, stdout=subprocess.DEVNULL)
+        remove_container(name)
     if run(["podman", "network", "exists", NETWORK], check=False).returncode == 0:
         run(["podman", "network", "rm", "-f", NETWORK], check=False, stdout=subprocess.DEVNULL)
     for host in HOSTS:
@@ -355,7 +367,7 @@ def up(skip_serve=False):
     ensure_models()
     for name in lab_containers():
         log(f"replacing {name} left from an earlier run")
-        run(["podman", "rm", "-f", "-t", "2", name], check=False, stdout=subprocess.DEVNULL)
+        remove_container(name)
     ensure_network()
     for host, spec in HOSTS.items():
         start_host(host, spec, ref)

@@ -169,7 +169,8 @@ def test_stage_a_with_the_flag_packs_the_limit_and_refuses_the_restart(mini_inve
     assert after["spark2"] == before["spark2"]
     # The ranks in the limit got their shards, byte-exact, and nothing else changed there.
     for rank, host in ((0, "spark1"), (2, "spark3")):
-        written = {f"{ENGRAM[host]}/engram-l{layer}-r{rank}of3.bin" for layer in (1, 14)}
+        written = {f"{ENGRAM[host]}/engram-l{layer}-r{rank}of3.bin{meta}" for layer in (1, 14)
+                   for meta in ("", ".meta.json")}     # each shard and its provenance record
         changed = {p for p in set(after[host]["files"]) | set(before[host]["files"])
                    if after[host]["files"].get(p) != before[host]["files"].get(p)}
         # (the directory itself and the packer's lock file beside the shards change too)
