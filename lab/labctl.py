@@ -44,6 +44,7 @@ NETWORK = "dsv41-lab" if INSTANCE == 0 else f"dsv41-lab{INSTANCE}"
 SUBNET = f"172.29.{33 + INSTANCE}.0/24"
 LABEL = "dsv41-lab=1"
 INSTANCE_LABEL = f"dsv41-lab-instance={INSTANCE}"
+MEMINFO_PREFIX = "meminfo-" if INSTANCE == 0 else f"meminfo{INSTANCE}-"
 BASE_REPO = "localhost/dsv41-lab-base"
 IMAGE_REPO = "localhost/dsv41-lab"
 SUITE = "bookworm"
@@ -199,9 +200,15 @@ def down(purge=False):
     if run(["podman", "network", "exists", NETWORK], check=False).returncode == 0:
         run(["podman", "network", "rm", "-f", NETWORK], check=False, stdout=subprocess.DEVNULL)
     for host in HOSTS:
-        (INVENTORY / "host_vars" / host / "lab_connection.yml").unlink(missing_ok=True)
-    shutil.rmtree(SSH_DIR, ignore_errors=True)
-    for f in STATE.glob("meminfo-*"):
+        conn = INVENTORY / "host_vars" / host / "lab_connection.yml"
+        # The connection files of this checkout may belong to another instance's lab: keep those.
+        if conn.exists() and f"dsv41_lab_instance: {INSTANCE}\n" in conn.read_text():
+            conn.unlink()
+    # The ssh keys of this checkout serve every instance driven from it: removed only when no other
+    # instance's connection files remain.
+    if not list(INVENTORY.glob("host_vars/*/lab_connection.yml")):
+        shutil.rmtree(SSH_DIR, ignore_errors=True)
+    for f in STATE.glob(f"{MEMINFO_PREFIX}*"):
         f.unlink()
     if purge:
         out = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture=True).stdout
@@ -227,7 +234,7 @@ def ensure_models():
 
 
 def write_meminfo(host, spec):
-    path = STATE / f"meminfo-{host}"
+    path = STATE / f"{MEMINFO_PREFIX}{host}"
     avail = spec["mem_available_kb"]
     free = avail // 3
     path.write_text(
@@ -334,6 +341,8 @@ def write_connection(host, spec, key):
         f"ansible_host: 127.0.0.1\nansible_port: {port}\n"
         f"ansible_ssh_private_key_file: {key}\n"
         "ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR\n"
+        f"# Which lab (DSV41_LAB_INSTANCE) these hosts belong to; `down` of another instance leaves this file.\n"
+        f"dsv41_lab_instance: {INSTANCE}\n"
     )
     return int(port)
 
