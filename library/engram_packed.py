@@ -204,29 +204,15 @@ def evaluate(facts, rank, tp_size, layers, rows_total):
     start-up line in the latest boot (the message carries the fatal errors that explain it).
     """
     facts.require_marker()
-    fatal = []
-    for f in facts.fatal:
-        entry = dict(f)
-        entry["layer"] = next((layer for layer in layers if layer not in f["attached_layers"]), None)
-        if entry["rank"] is None:
-            entry["rank"] = rank
-        fatal.append(entry)
-    fatal_text = ["fatal on rank %s while attaching layer %s: %s" % (x["rank"], x["layer"], x["line"])
-                  for x in fatal]
+    fatal = facts.fatal_attributed(layers, rank)
+    fatal_text = facts.fatal_text(fatal)
     out_layers = []
     problems = []        # not-packed layers first, then rank/row mismatches, then fatal errors
     mismatches = []
     all_packed = True
     all_ok = True
     for layer in layers:
-        if layer not in facts.engram:
-            raise EngineLogError(facts.source, "'Exact ... Engram layer=%d'" % layer,
-                                 "layers attached: %s%s%s" % (
-                                     sorted(facts.engram) or "none",
-                                     "; " + "; ".join(fatal_text) if fatal_text else "",
-                                     "; last line still being written: %r" % facts.partial_last_line
-                                     if facts.partial_last_line else ""), facts.boots_seen)
-        f = facts.engram[layer]
+        f = facts.require_engram(layer, layers, rank)
         per = facts.periodic.get(layer)
         periodic_packed = per["last"]["packed"] if per and per["last"] else None
         periodic_unpacked = per["packed_false"] if per else 0

@@ -279,18 +279,12 @@ def evaluate(facts, requested_tokens=None):
         "chunked_prefill_size": _int_or_none(_first(max_total.get("chunked_prefill_size"),
                                                     sargs.get("chunked_prefill_size"))),
         "available_gpu_mem_printed": max_total.get("available_gpu_mem_printed"),
-        "pool": _public(facts.pool),
+        "pool": engine_log.public_fields(facts.pool),
         "pool_lines": facts.pool_count,
-        "memory": _public(mem),
+        "memory": engine_log.public_fields(mem),
         "rank": facts.rank,
         "partial_last_line": facts.partial_last_line,
     }
-
-
-def _public(fields):
-    if fields is None:
-        return None
-    return dict((k, v) for k, v in fields.items() if not k.startswith("_"))
 
 
 def below_min_message(who, result, min_tokens):

@@ -684,12 +684,32 @@ class BootFacts(object):
             raise self._missing("boot marker ('server_args=')",
                                 "the lines read cannot be tied to a boot (log rotated, or not an engine log)")
 
-    def require_engram(self, layer):
+    def fatal_attributed(self, layers, rank=None):
+        """The fatal Engram errors, each with ``layer`` (the first of ``layers`` not attached before
+        it: the one being attached) and ``rank`` (the boot's, else ``rank``); they name no file."""
+        out = []
+        for f in self.fatal:
+            entry = dict(f)
+            entry["layer"] = next((layer for layer in layers if layer not in f["attached_layers"]), None)
+            if entry["rank"] is None:
+                entry["rank"] = rank
+            out.append(entry)
+        return out
+
+    @staticmethod
+    def fatal_text(attributed):
+        return ["fatal on rank %s while attaching layer %s: %s" % (x["rank"], x["layer"], x["line"])
+                for x in attributed]
+
+    def require_engram(self, layer, layers=None, rank=None):
+        """The Exact line of ``layer``; when missing, the error names the layers attached, the fatal
+        errors attributed among ``layers`` (default: this layer) and a line still being written."""
         f = self.engram.get(int(layer))
         if f is None:
-            detail = "layers found: %s" % (sorted(self.engram) or "none")
-            if self.fatal:
-                detail += "; fatal: %s" % "; ".join(x["line"] for x in self.fatal)
+            detail = "layers attached: %s" % (sorted(self.engram) or "none")
+            fatal = self.fatal_text(self.fatal_attributed(layers or [int(layer)], rank))
+            if fatal:
+                detail += "; " + "; ".join(fatal)
             if self.partial_last_line:
                 detail += "; last line still being written: %r" % _quote(self.partial_last_line)
             raise self._missing("'Exact ... Engram layer=%d'" % int(layer), detail)
@@ -729,11 +749,7 @@ class BootFacts(object):
         return a
 
     def to_dict(self):
-        def clean(d):
-            if d is None:
-                return None
-            return dict((k, (v.raw if isinstance(v, Malformed) else v)) for k, v in d.items()
-                        if not k.startswith("_"))
+        clean = public_fields
         return {
             "source": self.source,
             "boots_seen": self.boots_seen,
@@ -764,6 +780,15 @@ class BootFacts(object):
             "partial_last_line": self.partial_last_line,
             "malformed": [dict(m) for m in self.malformed],
         }
+
+
+def public_fields(fields):
+    """A fields dict as callers see it: without the reader's own ``_`` keys, malformed values as
+    printed; None stays None."""
+    if fields is None:
+        return None
+    return dict((k, (v.raw if isinstance(v, Malformed) else v)) for k, v in fields.items()
+                if not k.startswith("_"))
 
 
 def _capped_append(lst, item):
@@ -906,7 +931,7 @@ class Scanner(object):
     Memory is bounded by the chunk size plus the longest line, whatever the log size.
     """
 
-    def __init__(self, source="<log>", kinds=ALL_KINDS, first_line=1):
+    def __init__(self, source="<log>", kinds=ALL_KINDS):
         self.kinds = frozenset(kinds)
         unknown = self.kinds - ALL_KINDS
         if unknown:
@@ -914,7 +939,7 @@ class Scanner(object):
         self.state = _State(source, self.kinds)
         self.needles = _needles_for(self.kinds)
         self._carry = b""
-        self.line_no = first_line     # number of the next line to be processed
+        self.line_no = 1              # number of the next line to be processed
 
     def feed(self, data):
         if not data:
@@ -1090,10 +1115,7 @@ def _count_markers(read_at, limit, chunk_size):
 
 def _scan_random_access(read_at, size, name, kinds, chunk_size, count_boots):
     start = find_last_marker(read_at, size, chunk_size) if size else None
-    first_line = None
-    if start:
-        first_line = 1 + _count_newlines(read_at, start, chunk_size) if count_boots else None
-    sc = Scanner(name, kinds, first_line=first_line or 1)
+    sc = Scanner(name, kinds)
     pos = start or 0
     while pos < size:
         data = read_at(pos, min(chunk_size, size - pos))
@@ -1102,10 +1124,10 @@ def _scan_random_access(read_at, size, name, kinds, chunk_size, count_boots):
         sc.feed(data)
         pos += len(data)
     facts = sc.finish()
-    if start and first_line is None and facts.malformed:
-        # Line numbers were counted from the marker; make them absolute for the message.
-        base = _count_newlines(read_at, start, chunk_size)
-        _shift_lines(facts, base)
+    if start and (facts.malformed or facts.fatal):
+        # Line numbers were counted from the marker. Only a fact that names its line needs them
+        # absolute, so the earlier text is counted then, not on every check.
+        _shift_lines(facts, _count_newlines(read_at, start, chunk_size))
     if count_boots:
         facts.boots_seen = (_count_markers(read_at, start, chunk_size) if start else 0) + (
             1 if facts.marker_found else (1 if size else 0))
@@ -1113,10 +1135,12 @@ def _scan_random_access(read_at, size, name, kinds, chunk_size, count_boots):
 
 
 def _shift_lines(facts, base):
+    """Make the line numbers a fact names (malformed values, fatal errors) absolute."""
     for m in facts.malformed:
         m["line"] += base
-    for group in ([facts.memory, facts.max_total] + facts.pool_sizes + list(facts.engram.values())
-                  + facts.startup["load_weight"]):
+    for f in facts.fatal:
+        f["line_no"] += base
+    for group in [facts.memory, facts.max_total] + facts.pool_sizes:
         if group and "_line" in group:
             group["_line"] += base
 
@@ -1336,8 +1360,9 @@ def docker_logs_text(run_command, container, docker="docker", timestamps=True, p
     if timestamps:
         args.append("--timestamps")
     args.append(container)
-    rc, out, err = run_command(bounded(args, timeout))
-    if rc in (124, 137) and timeout and args != bounded(args, timeout):
+    cmd = bounded(args, timeout)
+    rc, out, err = run_command(cmd)
+    if rc in (124, 137) and len(cmd) > len(args):
         raise EngineLogError("docker logs %s" % container, "readable",
                              "docker logs did not finish within %d s (docker_timeout)" % timeout)
     if rc != 0:

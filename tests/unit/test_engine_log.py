@@ -328,3 +328,13 @@ def test_docker_logs_runs_under_a_time_limit():
         E.scan_docker(run, "dsv41-head", timeout=7)
     assert seen[0][1:3] == ["--kill-after=10", "7s"] and seen[0][3:5] == ["docker", "logs"]
     assert "did not finish within 7 s" in str(err.value) and "docker logs dsv41-head" in str(err.value)
+
+
+def test_fatal_line_numbers_count_from_the_top_of_the_file(tmp_path):
+    # The file is read from its last marker on; the line a fatal error names is still the file's.
+    text = L.text(L.boot(2), L.boot(2, fatal=(14, "is truncated")))
+    log = tmp_path / "w.log"
+    log.write_text(text)
+    want = next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith("Engram retrieval failed"))
+    for facts in (E.scan_file(str(log)), E.scan(text), E.scan_lines(text.splitlines())):
+        assert facts.fatal[0]["line_no"] == want
