@@ -1,4 +1,4 @@
-"""Build synthetic safetensors checkpoints (and run Ansible modules) for tests and benchmarks.
+"""Build synthetic safetensors checkpoints for tests and benchmarks.
 
 Written straight from the format description (8-byte LE header length, JSON header, data), not
 from module_utils/engram_format.py, so tests that use it check that code independently.
@@ -8,7 +8,6 @@ Two flavours:
 - header-only checkpoints (``sparse=True``): full-size shapes, the data area is a hole made with
   ``truncate``, so a 98 GB table costs no disk. Used for the space arithmetic.
 """
-import contextlib
 import io
 import json
 import os
@@ -202,42 +201,6 @@ def snapshot(directory):
             st = os.stat(path)
             state[name] = (st.st_size, st.st_mtime_ns, digest)
     return state
-
-
-def run_module(main, args, check_mode=False, capsys=None):
-    """Run an Ansible module's ``main()`` with ``args``; return its result JSON (dict).
-
-    Patches ``ansible.module_utils.basic`` args the community.general way and catches the
-    SystemExit that exit_json/fail_json raise. ``failed`` is set in the result on failure.
-    """
-    from ansible.module_utils import basic
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    module_args = dict(args)
-    if check_mode:
-        module_args["_ansible_check_mode"] = True
-    payload = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": module_args}))
-    stdout = io.StringIO()
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(_patched(basic, "_ANSIBLE_ARGS", payload))
-        if hasattr(basic, "_ANSIBLE_PROFILE"):  # ansible-core >= 2.19 needs a serialization profile
-            stack.enter_context(_patched(basic, "_ANSIBLE_PROFILE", "legacy"))
-        stack.enter_context(contextlib.redirect_stdout(stdout))
-        try:
-            main()
-        except SystemExit:
-            pass
-    return json.loads(stdout.getvalue())
-
-
-@contextlib.contextmanager
-def _patched(obj, name, value):
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
 
 
 def python_with_module_utils():

@@ -1,13 +1,18 @@
-"""Run a custom module's main() with arguments, optionally faking AnsibleModule.run_command.
+"""Run a custom module's main() with arguments: the one module harness of the unit tests.
 
-Shared by the module tests (the community.general way: patch _ANSIBLE_ARGS, catch SystemExit, read
-the JSON the module printed). ``_calls`` in the result lists the commands the module ran.
+Arguments go in through ansible-core's own ``patch_module_args`` (the serialization the controller
+uses), the JSON the module prints on exit_json/fail_json is read back, and ``run_command`` can be
+faked. ``_calls`` in the result lists the commands the module ran, ``_bounds`` the coreutils
+``timeout`` limits they ran under and ``_kwargs`` the keyword arguments of each run_command call.
 """
+import contextlib
+import io
 import json
+from unittest import mock
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
+from ansible.module_utils.testing import patch_module_args
 
 
 def strip_bound(cmd):
@@ -18,25 +23,37 @@ def strip_bound(cmd):
     return None, cmd
 
 
-def run_main(monkeypatch, capsys, main, args, run_command=None):
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    if hasattr(basic, "_ANSIBLE_PROFILE"):      # ansible-core >= 2.19 needs a serialization profile
-        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
-    calls = []
-    bounds = []
-    if run_command is not None:
-        def fake(self, cmd, *a, **kw):
-            # Modules run external commands under coreutils `timeout`; the fake sees the command
-            # itself, and the limit is recorded in ``_bounds``.
-            limit, cmd = strip_bound(cmd)
-            if limit:
-                bounds.append(limit)
-            calls.append(cmd)
-            return run_command(cmd)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
-    with pytest.raises(SystemExit):
-        main()
-    out = json.loads(capsys.readouterr().out)
-    out["_calls"] = calls
-    out["_bounds"] = bounds
+def run_module(main, args, check_mode=False, run_command=None):
+    """The result dict of ``main()`` run with ``args`` (``failed`` set when the module failed).
+
+    ``run_command(cmd)`` answers ``(rc, stdout, stderr)`` for each command the module runs, seen
+    without its ``timeout`` wrapper; without it the module runs commands for real.
+    """
+    module_args = dict(args)
+    if check_mode:
+        module_args["_ansible_check_mode"] = True
+    calls, bounds, kwargs = [], [], []
+    stdout = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patch_module_args(module_args))
+        if run_command is not None:
+            def fake(self, cmd, *a, **kw):
+                limit, cmd = strip_bound(cmd)
+                if limit:
+                    bounds.append(limit)
+                calls.append(cmd)
+                kwargs.append(kw)
+                return run_command(cmd)
+            stack.enter_context(mock.patch.object(basic.AnsibleModule, "run_command", fake))
+        stack.enter_context(contextlib.redirect_stdout(stdout))
+        with pytest.raises(SystemExit):     # exit_json and fail_json both end the process
+            main()
+    out = json.loads(stdout.getvalue())
+    out.update(_calls=calls, _bounds=bounds, _kwargs=kwargs)
     return out
+
+
+def run_main(monkeypatch, capsys, main, args, run_command=None):
+    """``run_module`` under the older call signature (the fixtures it took are no longer needed)."""
+    del monkeypatch, capsys
+    return run_module(main, args, run_command=run_command)

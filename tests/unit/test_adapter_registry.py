@@ -2,7 +2,7 @@
 import sys
 from pathlib import Path
 
-from ckpt_factory import run_module
+from modrun import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "library"))

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from modrun import run_main
+from modrun import run_module
 
 
 import autotune_status
@@ -67,13 +67,13 @@ def cache_tree(tmp_path, ranks=(0, 1, 2), digest=HASH, sidecar=True):
     return str(root)
 
 
-def run(monkeypatch, capsys, args, run_command=None):
-    return run_main(monkeypatch, capsys, autotune_status.main, args, run_command)
+def run(args, run_command=None):
+    return run_module(autotune_status.main, args, run_command=run_command)
 
 
-def test_stock_boot_with_two_disagreements(monkeypatch, capsys, tmp_path):
+def test_stock_boot_with_two_disagreements(tmp_path):
     root = cache_tree(tmp_path, sidecar=False)
-    res = run(monkeypatch, capsys, {"log_path": SEED_LOG, "rank": 0, "cache_root": root, "host_label": "spark1",
+    res = run({"log_path": SEED_LOG, "rank": 0, "cache_root": root, "host_label": "spark1",
                                     "count_boots": True})
     assert not res.get("failed"), res.get("msg")
     assert res["verdict"] == "tuned" and res["armed"] is False and res["changed"] is False
@@ -91,9 +91,9 @@ def test_stock_boot_with_two_disagreements(monkeypatch, capsys, tmp_path):
     assert res["problems"] == [] and res["drift"] == []
 
 
-def test_retention_boot_reuses_twice(monkeypatch, capsys, tmp_path):
+def test_retention_boot_reuses_twice(tmp_path):
     root = cache_tree(tmp_path)
-    res = run(monkeypatch, capsys, {"log_path": reused_boot(tmp_path), "rank": 1, "cache_root": root,
+    res = run({"log_path": reused_boot(tmp_path), "rank": 1, "cache_root": root,
                                     "expect": ["reused"], "count_boots": True})
     assert not res.get("failed"), res.get("msg")
     assert res["verdict"] == "reused" and res["armed"] is True
@@ -106,9 +106,9 @@ def test_retention_boot_reuses_twice(monkeypatch, capsys, tmp_path):
     assert f["sidecar_sha256"] == hashlib.sha256((FP + "\n").encode()).hexdigest()
 
 
-def test_retention_boot_tuned_and_saved(monkeypatch, capsys, tmp_path):
+def test_retention_boot_tuned_and_saved(tmp_path):
     root = cache_tree(tmp_path)
-    res = run(monkeypatch, capsys, {"log_path": tuned_boot(tmp_path), "rank": 1, "cache_root": root,
+    res = run({"log_path": tuned_boot(tmp_path), "rank": 1, "cache_root": root,
                                     "expect": ["tuned"]})
     assert not res.get("failed"), res.get("msg")
     assert res["verdict"] == "tuned" and res["armed"] is True
@@ -117,8 +117,8 @@ def test_retention_boot_tuned_and_saved(monkeypatch, capsys, tmp_path):
     assert res["cache_files"][0]["outcome"] == "tuned_saved"
 
 
-def test_mixed_partial_hit(monkeypatch, capsys, tmp_path):
-    res = run(monkeypatch, capsys, {"log_path": KEEP_HEAD, "rank": 0, "cache_root": str(tmp_path / "none")})
+def test_mixed_partial_hit(tmp_path):
+    res = run({"log_path": KEEP_HEAD, "rank": 0, "cache_root": str(tmp_path / "none")})
     assert not res.get("failed"), res.get("msg")
     assert res["verdict"] == "mixed" and res["reused_count"] == 1 and res["tuned_count"] == 1
     assert [os.path.basename(os.path.dirname(p)) for p in res["reused"]] == ["3f9a0c1d"]
@@ -127,38 +127,38 @@ def test_mixed_partial_hit(monkeypatch, capsys, tmp_path):
     assert (res["flashinfer_version"], res["sm"]) == ("0.6.18", "sm121")
 
 
-def test_mixed_across_cache_files(monkeypatch, capsys, tmp_path):
+def test_mixed_across_cache_files(tmp_path):
     root = tmp_path / "autotune"
     for digest in ("3f9a0c1d", "77aa01be", "0ld0ld0ld"):
         d = root / "0.6.18" / "sm121" / digest
         d.mkdir(parents=True)
         (d / "rank_tp0_pp0_dp0.json").write_text("{}\n")
         (d / "rank_tp1_pp0_dp0.json").write_text("{}\n")
-    res = run(monkeypatch, capsys, {"log_path": KEEP_HEAD, "rank": 0, "cache_root": str(root)})
+    res = run({"log_path": KEEP_HEAD, "rank": 0, "cache_root": str(root)})
     files = {os.path.basename(os.path.dirname(f["path"])): f for f in res["cache_files"]}
     assert sorted(files) == ["0ld0ld0ld", "3f9a0c1d", "77aa01be"]                 # rank_tp0 only
     assert files["3f9a0c1d"]["outcome"] == "reused" and files["77aa01be"]["outcome"] == "tuned_saved"
     assert files["0ld0ld0ld"]["in_latest_boot"] is False and files["0ld0ld0ld"]["outcome"] is None
 
 
-def test_disagreement_beside_reuse_is_mixed(monkeypatch, capsys, tmp_path):
+def test_disagreement_beside_reuse_is_mixed(tmp_path):
     log = boot_log(tmp_path, "odd.log", 2, [
         "[autotune_keep] armed", "[autotune_keep] reused %s" % cpath(2),
         "FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch so all ranks "
         "agree on the tactics.", "[autotune_keep] reused %s" % cpath(2)])
-    res = run(monkeypatch, capsys, {"log_path": log, "rank": 2, "cache_root": str(tmp_path), "expect": ["reused"]})
+    res = run({"log_path": log, "rank": 2, "cache_root": str(tmp_path), "expect": ["reused"]})
     assert res["failed"] and res["verdict"] == "mixed"
     assert "autotune verdict mixed, expected reused (reused 2, tuned 0, disagreements 1" in res["msg"]
 
 
-def test_drift_failure(monkeypatch, capsys, tmp_path):
-    res = run(monkeypatch, capsys, {"log_path": DRIFT, "rank": 2, "cache_root": str(tmp_path), "host_label": "spark3",
+def test_drift_failure(tmp_path):
+    res = run({"log_path": DRIFT, "rank": 2, "cache_root": str(tmp_path), "host_label": "spark3",
                                     "count_boots": True})
     assert not res.get("failed"), res.get("msg")
     assert res["verdict"] == "failed" and res["armed"] is True
     assert res["drift"] == ["DSV41_AUTOTUNE_KEEP: _autotune_cache_digest is gone; engine drifted"]
     assert res["drift_symbols"] == ["_autotune_cache_digest"] and res["boots_seen"] == 1
-    failed = run(monkeypatch, capsys, {"log_path": DRIFT, "rank": 2, "cache_root": str(tmp_path),
+    failed = run({"log_path": DRIFT, "rank": 2, "cache_root": str(tmp_path),
                                        "host_label": "spark3", "expect": ["reused", "tuned"]})
     assert failed["failed"]
     assert failed["msg"].startswith("spark3 rank 2: autotune verdict failed, expected reused or tuned (reused 0, "
@@ -166,52 +166,52 @@ def test_drift_failure(monkeypatch, capsys, tmp_path):
                                     "engine drifted; %s, latest boot)" % DRIFT)
 
 
-def test_log_without_autotune_lines_fails_naming_source(monkeypatch, capsys, tmp_path):
+def test_log_without_autotune_lines_fails_naming_source(tmp_path):
     log = tmp_path / "quiet.log"
     log.write_text("[2026-09-25 10:00:00] server_args=ServerArgs(tp_size=3)\n"
                    "[2026-09-25 10:05:00] Ready: API on port 8888\n")
-    res = run(monkeypatch, capsys, {"log_path": str(log), "rank": 0, "host_label": "spark1"})
+    res = run({"log_path": str(log), "rank": 0, "host_label": "spark1"})
     assert res["failed"]
     assert res["msg"].startswith("spark1 rank 0: %s: no FlashInfer autotune / [autotune_keep] line in the latest "
                                  "boot" % log)
     assert res["source"] == str(log)
 
 
-def test_only_the_latest_boot_counts(monkeypatch, capsys, tmp_path):
+def test_only_the_latest_boot_counts(tmp_path):
     # the earlier stock boot's disagreement is ignored
-    res = run(monkeypatch, capsys, {"log_path": reused_boot(tmp_path, rank=0), "rank": 0,
+    res = run({"log_path": reused_boot(tmp_path, rank=0), "rank": 0,
                                     "cache_root": str(tmp_path)})
     assert res["disagreements"] == 0 and res["runs"] == [] and res["verdict"] == "reused"
 
 
-def test_armed_without_outcome_is_none_and_version_from_disk(monkeypatch, capsys, tmp_path):
+def test_armed_without_outcome_is_none_and_version_from_disk(tmp_path):
     root = cache_tree(tmp_path, ranks=(0,))
     log = boot_log(tmp_path, "armed.log", 0, ["[autotune_keep] armed"])
-    res = run(monkeypatch, capsys, {"log_path": log, "rank": 0, "cache_root": root})
+    res = run({"log_path": log, "rank": 0, "cache_root": root})
     assert res["verdict"] == "none" and res["armed"] is True
     assert (res["flashinfer_version"], res["sm"]) == ("0.6.18", "sm121")
     assert res["cache_files"][0]["in_latest_boot"] is False
 
 
-def test_log_naming_another_rank_is_a_problem(monkeypatch, capsys, tmp_path):
-    res = run(monkeypatch, capsys, {"log_path": reused_boot(tmp_path, rank=1), "rank": 2,
+def test_log_naming_another_rank_is_a_problem(tmp_path):
+    res = run({"log_path": reused_boot(tmp_path, rank=1), "rank": 2,
                                     "cache_root": str(tmp_path)})
     assert "the log names cache files of rank(s) rank_tp1, expected rank_tp2" in res["problems"]
 
 
-def test_cache_root_default_expands_home(monkeypatch, capsys, tmp_path):
+def test_cache_root_default_expands_home(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     cache_tree(tmp_path / ".cache" / "sglang" / "flashinfer", ranks=(1,))
-    res = run(monkeypatch, capsys, {"log_path": reused_boot(tmp_path), "rank": 1})
+    res = run({"log_path": reused_boot(tmp_path), "rank": 1})
     assert res["cache_root"] == str(tmp_path / ".cache" / "sglang" / "flashinfer" / "autotune")
     assert len(res["cache_files"]) == 1 and res["cache_files"][0]["outcome"] == "reused"
 
 
-def test_check_mode_is_read_only_and_same(monkeypatch, capsys, tmp_path):
+def test_check_mode_is_read_only_and_same(tmp_path):
     root = cache_tree(tmp_path)
     before = sorted((p, os.stat(os.path.join(d, p)).st_mtime) for d, _, fs in os.walk(root) for p in fs)
-    normal = run(monkeypatch, capsys, {"log_path": SEED_LOG, "rank": 0, "cache_root": root})
-    checked = run(monkeypatch, capsys, {"log_path": SEED_LOG, "rank": 0, "cache_root": root,
+    normal = run({"log_path": SEED_LOG, "rank": 0, "cache_root": root})
+    checked = run({"log_path": SEED_LOG, "rank": 0, "cache_root": root,
                                         "_ansible_check_mode": True})
     assert checked["changed"] is False and not checked.get("skipped")
     for key in ("verdict", "disagreements", "runs", "cache_files", "flashinfer_version", "sm"):
@@ -228,8 +228,8 @@ DOCKER_ERR = ("2026-09-25T10:01:00.000000000Z [2026-09-25 10:01:00 TP1 EP1] [aut
               % (cpath(1), cpath(1)))
 
 
-def test_docker_path(monkeypatch, capsys, tmp_path):
-    res = run(monkeypatch, capsys, {"container": "dsv41-worker", "rank": 1, "cache_root": str(tmp_path),
+def test_docker_path(tmp_path):
+    res = run({"container": "dsv41-worker", "rank": 1, "cache_root": str(tmp_path),
                                     "expect": ["reused"], "_ansible_check_mode": True, "count_boots": True},
               run_command=lambda cmd: (0, DOCKER_OUT, DOCKER_ERR))
     assert not res.get("failed"), res.get("msg")
@@ -237,8 +237,8 @@ def test_docker_path(monkeypatch, capsys, tmp_path):
     assert res["source"] == "docker logs dsv41-worker" and res["verdict"] == "reused" and res["boots_seen"] == 1
 
 
-def test_docker_failure(monkeypatch, capsys):
-    res = run(monkeypatch, capsys, {"container": "dsv41-worker", "rank": 1, "host_label": "spark2"},
+def test_docker_failure():
+    res = run({"container": "dsv41-worker", "rank": 1, "host_label": "spark2"},
               run_command=lambda cmd: (1, "", "Error response from daemon: No such container: dsv41-worker"))
     assert res["failed"] and res["msg"].startswith("spark2 rank 1: docker logs dsv41-worker")
     assert "No such container" in res["msg"]
@@ -252,8 +252,8 @@ def test_docker_failure(monkeypatch, capsys):
     ({"log_path": SEED_LOG, "rank": 0, "expect": ["great"]}, "expect"),
     ({"log_path": "/nonexistent/dsv41.log", "rank": 0}, "cannot open"),
 ])
-def test_argument_validation(monkeypatch, capsys, args, needle):
-    res = run(monkeypatch, capsys, args)
+def test_argument_validation(args, needle):
+    res = run(args)
     assert res["failed"] and needle in res["msg"]
 
 

@@ -9,7 +9,7 @@ import pytest
 from ansible.module_utils import clock_lock as cl
 
 import clock_lock_status
-from modrun import run_main
+from modrun import run_module
 
 UNIT = "nvidia-clock-lock.service"
 RESET = "nvidia-clock-reset.service"
@@ -497,11 +497,11 @@ def test_gather_reports_an_unreadable_journal():
     assert r["verdict"] == "unknown" and "insufficient permissions" in r["message"]
 
 
-def test_module_entry_point_is_read_only_and_reports_the_verdict(monkeypatch, capsys):
+def test_module_entry_point_is_read_only_and_reports_the_verdict():
     j = boot_lock()
     e = j.at(60).sudo("zurih", "/usr/bin/nvidia-smi -rgc")
     run = fake_host(j)
-    out = run_main(monkeypatch, capsys, clock_lock_status.main,
+    out = run_module(clock_lock_status.main,
                    {"state": "locked", "_ansible_check_mode": True}, run_command=lambda cmd: run(cmd))
     assert out["changed"] is False and out["verdict"] == "drift" and out["in_state"] is False
     assert out["message"] == "drift (manual -rgc by zurih (sudo) at %s after the unit's run)" % cl.when(e)
@@ -510,8 +510,8 @@ def test_module_entry_point_is_read_only_and_reports_the_verdict(monkeypatch, ca
     assert not any(c[0] == "systemctl" and c[1] not in ("show",) for c in out["_calls"]), "reads only"
 
 
-def test_module_rejects_an_impossible_lock(monkeypatch, capsys):
-    out = run_main(monkeypatch, capsys, clock_lock_status.main, {"min_mhz": 2200, "max_mhz": 2200},
+def test_module_rejects_an_impossible_lock():
+    out = run_module(clock_lock_status.main, {"min_mhz": 2200, "max_mhz": 2200},
                    run_command=fake_host(boot_lock()))
     assert out["failed"] and "requested lock 2200,2200 is not a range" in out["msg"] and out["host"] in out["msg"]
 

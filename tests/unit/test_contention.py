@@ -12,11 +12,9 @@ from pathlib import Path
 import time
 import pytest
 
-from modrun import strip_bound
+from modrun import run_module
 
-from ansible.module_utils import basic
 from ansible.module_utils import contention as ct
-from ansible.module_utils.common.text.converters import to_bytes
 
 import contention_report
 
@@ -470,32 +468,17 @@ def test_journal_lines_capped():
 # --------------------------------------------------------------------------------------------
 # the module through its entry point
 # --------------------------------------------------------------------------------------------
-def run(monkeypatch, capsys, args, host, check_mode=False):
-    module_args = dict(args)
-    if check_mode:
-        module_args["_ansible_check_mode"] = True
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": module_args})))
-    if hasattr(basic, "_ANSIBLE_PROFILE"):      # ansible-core >= 2.19 needs a serialization profile
-        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
-    kwargs_seen = []
-
-    def fake(self, cmd, *a, **kw):
-        kwargs_seen.append(kw)
-        assert isinstance(cmd, list) and not kw.get("use_unsafe_shell")
-        return host(strip_bound(cmd)[1])
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
+def run(monkeypatch, args, host, check_mode=False):
     monkeypatch.setattr(os, "getpid", lambda: SELF)
-    with pytest.raises(SystemExit):
-        contention_report.main()
-    out = json.loads(capsys.readouterr().out)
-    out["_kwargs"] = kwargs_seen
+    out = run_module(contention_report.main, args, check_mode=check_mode, run_command=host)
+    assert all(isinstance(c, list) and not kw.get("use_unsafe_shell") for c, kw in zip(out["_calls"], out["_kwargs"]))
     return out
 
 
 @pytest.mark.parametrize("check_mode", [False, True])
-def test_module_spark3(monkeypatch, capsys, fsroot, check_mode):
+def test_module_spark3(monkeypatch, fsroot, check_mode):
     host = FakeHost()
-    res = run(monkeypatch, capsys, {"owners": {"cadvisor": "ops"}, "journal_since": "-7d",
+    res = run(monkeypatch, {"owners": {"cadvisor": "ops"}, "journal_since": "-7d",
                                     "host_label": "spark3"}, host, check_mode=check_mode)
     assert not res.get("failed") and res["changed"] is False
     assert res["docker_available"] is True and len(res["containers"]) == 5
@@ -526,11 +509,11 @@ def test_module_spark3(monkeypatch, capsys, fsroot, check_mode):
     assert all(kw.get("expand_user_and_vars") is False for kw in res["_kwargs"])
 
 
-def test_module_without_docker_psi_or_journal(monkeypatch, capsys, tmp_path):
+def test_module_without_docker_psi_or_journal(monkeypatch, tmp_path):
     monkeypatch.setattr(ct, "FS_ROOT", str(fake_tree(tmp_path, psi=False)))
     host = FakeHost(**{"docker ps": OSError(2, "No such file or directory"),
                        "journalctl -g": (1, "", "No journal files were opened due to insufficient permissions.\n")})
-    res = run(monkeypatch, capsys, {"docker_bin": "/opt/nodocker/docker", "host_label": "spark1"}, host,
+    res = run(monkeypatch, {"docker_bin": "/opt/nodocker/docker", "host_label": "spark1"}, host,
               check_mode=True)
     assert not res.get("failed") and res["changed"] is False
     assert res["docker_available"] is False and res["containers"] == [] and res["non_serving_count"] == 0
@@ -540,10 +523,10 @@ def test_module_without_docker_psi_or_journal(monkeypatch, capsys, tmp_path):
     assert res["summary"]["nv_err_count"] == 0 and res["summary"]["containers"] == 0
 
 
-def test_module_rejects_unknown_and_empty(monkeypatch, capsys, fsroot):
-    res = run(monkeypatch, capsys, {"bogus": 1}, FakeHost())
+def test_module_rejects_unknown_and_empty(monkeypatch, fsroot):
+    res = run(monkeypatch, {"bogus": 1}, FakeHost())
     assert res["failed"] is True and "bogus" in res["msg"]
-    res = run(monkeypatch, capsys, {"journal_pattern": "", "host_label": "spark3"}, FakeHost())
+    res = run(monkeypatch, {"journal_pattern": "", "host_label": "spark3"}, FakeHost())
     assert res["failed"] is True and res["msg"] == "spark3: journal_pattern is empty"
 
 
@@ -586,27 +569,19 @@ def test_standin_ps_and_stats_parse(spark3_docker):
     assert by["grafana"]["status"].startswith("Up ")
 
 
-def test_standin_through_the_module(monkeypatch, capsys, fsroot, spark3_docker):
+def test_standin_through_the_module(monkeypatch, fsroot, spark3_docker):
     """docker commands go to the stand-in for real; the rest is canned."""
-    real = basic.AnsibleModule.run_command
     monkeypatch.setenv("LAB_DOCKER_STATE_DIR", spark3_docker.env["LAB_DOCKER_STATE_DIR"])
     host = FakeHost()
-    calls = []
 
-    def fake(self, cmd, *a, **kw):
-        limit, cmd = strip_bound(cmd)
-        calls.append(cmd)
+    def run_command(cmd):
         if cmd[0] == str(DOCKER):
-            return real(self, [sys.executable] + cmd, *a, **kw)
+            res = subprocess.run([sys.executable] + cmd, capture_output=True, text=True, timeout=60)
+            return res.returncode, res.stdout, res.stderr
         return host(cmd)
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": {
-        "docker_bin": str(DOCKER), "host_label": "spark3", "_ansible_check_mode": True}})))
-    if hasattr(basic, "_ANSIBLE_PROFILE"):
-        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
-    with pytest.raises(SystemExit):
-        contention_report.main()
-    res = json.loads(capsys.readouterr().out)
+    res = run_module(contention_report.main, {"docker_bin": str(DOCKER), "host_label": "spark3"},
+                     check_mode=True, run_command=run_command)
+    calls = res["_calls"]
     assert not res.get("failed"), res.get("msg")
     assert res["docker_available"] is True and res["docker_error"] is None
     assert res["non_serving_count"] == 19 and res["non_serving_running_count"] == 19

@@ -1,7 +1,7 @@
 """engine_boot_facts through its entry point, on the lab's saved boot log and a missing file."""
 import sys
 from pathlib import Path
-from ckpt_factory import run_module
+from modrun import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "library"))

@@ -12,6 +12,7 @@ import time
 import pytest
 
 import ckpt_factory
+from modrun import run_module
 import engram_pack
 import engram_plan
 from ansible.module_utils import engram_format as ef
@@ -536,7 +537,7 @@ def test_module_stop_handlers_are_restored(ckpt, dest):
 # --------------------------------------------------------------------------- module entry point
 
 def _run(args, check_mode=False):
-    return ckpt_factory.run_module(engram_pack.main, args, check_mode=check_mode)
+    return run_module(engram_pack.main, args, check_mode=check_mode)
 
 
 def test_module_packs_then_is_idempotent(ckpt, dest):
@@ -882,7 +883,7 @@ def _meta(dest_dir, layer, rank, tp):
 
 def _shard_state(ckpt_dir, dest_dir, layer, rank=1, tp=3, check_mode=False):
     """(state, stale_reason, verified) of one layer as engram_plan reports it through the module."""
-    result = ckpt_factory.run_module(engram_plan.main, {"checkpoint": ckpt_dir, "dest": dest_dir, "rank": rank,
+    result = run_module(engram_plan.main, {"checkpoint": ckpt_dir, "dest": dest_dir, "rank": rank,
                                                         "tp_size": tp}, check_mode=check_mode)
     assert result.get("failed") is not True, result
     entry = [s for s in result["shards"] if s["layer"] == layer][0]

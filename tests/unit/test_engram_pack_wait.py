@@ -16,6 +16,7 @@ import time
 import pytest
 
 import ckpt_factory
+from modrun import run_module
 import engram_pack
 import engram_pack_wait
 from ansible.module_utils import engram_follow as fw
@@ -239,7 +240,7 @@ def test_read_async_job_states(tmp_path):
 # --------------------------------------------------------------------------- module entry point
 
 def _run(args, check_mode=False):
-    return ckpt_factory.run_module(engram_pack_wait.main, args, check_mode=check_mode)
+    return run_module(engram_pack_wait.main, args, check_mode=check_mode)
 
 
 def _args(job, progress):

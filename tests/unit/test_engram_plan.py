@@ -5,6 +5,7 @@ import pytest
 import yaml
 
 import ckpt_factory
+from modrun import run_module
 import engram_plan
 from ansible.module_utils import engram_format as ef
 from ansible.module_utils.engram_format import pack_layer, partial_name
@@ -26,7 +27,7 @@ def dest(tmp_path):
 
 
 def _run(args, check_mode=False):
-    return ckpt_factory.run_module(engram_plan.main, args, check_mode=check_mode)
+    return run_module(engram_plan.main, args, check_mode=check_mode)
 
 
 @pytest.mark.parametrize("check_mode", [False, True])

@@ -2,6 +2,7 @@
 
 That is what makes the lab "the report's state": converging container_env on a fresh lab changes nothing.
 """
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,7 @@ PLAYBOOK = """
   tasks:
     - name: Render
       ansible.builtin.template:
-        src: "{{ playbook_dir }}/../roles/container_env/templates/launcher.env.j2"
+        src: "{{ template }}"
         dest: "{{ out }}"
         mode: "0600"
       delegate_to: localhost
@@ -30,16 +31,16 @@ PLAYBOOK = """
 
 
 def test_seeded_env_is_the_rendered_baseline(tmp_path):
-    playbook = ROOT / "playbooks" / f".render-{tmp_path.name}.yml"
+    playbook = tmp_path / "render.yml"
     playbook.write_text(PLAYBOOK)
-    try:
-        out = tmp_path / "rendered.env"
-        res = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), str(playbook), "-i",
-                              str(ROOT / "inventory" / "lab"), "-e", f"out={out}"], cwd=ROOT, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             env={"PATH": "/usr/bin:/bin", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-                                  "DSV41_LAB_ONLY": "1", "HOME": str(tmp_path)})
-        assert res.returncode == 0, res.stdout
-        assert out.read_text() == (ROOT / "lab" / "seed" / "launcher.env").read_text()
-    finally:
-        playbook.unlink()
+    ansible_playbook = shutil.which("ansible-playbook")
+    assert ansible_playbook, "ansible-playbook is not on PATH (put the project venv's bin on PATH)"
+    out = tmp_path / "rendered.env"
+    template = ROOT / "roles" / "container_env" / "templates" / "launcher.env.j2"
+    res = subprocess.run([ansible_playbook, str(playbook), "-i", str(ROOT / "inventory" / "lab"),
+                          "-e", f"out={out}", "-e", f"template={template}"], cwd=ROOT, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         env={"PATH": "/usr/bin:/bin", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                              "DSV41_LAB_ONLY": "1", "HOME": str(tmp_path)})
+    assert res.returncode == 0, res.stdout
+    assert out.read_text() == (ROOT / "lab" / "seed" / "launcher.env").read_text()

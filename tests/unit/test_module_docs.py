@@ -2,10 +2,9 @@
 import ast
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
-
-import sys
 
 import pytest
 
@@ -18,8 +17,8 @@ MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))
 @pytest.fixture(scope="module")
 def docs():
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    # ansible-doc of the interpreter running the tests (the venv's, whatever the venv's path).
-    ansible_doc = str(Path(sys.executable).parent / "ansible-doc")
+    ansible_doc = shutil.which("ansible-doc")
+    assert ansible_doc, "ansible-doc is not on PATH (put the project venv's bin on PATH)"
     out = subprocess.run([ansible_doc, "--json", "-t", "module", "-M",
                           str(ROOT / "library"), *MODULES], env=env, cwd=ROOT, check=True, text=True,
                          stdout=subprocess.PIPE).stdout
