@@ -104,16 +104,9 @@ def dsv41_bytes_gib(value, digits=3):
 
 
 def dsv41_meminfo(text):
-    """Parse /proc/meminfo text into {key: bytes}."""
-    result = {}
-    for line in str(text).splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if not key or not parts or not parts[0].isdigit():
-            continue
-        factor = 1024 if len(parts) > 1 and parts[1].lower() == "kb" else 1
-        result[key.strip()] = int(parts[0]) * factor
-    return result
+    """Parse /proc/meminfo text into {key: bytes} (the one parser, module_utils/meminfo.parse_meminfo)."""
+    from ansible.module_utils.meminfo import parse_meminfo
+    return parse_meminfo(str(text))
 
 
 def dsv41_table(rows, columns):

@@ -35,6 +35,8 @@ import pwd
 import re
 import shlex
 
+from ansible.module_utils.meminfo import memory_facts, parse_meminfo
+
 __metaclass__ = type
 
 GIB = 2 ** 30
@@ -346,37 +348,8 @@ def gather_default_target(run):
 
 
 # ---------------------------------------------------------------------------------------------
-# /proc: memory, PSI, load
+# /proc: PSI, load (meminfo: module_utils/meminfo.py)
 # ---------------------------------------------------------------------------------------------
-def parse_meminfo(text):
-    """meminfo text -> {key: bytes} (kB lines times 1024; HugePages_* counts as is)."""
-    out = {}
-    for line in (text or "").splitlines():
-        key, sep, rest = line.partition(":")
-        if not sep:
-            continue
-        fields = rest.split()
-        if not fields:
-            continue
-        try:
-            value = int(fields[0])
-        except ValueError:
-            continue
-        if len(fields) > 1 and fields[1].lower() == "kb":
-            value *= 1024
-        out[key.strip()] = value
-    return out
-
-
-def memory_facts(meminfo):
-    total, avail = meminfo.get("MemTotal"), meminfo.get("MemAvailable")
-
-    def gib(v):
-        return None if v is None else round(v / float(GIB), 2)
-    return {"mem_total_bytes": total, "mem_available_bytes": avail,
-            "mem_total_gib": gib(total), "mem_available_gib": gib(avail)}
-
-
 def parse_psi(text):
     """``/proc/pressure/memory`` -> {some: {avg10, avg60, avg300, total}, full: {...}} or None."""
     if not text:

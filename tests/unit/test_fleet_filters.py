@@ -4,17 +4,7 @@ import copy
 import pytest
 
 import fleet
-from ansible.module_utils import _internal as module_utils_internal
 
-
-@pytest.fixture(autouse=True)
-def stay_a_module_process():
-    """A filter error is an AnsibleFilterError, controller code whose import marks the whole process as
-    the controller (module warnings then go to the display instead of the module result). Module tests
-    run later in the same pytest process must still see module behaviour."""
-    was = module_utils_internal.is_controller
-    yield
-    module_utils_internal.is_controller = was
 
 GOOD_HOSTVARS = {
     "spark1": {"dsv41_rank": 0, "dsv41_login_user": "mia", "dsv41_launcher_dir": "/home/mia/dsv41-3x-spark",
