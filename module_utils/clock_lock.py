@@ -29,25 +29,18 @@ What stays invisible is listed in :data:`BLIND_SPOTS` and returned with every ve
 """
 from __future__ import absolute_import, division, print_function
 
-import datetime
-import json
-import re
 import time
 
-# One reader of nvidia-smi command lines for the repository: the poller finder's (shells, wrappers,
-# interpreters, ``sh -c``), so a sudo COMMAND= is split exactly as a process command line is.
-# Its journalctl error texts too: one list of what "not readable" and "no -g here" look like.
-from ansible.module_utils.contention import SHELLS, _PERMISSION, _base, _split, grep_unsupported, smi_invocation
+from ansible.module_utils.journal_search import _PERMISSION, grep_unsupported
+from ansible.module_utils.nvidia_smi import parse_clocks_set, parse_sm_clock
+from ansible.module_utils.sudo_commands import clock_actions, parse_sudo, sudo_kind
+from ansible.module_utils.unit_journal import (
+    _int, _message, journal_args, order_key, parse_journal_json, run_failure, this_manager, unit_matches,
+    unit_runs, when,
+)
 
 __metaclass__ = type
 
-SET_RE = re.compile(r'GPU clocks set to "\(gpuClkMin (\d+), gpuClkMax (\d+)\)" for GPU (\S+)')
-NO_PERMISSION_RE = re.compile(r"does not have permission to change clocks")
-BECOME_MARK = "BECOME-SUCCESS-"
-SEPARATORS = (";", "&&", "||", "|", "&")
-# Only these fields are asked of journalctl (the cursor and both timestamps always come along).
-OUTPUT_FIELDS = ("MESSAGE", "UNIT", "JOB_TYPE", "JOB_RESULT", "INVOCATION_ID", "_SYSTEMD_INVOCATION_ID",
-                 "_SYSTEMD_UNIT", "SYSLOG_IDENTIFIER", "EXIT_CODE", "EXIT_STATUS", "_PID", "UNIT_RESULT")
 
 BLIND_SPOTS = (
     "There is no read-back of a clock lock: nvidia-smi and NVML do not report locked clocks, so the lock "
@@ -63,285 +56,7 @@ BLIND_SPOTS = (
 
 
 class ClockLockError(Exception):
-    """Bad input (a journal that is not journalctl JSON, an impossible request)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# journal
-# ---------------------------------------------------------------------------------------------
-def journal_args(matches, grep=None):
-    """``journalctl`` arguments: this boot, JSON, only the fields we read, OR-ed ``matches``."""
-    args = ["journalctl", "-b", "0", "-o", "json", "--no-pager", "--output-fields=" + ",".join(OUTPUT_FIELDS)]
-    if grep:
-        args += ["-g", grep]
-    for i, match in enumerate(matches):
-        if i:
-            args.append("+")
-        args.append(match)
-    return args
-
-
-def unit_matches(units):
-    """Journal matches for everything systemd and the unit itself write about each unit."""
-    out = []
-    for unit in units:
-        out += ["_SYSTEMD_UNIT=%s" % unit, "UNIT=%s" % unit]
-    return out
-
-
-def parse_journal_json(text, source="journalctl"):
-    """``journalctl -o json`` text -> list of entry dicts (one JSON object a line).
-
-    A line that is not JSON is an error naming the source and line number, except a half-written
-    last line (a journal read while it grows), which is dropped.
-    """
-    entries = []
-    lines = (text or "").splitlines()
-    for n, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            if n == len(lines):
-                break
-            raise ClockLockError("%s: line %d is not journal JSON: %r" % (source, n, line[:120]))
-        if not isinstance(obj, dict):
-            raise ClockLockError("%s: line %d is not a journal entry: %r" % (source, n, line[:120]))
-        entries.append(obj)
-    return entries
-
-
-def _int(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _message(entry):
-    msg = entry.get("MESSAGE")
-    if isinstance(msg, list):          # journalctl gives non-UTF-8 messages as byte arrays
-        try:
-            msg = bytes(msg).decode("utf-8", "replace")
-        except (TypeError, ValueError):
-            msg = ""
-    return msg if isinstance(msg, str) else ""
-
-
-def _seq(entry):
-    m = re.search(r";i=([0-9a-f]+);", entry.get("__CURSOR") or "")
-    return int(m.group(1), 16) if m else 0
-
-
-def order_key(entry):
-    return (_int(entry.get("__MONOTONIC_TIMESTAMP")) or 0, _seq(entry))
-
-
-def this_manager(entries, manager_start_us):
-    """Entries written since the running systemd started, in journal order (a deduplicated set:
-    an entry two queries both returned counts once)."""
-    seen, out = set(), []
-    for e in entries:
-        key = e.get("__CURSOR") or id(e)
-        if key in seen:
-            continue
-        seen.add(key)
-        mono = _int(e.get("__MONOTONIC_TIMESTAMP"))
-        if manager_start_us is not None and mono is not None and mono < manager_start_us:
-            continue
-        out.append(e)
-    return sorted(out, key=order_key)
-
-
-def when(entry):
-    """The entry's wall-clock time, ``2026-11-30 14:24:59 UTC`` (None when unknown)."""
-    us = _int(entry.get("__REALTIME_TIMESTAMP")) if entry else None
-    if us is None:
-        return None
-    t = datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=us)
-    return t.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _from_pid1(entry):
-    return str(entry.get("_PID")) == "1" or entry.get("SYSLOG_IDENTIFIER") == "systemd"
-
-
-# ---------------------------------------------------------------------------------------------
-# unit runs
-# ---------------------------------------------------------------------------------------------
-def unit_runs(entries, unit):
-    """Each start of ``unit`` in ``entries`` (ordered) -> list of runs, oldest first::
-
-        {invocation, result: done|failed|...|None (no job result in the journal), exit_status,
-         output: [lines the unit printed], systemd: [systemd's lines], set: {min, max, gpu} or None,
-         set_entry, start_entry, end_entry, permission_denied}
-
-    Output lines are tied to a run by invocation id when both carry one, else to the run that
-    is open (started, not finished) when they were written.
-    """
-    runs, by_inv, current = [], {}, None
-
-    def new_run(inv, entry):
-        run = {"invocation": inv, "result": None, "exit_status": None, "output": [], "systemd": [],
-               "set": None, "set_entry": None, "start_entry": entry, "end_entry": None,
-               "permission_denied": False}
-        runs.append(run)
-        if inv:
-            by_inv[inv] = run
-        return run
-
-    for e in entries:
-        msg = _message(e)
-        if _from_pid1(e) and e.get("UNIT") == unit:
-            inv = e.get("INVOCATION_ID")
-            job, result = e.get("JOB_TYPE"), e.get("JOB_RESULT")
-            if job == "start" and not result:
-                current = new_run(inv, e)
-                continue
-            run = by_inv.get(inv) if inv else current
-            if job == "start" and result:
-                if run is None:
-                    run = new_run(inv, e)
-                run["result"] = result
-                run["end_entry"] = e
-                run["systemd"].append(msg)
-                if run is current:
-                    current = None
-                continue
-            if run is not None and e.get("EXIT_STATUS") is not None:
-                run["exit_status"] = _int(e.get("EXIT_STATUS"))
-            if run is not None and job is None:
-                run["systemd"].append(msg)
-            continue
-        if e.get("_SYSTEMD_UNIT") == unit and not _from_pid1(e):
-            inv = e.get("_SYSTEMD_INVOCATION_ID")
-            run = by_inv.get(inv) if inv else None
-            if run is None:
-                run = current if current is not None else new_run(inv, e)
-            run["output"].append(msg)
-            if NO_PERMISSION_RE.search(msg):
-                run["permission_denied"] = True
-            m = SET_RE.search(msg)
-            if m:
-                run["set"] = {"min": int(m.group(1)), "max": int(m.group(2)), "gpu": m.group(3)}
-                run["set_entry"] = e
-    return runs
-
-
-def run_failure(run, unit):
-    """One sentence naming the failed run: when, exit status, what nvidia-smi printed."""
-    entry = run["end_entry"] or run["start_entry"]
-    status = " with exit status %s" % run["exit_status"] if run["exit_status"] is not None else ""
-    printed = " ".join(line.strip() for line in run["output"] if line.strip()) or "(no output in the journal)"
-    return "%s run at %s failed%s: %s" % (unit, when(entry), status, printed)
-
-
-# ---------------------------------------------------------------------------------------------
-# sudo and nvidia-smi command lines
-# ---------------------------------------------------------------------------------------------
-def parse_sudo(message):
-    """A sudo log line -> {user, ran, reason, fields, command}; None for other sudo lines (PAM).
-
-    ``ran`` is False when sudo refused (its reason comes first: ``command not allowed``,
-    ``3 incorrect password attempts``, ``a password is required``, ``user NOT in sudoers``).
-    """
-    if " : " not in message or "COMMAND=" not in message:
-        return None
-    user, rest = message.split(" : ", 1)
-    user = user.strip()
-    head, sep, command = rest.partition("COMMAND=")
-    if head and not head.rstrip().endswith(";"):
-        return None
-    parts = [p.strip() for p in head.split(" ; ") if p.strip() and p.strip() != ";"]
-    parts = [p.rstrip(";").strip() for p in parts]
-    reason = None
-    if parts and "=" not in parts[0]:
-        reason = parts.pop(0)
-    fields = {}
-    for p in parts:
-        k, _, v = p.partition("=")
-        fields[k.strip()] = v.strip()
-    return {"user": user, "ran": reason is None, "reason": reason, "fields": fields, "command": command.strip()}
-
-
-def _clock_value(tok):
-    nums = tok.split(",")
-    try:
-        vals = [int(x) for x in nums]
-    except ValueError:
-        return None
-    if len(vals) == 1:
-        return {"min": vals[0], "max": vals[0]}
-    if len(vals) == 2:
-        return {"min": vals[0], "max": vals[1]}
-    return None
-
-
-def _segments(args):
-    """nvidia-smi's arguments split at shell separators; later segments only when they run nvidia-smi."""
-    segs, cur = [], []
-    for tok in args:
-        stripped = tok.rstrip(";&|")
-        if tok in SEPARATORS:
-            segs.append(cur)
-            cur = []
-            continue
-        if stripped != tok:
-            if stripped:
-                cur.append(stripped)
-            segs.append(cur)
-            cur = []
-            continue
-        cur.append(tok)
-    segs.append(cur)
-    out = [segs[0]]
-    for seg in segs[1:]:
-        if seg and _base(seg[0]) == "nvidia-smi":
-            out.append(seg[1:])
-    return out
-
-
-def clock_actions(command):
-    """The clock changes a command line makes, in order: [{action: lock|reset|gpu-reset, min, max, text}].
-
-    Finds nvidia-smi directly, under wrappers and interpreters, or in ``sh -c '...'``
-    (``module_utils.contention.smi_invocation``).
-    """
-    inv = smi_invocation(_split(command))
-    if inv is None:
-        return []
-    out = []
-    for args in _segments(inv[1]):
-        i = 0
-        while i < len(args):
-            tok = args[i]
-            name, eq, val = tok.partition("=")
-            if name in ("-lgc", "--lock-gpu-clocks"):
-                if not eq:
-                    val = args[i + 1] if i + 1 < len(args) else ""
-                    i += 1
-                clocks = _clock_value(val) or {"min": None, "max": None}
-                out.append(dict(clocks, action="lock", text="-lgc %s" % val))
-            elif tok in ("-rgc", "--reset-gpu-clocks"):
-                out.append({"action": "reset", "min": None, "max": None, "text": "-rgc"})
-            elif tok in ("-r", "--gpu-reset"):
-                out.append({"action": "gpu-reset", "min": None, "max": None, "text": "-r (GPU reset)"})
-            i += 1
-    return out
-
-
-def sudo_kind(command):
-    """clock | ansible | shell | other: what a root command line lets us see."""
-    if BECOME_MARK in command:
-        return "ansible"
-    if clock_actions(command):
-        return "clock"
-    argv = _split(command)
-    if argv and (_base(argv[0]) in SHELLS | {"su", "sudo", "login"}) and "-c" not in argv[1:]:
-        return "shell"
-    return "other"
+    """An impossible request (a desired state or a lock range that cannot be)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,12 +97,12 @@ def clock_events(entries, unit, reset_unit):
             elif kind in opaque:
                 opaque[kind].append({"user": rec["user"], "command": rec["command"][:120], "entry": e})
         elif ident == "nvidia-smi" and e.get("_SYSTEMD_UNIT") not in (unit, reset_unit):
-            m = SET_RE.search(_message(e))
-            if m:
+            clocks = parse_clocks_set(_message(e))
+            if clocks:
                 who = "unit %s" % e.get("_SYSTEMD_UNIT") if e.get("_SYSTEMD_UNIT") else "an unknown process"
                 events.append({"kind": "lock", "source": "other-unit", "who": who,
-                               "text": "-lgc %s,%s" % (m.group(1), m.group(2)),
-                               "min": int(m.group(1)), "max": int(m.group(2)), "entry": e})
+                               "text": "-lgc %s,%s" % (clocks["min"], clocks["max"]),
+                               "min": clocks["min"], "max": clocks["max"], "entry": e})
     events.sort(key=lambda ev: order_key(ev["entry"]))
     return events, opaque
 
@@ -571,15 +286,6 @@ def parse_show(text):
         if sep:
             out[k.strip()] = v.strip()
     return out
-
-
-def parse_sm_clock(text):
-    """``nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits`` -> MHz (first GPU) or None."""
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if line:
-            return _int(line.split(",")[0].strip())
-    return None
 
 
 def gather(run, desired, unit, expected_min, expected_max, reset_unit=None, nvidia_smi="nvidia-smi",

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from ansible.module_utils import clock_lock as cl
+from ansible.module_utils import clock_lock as cl, sudo_commands, unit_journal
 
 import clock_lock_status
 from modrun import run_module
@@ -117,7 +117,7 @@ ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "exited", 
 
 
 def verdict(j, desired="locked", state=None, **kw):
-    entries = cl.parse_journal_json(j.text())
+    entries = unit_journal.parse_journal_json(j.text())
     st = dict(ACTIVE, **(state or {}))
     if "InvocationID" not in st:
         invs = [e.get("INVOCATION_ID") for e in entries if e.get("UNIT") == UNIT and e.get("INVOCATION_ID")]
@@ -151,7 +151,7 @@ def boot_lock():
       "command": "/usr/bin/nvidia-smi -lgc 0,1500", "fields": {"TTY": "pts/2", "PWD": "/tmp", "USER": "root"}}),
 ])
 def test_parse_sudo_command_lines(message, expected):
-    assert cl.parse_sudo(message) == expected
+    assert sudo_commands.parse_sudo(message) == expected
 
 
 @pytest.mark.parametrize("message", [
@@ -160,7 +160,7 @@ def test_parse_sudo_command_lines(message, expected):
     "",
 ])
 def test_parse_sudo_ignores_other_sudo_lines(message):
-    assert cl.parse_sudo(message) is None
+    assert sudo_commands.parse_sudo(message) is None
 
 
 @pytest.mark.parametrize("command, actions", [
@@ -179,7 +179,7 @@ def test_parse_sudo_ignores_other_sudo_lines(message):
     ("/usr/bin/systemctl restart nvidia-clock-lock.service", []),
 ])
 def test_clock_actions(command, actions):
-    assert [(a["action"], a["min"], a["max"]) for a in cl.clock_actions(command)] == actions
+    assert [(a["action"], a["min"], a["max"]) for a in sudo_commands.clock_actions(command)] == actions
 
 
 @pytest.mark.parametrize("command, kind", [
@@ -191,7 +191,7 @@ def test_clock_actions(command, actions):
     ("/usr/bin/bash -c 'apt update'", "other"),
 ])
 def test_sudo_kind(command, kind):
-    assert cl.sudo_kind(command) == kind
+    assert sudo_commands.sudo_kind(command) == kind
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,11 +200,11 @@ def test_sudo_kind(command, kind):
 def test_parse_journal_json_drops_a_half_written_last_line_only():
     j = boot_lock()
     text = j.text()
-    assert len(cl.parse_journal_json(text + '{"__CURSOR": "s=1;i=9')) == len(j.entries)
-    with pytest.raises(cl.ClockLockError, match=r"journalctl: line 2 is not journal JSON"):
-        cl.parse_journal_json(text.replace("\n", "\nnot json\n", 1))
-    with pytest.raises(cl.ClockLockError, match="line 1 is not a journal entry"):
-        cl.parse_journal_json("[1, 2]\n{}\n")
+    assert len(unit_journal.parse_journal_json(text + '{"__CURSOR": "s=1;i=9')) == len(j.entries)
+    with pytest.raises(unit_journal.JournalError, match=r"journalctl: line 2 is not journal JSON"):
+        unit_journal.parse_journal_json(text.replace("\n", "\nnot json\n", 1))
+    with pytest.raises(unit_journal.JournalError, match="line 1 is not a journal entry"):
+        unit_journal.parse_journal_json("[1, 2]\n{}\n")
 
 
 def test_unit_runs_boot_restart_and_failure():
@@ -214,24 +214,24 @@ def test_unit_runs_boot_restart_and_failure():
     second = j.lock()
     j.at(60).stop_for_restart(second)
     third = j.run(UNIT, [NO_PERMISSION], status=4)
-    runs = cl.unit_runs(cl.this_manager(cl.parse_journal_json(j.text()), MANAGER_START), UNIT)
+    runs = unit_journal.unit_runs(unit_journal.this_manager(unit_journal.parse_journal_json(j.text()), MANAGER_START), UNIT)
     assert [(r["invocation"], r["result"]) for r in runs] == [(first, "done"), (second, "done"), (third, "failed")]
     assert runs[0]["set"] == {"min": 0, "max": 2200, "gpu": "0000000F:01:00.0"}
     assert runs[0]["output"] == [SET_LINE % (0, 2200), "All done."]
     assert runs[2]["exit_status"] == 4 and runs[2]["permission_denied"] and runs[2]["set"] is None
-    assert cl.run_failure(runs[2], UNIT) == (
-        "nvidia-clock-lock.service run at %s failed with exit status 4: %s" % (cl.when(runs[2]["end_entry"]), NO_PERMISSION))
+    assert unit_journal.run_failure(runs[2], UNIT) == (
+        "nvidia-clock-lock.service run at %s failed with exit status 4: %s" % (unit_journal.when(runs[2]["end_entry"]), NO_PERMISSION))
 
 
 def test_output_without_invocation_id_belongs_to_the_open_run():
     j = Journal()
     j.lock(output_inv=False)
-    (run,) = cl.unit_runs(cl.parse_journal_json(j.text()), UNIT)
+    (run,) = unit_journal.unit_runs(unit_journal.parse_journal_json(j.text()), UNIT)
     assert run["result"] == "done" and run["set"]["max"] == 2200
 
 
 def test_when_is_utc():
-    assert cl.when({"__REALTIME_TIMESTAMP": "1796048699640416"}) == "2026-11-30 14:24:59 UTC"
+    assert unit_journal.when({"__REALTIME_TIMESTAMP": "1796048699640416"}) == "2026-11-30 14:24:59 UTC"
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def test_when_is_utc():
 def test_locked_after_the_units_run():
     j = boot_lock()
     r = verdict(j)
-    t = cl.when(j.entries[1])
+    t = unit_journal.when(j.entries[1])
     assert r["verdict"] == "locked" and r["in_state"]
     assert r["message"] == "locked (unit applied 0,2200 at %s this boot, no later manual clock command)" % t
     assert r["unit_run"]["set"] == {"min": 0, "max": 2200, "gpu": "0000000F:01:00.0"} and r["failure"] is None
@@ -253,9 +253,9 @@ def test_manual_reset_through_sudo_after_the_unit_is_drift():
     e = j.at(120).sudo("zurih", "/usr/bin/nvidia-smi -rgc")
     r = verdict(j)
     assert r["verdict"] == "drift" and not r["in_state"]
-    assert r["message"] == "drift (manual -rgc by zurih (sudo) at %s after the unit's run)" % cl.when(e)
+    assert r["message"] == "drift (manual -rgc by zurih (sudo) at %s after the unit's run)" % unit_journal.when(e)
     assert r["later_events"] == [{"kind": "reset", "source": "sudo", "who": "zurih", "command": "-rgc",
-                                  "min": None, "max": None, "time": cl.when(e)}]
+                                  "min": None, "max": None, "time": unit_journal.when(e)}]
 
 
 def test_a_reset_before_the_units_run_does_not_count():
@@ -504,7 +504,7 @@ def test_module_entry_point_is_read_only_and_reports_the_verdict():
     out = run_module(clock_lock_status.main,
                    {"state": "locked", "_ansible_check_mode": True}, run_command=lambda cmd: run(cmd))
     assert out["changed"] is False and out["verdict"] == "drift" and out["in_state"] is False
-    assert out["message"] == "drift (manual -rgc by zurih (sudo) at %s after the unit's run)" % cl.when(e)
+    assert out["message"] == "drift (manual -rgc by zurih (sudo) at %s after the unit's run)" % unit_journal.when(e)
     assert out["cannot_verify"][0] == cl.BLIND_SPOTS[0] and out["host"]
     assert any(c[0] == "journalctl" for c in out["_calls"])
     assert not any(c[0] == "systemctl" and c[1] not in ("show",) for c in out["_calls"]), "reads only"

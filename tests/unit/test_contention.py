@@ -1,4 +1,5 @@
-"""module_utils/contention.py parsers and the contention_report module (run through its entry point).
+"""The contention report's parsers (module_utils/contention.py, docker_ps, gpu_pollers, nvidia_smi,
+journal_search, host_files, probe_runner) and the contention_report module (run through its entry point).
 
 Command output is what the real tools print (docker 27 JSON lines, systemd 252, procps-ng ps);
 the docker stand-in is also run for real to show the parser reads its ``ps``/``stats`` JSON.
@@ -15,6 +16,7 @@ import pytest
 from modrun import run_module
 
 from ansible.module_utils import contention as ct
+from ansible.module_utils import docker_ps, gpu_pollers, host_files, journal_search, nvidia_smi
 
 import contention_report
 
@@ -154,7 +156,7 @@ class FakeHost(object):
 @pytest.fixture
 def fsroot(tmp_path, monkeypatch):
     root = fake_tree(tmp_path)
-    monkeypatch.setattr(ct, "FS_ROOT", str(root))
+    monkeypatch.setattr(host_files, "FS_ROOT", str(root))
     return root
 
 
@@ -178,13 +180,13 @@ def fsroot(tmp_path, monkeypatch):
     (None, None),
 ])
 def test_mem_usage_units(text, expected):
-    assert ct.parse_mem_usage(text) == expected
+    assert docker_ps.parse_mem_usage(text) == expected
 
 
 def test_percent_and_size():
-    assert ct.parse_percent("312.40%") == 312.4 and ct.parse_percent("0.00%") == 0.0
-    assert ct.parse_percent("--") is None and ct.parse_percent(None) is None
-    assert ct.parse_size("3.5 GiB") == int(3.5 * GIB) and ct.parse_size("7XB") is None
+    assert docker_ps.parse_percent("312.40%") == 312.4 and docker_ps.parse_percent("0.00%") == 0.0
+    assert docker_ps.parse_percent("--") is None and docker_ps.parse_percent(None) is None
+    assert docker_ps.parse_size("3.5 GiB") == int(3.5 * GIB) and docker_ps.parse_size("7XB") is None
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -198,11 +200,11 @@ def test_percent_and_size():
     ({"owner": "zurih"}, {"owner": "zurih"}),
 ])
 def test_labels(text, expected):
-    assert ct.parse_labels(text) == expected
+    assert docker_ps.parse_labels(text) == expected
 
 
 def test_parse_ps_realistic():
-    rows = ct.parse_ps(PS_JSON + "\nnot json\n")
+    rows = docker_ps.parse_ps(PS_JSON + "\nnot json\n")
     assert [r["name"] for r in rows] == ["dsv41-worker", "grafana", "cadvisor", "jupyterlab", "postgres"]
     g = rows[1]
     assert g["labels"]["owner"] == "ops" and g["labels"]["com.docker.compose.service"] == "grafana"
@@ -214,14 +216,14 @@ def test_parse_ps_realistic():
 def test_ps_names_and_state_fallback():
     line = json.dumps({"Names": "web,proxy/web", "Status": "Up 2 hours (Paused)", "Labels": "",
                        "Image": "nginx", "CreatedAt": "2026-09-21 08:14:00 +0000 UTC"})
-    (row,) = ct.parse_ps(line)
+    (row,) = docker_ps.parse_ps(line)
     assert row["name"] == "web" and row["state"] == "paused"
-    assert ct._state_from_status("Exited (137) 2 days ago") == "exited"
-    assert ct._state_from_status("Up 5 seconds") == "running"
+    assert docker_ps._state_from_status("Exited (137) 2 days ago") == "exited"
+    assert docker_ps._state_from_status("Up 5 seconds") == "running"
 
 
 def test_container_records_owner_and_stats():
-    recs = ct.container_records(ct.parse_ps(PS_JSON), ct.parse_stats(STATS_JSON),
+    recs = docker_ps.container_records(docker_ps.parse_ps(PS_JSON), docker_ps.parse_stats(STATS_JSON),
                                 owners={"cadvisor": "ops", "postgres": "mia", "grafana": "ignored"})
     by = dict((r["name"], r) for r in recs)
     assert (by["grafana"]["owner"], by["grafana"]["owner_source"]) == ("ops", "label")
@@ -232,7 +234,7 @@ def test_container_records_owner_and_stats():
     assert by["cadvisor"]["cpu_percent"] == 4.72 and by["cadvisor"]["mem_bytes"] == int(round(141.3 * MIB))
     assert by["postgres"]["cpu_percent"] is None and by["postgres"]["mem_bytes"] is None   # exited
     assert by["jupyterlab"]["cpu_percent"] is None and by["jupyterlab"]["mem_bytes"] is None  # "--"
-    tot = ct.docker_totals(recs)
+    tot = docker_ps.docker_totals(recs)
     assert tot["non_serving_count"] == 4 and tot["non_serving_running_count"] == 3
     assert tot["serving"] == ["dsv41-worker"] and tot["serving_running"] == ["dsv41-worker"]
     assert tot["non_serving_mem_bytes"] == 212 * MIB + int(round(141.3 * MIB))
@@ -240,20 +242,20 @@ def test_container_records_owner_and_stats():
 
 
 def test_docker_missing_and_daemon_down():
-    miss = ct.gather_docker(FakeHost(**{"docker ps": (None, "", "docker: not found")}))
+    miss = docker_ps.gather_docker(FakeHost(**{"docker ps": (None, "", "docker: not found")}))
     assert miss["docker_available"] is False and miss["containers"] == [] and miss["non_serving_count"] == 0
     assert "not found" in miss["docker_error"]
-    down = ct.gather_docker(FakeHost(**{"docker ps": (1, "", "Cannot connect to the Docker daemon at "
+    down = docker_ps.gather_docker(FakeHost(**{"docker ps": (1, "", "Cannot connect to the Docker daemon at "
                                                              "unix:///var/run/docker.sock.")}))
     assert down["docker_available"] is False and "Cannot connect" in down["docker_error"]
-    nostats = ct.gather_docker(FakeHost(**{"docker stats": (1, "", "boom")}))
+    nostats = docker_ps.gather_docker(FakeHost(**{"docker stats": (1, "", "boom")}))
     assert nostats["docker_available"] is True and len(nostats["containers"]) == 5
     assert all(c["cpu_percent"] is None for c in nostats["containers"]) and "stats" in nostats["docker_error"]
 
 
 def test_no_stats_call_without_running_containers():
     host = FakeHost(**{"docker ps": (0, PS_JSON.splitlines()[-1] + "\n", "")})
-    res = ct.gather_docker(host)
+    res = docker_ps.gather_docker(host)
     assert [c[1] for c in host.calls] == ["ps"] and res["non_serving_running_count"] == 0
 
 
@@ -271,10 +273,10 @@ def test_psi_present_and_absent(tmp_path, monkeypatch):
     assert psi["full"]["total"] == 41236870 and psi["full"]["avg10"] == 4.1
     assert ct.parse_psi("") is None and ct.parse_psi(None) is None
     root = fake_tree(tmp_path, psi=False)
-    monkeypatch.setattr(ct, "FS_ROOT", str(root))
-    assert ct.read_text("/proc/pressure/memory") is None
+    monkeypatch.setattr(host_files, "FS_ROOT", str(root))
+    assert host_files.read_text("/proc/pressure/memory") is None
     (root / "proc" / "pressure" / "memory").mkdir()             # unreadable as a file
-    assert ct.parse_psi(ct.read_text("/proc/pressure/memory")) is None
+    assert ct.parse_psi(host_files.read_text("/proc/pressure/memory")) is None
 
 
 @pytest.mark.parametrize("text,unit", [
@@ -287,7 +289,7 @@ def test_psi_present_and_absent(tmp_path, monkeypatch):
     ("", None),
 ])
 def test_unit_from_cgroup(text, unit):
-    assert ct.unit_from_cgroup(text) == unit
+    assert gpu_pollers.unit_from_cgroup(text) == unit
 
 
 def test_display_manager_paths(fsroot):
@@ -308,7 +310,7 @@ def test_display_manager_paths(fsroot):
 
 
 def test_no_display_manager_no_systemd(tmp_path, monkeypatch):
-    monkeypatch.setattr(ct, "FS_ROOT", str(fake_tree(tmp_path)))
+    monkeypatch.setattr(host_files, "FS_ROOT", str(fake_tree(tmp_path)))
     host = FakeHost(**{"systemctl show": (None, "", ""), "systemctl get-default": (None, "", "")})
     assert ct.gather_display_manager(host)["unit"] is None
     assert ct.gather_default_target(host) is None
@@ -339,7 +341,7 @@ def test_no_display_manager_no_systemd(tmp_path, monkeypatch):
     (["-q", "-d", "PERFORMANCE"], (False, None)),
 ])
 def test_smi_interval_all_flag_forms(args, expected):
-    assert ct.smi_interval(args) == expected
+    assert nvidia_smi.smi_interval(args) == expected
 
 
 @pytest.mark.parametrize("argv,smi_args", [
@@ -356,26 +358,26 @@ def test_smi_interval_all_flag_forms(args, expected):
     ([], None),
 ])
 def test_smi_invocation(argv, smi_args):
-    inv = ct.smi_invocation(argv)
+    inv = nvidia_smi.smi_invocation(argv)
     assert (inv[1] if inv else None) == smi_args
 
 
 def test_watch_interval():
-    assert ct.watch_interval(["watch", "-n", "5"]) == 5.0
-    assert ct.watch_interval(["/usr/bin/watch", "--interval=0.5"]) == 0.5
-    assert ct.watch_interval(["watch", "-n1"]) == 1.0
-    assert ct.watch_interval(["watch"]) == 2.0
-    assert ct.watch_interval(["sudo"]) is None and ct.watch_interval([]) is None
+    assert nvidia_smi.watch_interval(["watch", "-n", "5"]) == 5.0
+    assert nvidia_smi.watch_interval(["/usr/bin/watch", "--interval=0.5"]) == 0.5
+    assert nvidia_smi.watch_interval(["watch", "-n1"]) == 1.0
+    assert nvidia_smi.watch_interval(["watch"]) == 2.0
+    assert nvidia_smi.watch_interval(["sudo"]) is None and nvidia_smi.watch_interval([]) is None
 
 
 def test_find_pollers_excludes_own_tree(fsroot):
-    procs = ct.parse_ps_procs(PS_OUT)
+    procs = gpu_pollers.parse_ps_procs(PS_OUT)
     assert procs[1] == {"pid": 812, "ppid": 1, "user": "zurih", "elapsed_s": 81234, "argv": None,
                         "args": "/usr/bin/python3 /usr/bin/nvidia-smi --query-gpu=utilization.gpu,clocks.sm,"
                                 "temperature.gpu --format=csv,noheader -l 2"}
-    tree = ct.own_tree(procs, SELF)
+    tree = gpu_pollers.own_tree(procs, SELF)
     assert {4000, 4242, 4300, 4301, 1} <= tree and 812 not in tree
-    pollers = ct.find_pollers(procs, tree)
+    pollers = gpu_pollers.find_pollers(procs, tree)
     by = dict((p["pid"], p) for p in pollers)
     assert sorted(by) == [812, 950, 977, 1002, 1003]            # grep and the module's child left out
     assert (by[812]["interval_s"], by[812]["unit"], by[812]["user"]) == (2.0, "gpu-dashboard.service", "zurih")
@@ -387,7 +389,7 @@ def test_find_pollers_excludes_own_tree(fsroot):
 
 def test_pollers_prefer_proc_cmdline(fsroot):
     (fsroot / "proc" / "812" / "cmdline").write_bytes(b"/usr/bin/nvidia-smi\0--loop-ms=1500\0")
-    (p,) = ct.find_pollers(ct.parse_ps_procs(PS_OUT.splitlines()[1]))
+    (p,) = gpu_pollers.find_pollers(gpu_pollers.parse_ps_procs(PS_OUT.splitlines()[1]))
     assert p["interval_s"] == 1.5
 
 
@@ -399,7 +401,7 @@ def test_pollers_from_proc_when_ps_is_missing(fsroot):
                             % (8000 * os.sysconf("SC_CLK_TCK")))
     (fsroot / "proc" / "13").mkdir()
     (fsroot / "proc" / "13" / "cmdline").write_bytes(b"")         # a kernel thread
-    pollers, source = ct.gather_pollers(FakeHost(**{"ps -eo": (None, "", "")}), self_pid=SELF)
+    pollers, source = gpu_pollers.gather_pollers(FakeHost(**{"ps -eo": (None, "", "")}), self_pid=SELF)
     assert source == "/proc"
     (p,) = pollers
     assert (p["pid"], p["interval_s"], p["elapsed_s"], p["unit"]) == (812, 2.0, 82000, "gpu-dashboard.service")
@@ -411,14 +413,14 @@ def test_pollers_from_proc_when_ps_is_missing(fsroot):
 # --------------------------------------------------------------------------------------------
 def test_journal_grep():
     host = FakeHost()
-    ev = ct.gather_journal(host, "NV_ERR_NO_MEMORY", "-7d")
+    ev = journal_search.gather_journal(host, "NV_ERR_NO_MEMORY", "-7d")
     assert host.calls == [["journalctl", "--no-pager", "-o", "short-iso", "--since", "-7d", "-g", "NV_ERR_NO_MEMORY"]]
     assert ev["readable"] is True and ev["method"] == "grep" and ev["count"] == 1
     assert ev["lines"] == [JOURNAL_HIT] and ev["since"] == "-7d"
 
 
 def test_journal_no_match_is_readable():
-    ev = ct.gather_journal(FakeHost(**{"journalctl -g": (1, "-- No entries --\n", "")}), "NV_ERR_NO_MEMORY")
+    ev = journal_search.gather_journal(FakeHost(**{"journalctl -g": (1, "-- No entries --\n", "")}), "NV_ERR_NO_MEMORY")
     assert ev["readable"] is True and ev["count"] == 0 and ev["lines"] == []
 
 
@@ -432,32 +434,32 @@ def test_journal_fallback_without_grep(err):
                        "2026-09-24T01:40:00+0000 spark3 kernel[2211]: nv_err_no_memory lowercase",
                        "-- Reboot --"]) + "\n"
     host = FakeHost(**{"journalctl -g": (1, "", err + "\n"), "journalctl all": (0, whole, "")})
-    ev = ct.gather_journal(host, "NV_ERR_NO_MEMORY", "-7d")
+    ev = journal_search.gather_journal(host, "NV_ERR_NO_MEMORY", "-7d")
     assert ev["method"] == "python" and ev["readable"] is True
     assert ev["lines"] == [JOURNAL_HIT] and ev["count"] == 1             # upper-case pattern: case-sensitive
     assert host.calls[1] == ["journalctl", "--no-pager", "-o", "short-iso", "--since", "-7d"]
     host = FakeHost(**{"journalctl -g": (1, "", err + "\n"), "journalctl all": (0, whole, "")})
-    assert ct.gather_journal(host, "nv_err_no_memory")["count"] == 2     # lower-case: smart case
+    assert journal_search.gather_journal(host, "nv_err_no_memory")["count"] == 2     # lower-case: smart case
     host = FakeHost(**{"journalctl -g": (1, "", err + "\n"), "journalctl all": (0, whole, "")})
-    assert ct.gather_journal(host, "[NV_ERR")["count"] == 1              # bad regex: literal
+    assert journal_search.gather_journal(host, "[NV_ERR")["count"] == 1              # bad regex: literal
 
 
 def test_journal_unreadable_or_missing():
     denied = FakeHost(**{"journalctl -g": (1, "", "No journal files were opened due to insufficient permissions.\n")})
-    ev = ct.gather_journal(denied, "NV_ERR_NO_MEMORY")
+    ev = journal_search.gather_journal(denied, "NV_ERR_NO_MEMORY")
     assert ev["readable"] is False and ev["count"] == 0 and "insufficient permissions" in ev["note"]
-    ev = ct.gather_journal(FakeHost(**{"journalctl -g": (None, "", "")}), "NV_ERR_NO_MEMORY")
+    ev = journal_search.gather_journal(FakeHost(**{"journalctl -g": (None, "", "")}), "NV_ERR_NO_MEMORY")
     assert ev["readable"] is False and "not found" in ev["note"]
     hint = ("Hint: You are currently not seeing messages from other users and the system.\n"
             "      Users in groups 'adm', 'systemd-journal' can see all messages.\n")
-    ev = ct.gather_journal(FakeHost(**{"journalctl -g": (0, "-- No entries --\n", hint)}), "NV_ERR_NO_MEMORY")
+    ev = journal_search.gather_journal(FakeHost(**{"journalctl -g": (0, "-- No entries --\n", hint)}), "NV_ERR_NO_MEMORY")
     assert ev["readable"] is True and ev["note"].startswith("partial journal")
 
 
 def test_journal_lines_capped():
     many = "".join("2026-09-24T01:%02d:00+0000 spark3 kernel: NV_ERR_NO_MEMORY %d\n" % (i % 60, i) for i in range(120))
-    ev = ct.gather_journal(FakeHost(**{"journalctl -g": (0, many, "")}), "NV_ERR_NO_MEMORY")
-    assert ev["count"] == 120 and len(ev["lines"]) == ct.MAX_EVENT_LINES and ev["truncated"] is True
+    ev = journal_search.gather_journal(FakeHost(**{"journalctl -g": (0, many, "")}), "NV_ERR_NO_MEMORY")
+    assert ev["count"] == 120 and len(ev["lines"]) == journal_search.MAX_EVENT_LINES and ev["truncated"] is True
     assert ev["lines"][-1].endswith(" 119")
 
 
@@ -506,7 +508,7 @@ def test_module_spark3(monkeypatch, fsroot, check_mode):
 
 
 def test_module_without_docker_psi_or_journal(monkeypatch, tmp_path):
-    monkeypatch.setattr(ct, "FS_ROOT", str(fake_tree(tmp_path, psi=False)))
+    monkeypatch.setattr(host_files, "FS_ROOT", str(fake_tree(tmp_path, psi=False)))
     host = FakeHost(**{"docker ps": OSError(2, "No such file or directory"),
                        "journalctl -g": (1, "", "No journal files were opened due to insufficient permissions.\n")})
     res = run(monkeypatch, {"docker_bin": "/opt/nodocker/docker", "host_label": "spark1"}, host,
@@ -546,9 +548,9 @@ def spark3_docker(tmp_path_factory):
 
 
 def test_standin_ps_and_stats_parse(spark3_docker):
-    rows = ct.parse_ps(spark3_docker("ps", "-a", "--no-trunc", "--format", "{{json .}}"))
-    stats = ct.parse_stats(spark3_docker("stats", "--no-stream", "--format", "{{json .}}"))
-    recs = ct.container_records(rows, stats, owners={"netdata": "ops"})
+    rows = docker_ps.parse_ps(spark3_docker("ps", "-a", "--no-trunc", "--format", "{{json .}}"))
+    stats = docker_ps.parse_stats(spark3_docker("stats", "--no-stream", "--format", "{{json .}}"))
+    recs = docker_ps.container_records(rows, stats, owners={"netdata": "ops"})
     by = dict((r["name"], r) for r in recs)
     assert len(recs) == 20 and by["dsv41-worker"]["serving"] and by["dsv41-worker"]["state"] == "exited"
     non = [r for r in recs if not r["serving"]]
@@ -588,16 +590,16 @@ def test_standin_through_the_module(monkeypatch, fsroot, spark3_docker):
 
 
 def test_ansible_invocation_lines_are_not_events():
-    from ansible.module_utils import contention
+    from ansible.module_utils import contention, journal_search
     out = ("2026-11-29T09:59:47+0000 spark1 ansible-contention_report[565]: Invoked with journal_pattern=NV_ERR_NO_MEMORY\n"
            "2026-11-29T09:21:33+0000 spark3 kernel[1]: NVRM: graphics context allocation failed [NV_ERR_NO_MEMORY] at 01:33:54\n")
-    lines = contention.journal_lines(out)
+    lines = journal_search.journal_lines(out)
     assert len(lines) == 1 and "kernel[1]" in lines[0]
 
 
 def test_probe_commands_run_under_a_time_limit(tmp_path):
     import shutil
-    from ansible.module_utils.contention import make_runner
+    from ansible.module_utils.probe_runner import make_runner
     if shutil.which("timeout") is None:
         pytest.skip("coreutils timeout is not installed here")
     calls = []

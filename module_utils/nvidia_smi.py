@@ -1,0 +1,153 @@
+# -*- coding: utf-8 -*-
+"""nvidia-smi: how it is invoked and what it prints (standard library only).
+
+One place reads nvidia-smi for every module: its command lines (a poller's loop interval, under
+wrappers, shells and interpreters) and its output (``--query-gpu=clocks.sm`` samples, the
+``GPU clocks set to`` line of ``-lgc``/``-rgc`` and the permission message).
+"""
+from __future__ import absolute_import, division, print_function
+
+import re
+import shlex
+
+__metaclass__ = type
+
+
+SMI = "nvidia-smi"
+
+SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ash", "ksh"))
+
+WRAPPERS = frozenset(("env", "nice", "ionice", "timeout", "stdbuf", "setsid", "sudo", "runuser",
+                      "chrt", "taskset", "nohup", "unbuffer", "watch", "doas", "systemd-run"))
+
+_INTERP_RE = re.compile(r"^(python[0-9.]*|perl|ruby)$")
+
+_NUM_RE = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
+
+
+def _base(tok):
+    return tok.rsplit("/", 1)[-1]
+
+
+def _split(cmd):
+    try:
+        return shlex.split(cmd)
+    except ValueError:
+        return cmd.split()
+
+
+def smi_invocation(argv, depth=0):
+    """``(wrapper_argv, smi_args)`` when ``argv`` runs nvidia-smi, else None.
+
+    nvidia-smi itself, under an interpreter (the lab stand-in is ``python3 /usr/bin/nvidia-smi``),
+    under wrappers such as ``watch``/``timeout``/``sudo``, or in ``sh -c '...'``. A program that
+    merely mentions it (``grep nvidia-smi``, ``less nvidia-smi.log``) is not a poller.
+    """
+    if not argv or depth > 4:
+        return None
+    first = _base(argv[0])
+    if first == SMI:
+        return [], list(argv[1:])
+    if not (first in SHELLS or first in WRAPPERS or _INTERP_RE.match(first)):
+        return None
+    if first in SHELLS:
+        if "-c" in argv[1:]:
+            i = argv.index("-c", 1)
+            if i + 1 < len(argv):
+                inner = smi_invocation(_split(argv[i + 1]), depth + 1)
+                if inner is not None:
+                    return [argv[0]] + inner[0], inner[1]
+        return None
+    for i in range(1, len(argv)):
+        tok = argv[i]
+        if _base(tok) == SMI:
+            return list(argv[:i]), list(argv[i + 1:])
+        if " " in tok and not tok.startswith("-"):       # watch 'nvidia-smi -q'
+            inner = smi_invocation(_split(tok), depth + 1)
+            if inner is not None:
+                return list(argv[:i]) + inner[0], inner[1] + list(argv[i + 1:])
+    return None
+
+
+def _num(tok):
+    return float(tok) if tok is not None and _NUM_RE.match(tok) else None
+
+
+def smi_interval(args):
+    """nvidia-smi arguments -> (looping, interval seconds or None).
+
+    ``-l N``/``--loop=N``/``--loop N`` seconds; ``-lms N``/``--loop-ms=N`` milliseconds;
+    ``dmon``/``pmon`` loop every ``-d N`` seconds (default 1). A one-shot query gives (False, None).
+    """
+    args = list(args)
+    if args and args[0] in ("dmon", "pmon"):
+        interval = 1.0
+        for i, tok in enumerate(args):
+            if tok == "-d" and i + 1 < len(args) and _num(args[i + 1]) is not None:
+                interval = _num(args[i + 1])
+        return True, interval
+    looping, interval = False, None
+    for i, tok in enumerate(args):
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        for names, scale in ((("-lms", "--loop-ms"), 1000.0), (("-l", "--loop"), 1.0)):
+            value = None
+            if tok in names:
+                value = nxt
+            else:
+                for name in names:
+                    if tok.startswith(name + "="):
+                        value = tok[len(name) + 1:]
+            if tok in names or value is not None:
+                looping = True
+                n = _num(value)
+                interval = None if n is None else n / scale
+                break
+    return looping, interval
+
+
+def watch_interval(wrapper):
+    """``watch -n N`` / ``--interval=N`` / ``-nN`` -> seconds (watch's default 2), else None."""
+    if not wrapper or "watch" not in [_base(t) for t in wrapper]:
+        return None
+    start = [_base(t) for t in wrapper].index("watch")
+    toks = wrapper[start + 1:]
+    interval = 2.0
+    for i, tok in enumerate(toks):
+        nxt = toks[i + 1] if i + 1 < len(toks) else None
+        if tok in ("-n", "--interval") and _num(nxt) is not None:
+            interval = _num(nxt)
+        elif tok.startswith("--interval=") and _num(tok[11:]) is not None:
+            interval = _num(tok[11:])
+        elif tok.startswith("-n") and len(tok) > 2 and _num(tok[2:]) is not None:
+            interval = _num(tok[2:])
+    return interval
+
+
+# What ``nvidia-smi -lgc MIN,MAX`` prints on success, and when the caller may not change clocks.
+CLOCKS_SET_RE = re.compile(r'GPU clocks set to "\(gpuClkMin (\d+), gpuClkMax (\d+)\)" for GPU (\S+)')
+NO_PERMISSION_RE = re.compile(r"does not have permission to change clocks")
+
+
+def parse_clocks_set(text):
+    """``{min, max, gpu}`` from a ``GPU clocks set to "(gpuClkMin A, gpuClkMax B)" for GPU X`` line, else None."""
+    m = CLOCKS_SET_RE.search(text or "")
+    if not m:
+        return None
+    return {"min": int(m.group(1)), "max": int(m.group(2)), "gpu": m.group(3)}
+
+
+def says_no_permission(text):
+    """True when nvidia-smi said the caller may not change clocks."""
+    return bool(NO_PERMISSION_RE.search(text or ""))
+
+
+def parse_sm_clock(text):
+    """``nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits`` -> MHz (first GPU) or None."""
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line:
+            try:
+                return int(line.split(",")[0].strip())
+            except ValueError:
+                return None
+    return None
