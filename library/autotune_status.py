@@ -23,7 +23,7 @@ description:
   - Lists the rank's cache files C(<cache_root>/<flashinfer version>/<sm>/<hash>/rank_tp{r}_pp0_dp0.json)
     with size, sha256, mtime and the retention adapter's C(.launch) sidecar (the launch
     fingerprint) beside each, and which of them the latest boot used.
-  - Read-only. Parsing is done by C(module_utils/engine_log.py), the project's one engine-log
+  - Read-only. Parsing is done by C(module_utils/engine_log_source.py), the project's one engine-log
     parser; only the latest boot counts.
 version_added: "0.1.0"
 author: TP3 fleet config repo
@@ -156,8 +156,8 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import engine_log
-from ansible.module_utils.engine_log import EngineLogError
+from ansible.module_utils import engine_log_lines, engine_log_source
+from ansible.module_utils.engine_log_lines import EngineLogError
 
 VERDICTS = ("reused", "tuned", "mixed", "failed", "none")
 # A cache file as the engine names it (container path, ".../autotune/<version>/<sm>/<hash>/<file>")
@@ -197,7 +197,7 @@ def _version_sm(path):
 
 
 def verdict_of(a):
-    """Verdict from the ``autotune`` facts of :class:`engine_log.BootFacts`."""
+    """Verdict from the ``autotune`` facts of :class:`boot_facts.BootFacts`."""
     if a["drift"]:
         return "failed"
     if a["armed"]:
@@ -241,7 +241,7 @@ def cache_files(cache_root, rank, outcomes):
 
 
 def evaluate(facts, rank, cache_root):
-    """Turn :class:`engine_log.BootFacts` into the module result (without ``changed``).
+    """Turn :class:`boot_facts.BootFacts` into the module result (without ``changed``).
 
     Raises :class:`EngineLogError` when the latest boot has no autotune line at all.
     """
@@ -305,20 +305,20 @@ def evaluate(facts, rank, cache_root):
 
 
 def read_facts(module):
-    return engine_log.read_boot_params(module.run_command, module.params, kinds=[engine_log.KIND_AUTOTUNE])
+    return engine_log_source.read_boot_params(module.run_command, module.params, kinds=[engine_log_lines.KIND_AUTOTUNE])
 
 
 def run_module():
     module = AnsibleModule(
         argument_spec=dict(
-            engine_log.SOURCE_ARGUMENT_SPEC,
+            engine_log_source.SOURCE_ARGUMENT_SPEC,
             rank=dict(type="int", required=True),
             cache_root=dict(type="path", default="~/.cache/sglang/flashinfer/autotune"),
             expect=dict(type="list", elements="str", choices=list(VERDICTS)),
             host_label=dict(type="str"),
         ),
-        mutually_exclusive=engine_log.SOURCE_MUTUALLY_EXCLUSIVE,
-        required_one_of=engine_log.SOURCE_REQUIRED_ONE_OF,
+        mutually_exclusive=engine_log_source.SOURCE_MUTUALLY_EXCLUSIVE,
+        required_one_of=engine_log_source.SOURCE_REQUIRED_ONE_OF,
         supports_check_mode=True,
     )
     p = module.params
@@ -343,7 +343,7 @@ def run_module():
             detail += "; " + "; ".join(result["problems"])
         module.fail_json(msg="%s: autotune verdict %s, expected %s (%s; %s, %s)"
                          % (who, result["verdict"], " or ".join(p["expect"]), detail, result["source"],
-                            engine_log.boots_label(result["boots_seen"])), **result)
+                            engine_log_source.boots_label(result["boots_seen"])), **result)
     module.exit_json(**result)
 
 

@@ -32,7 +32,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 boot:
-  description: The latest boot (see module_utils/engine_log.py BootFacts.to_dict).
+  description: The latest boot (see module_utils/boot_facts.py BootFacts.to_dict).
   returned: success
   type: dict
   contains:
@@ -59,8 +59,10 @@ boot:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_log import (SOURCE_ARGUMENT_SPEC, SOURCE_MUTUALLY_EXCLUSIVE, SOURCE_REQUIRED_ONE_OF,
-                                             EngineLogError, read_boot_params)
+from ansible.module_utils.engine_log_lines import EngineLogError
+from ansible.module_utils.engine_log_source import (
+    SOURCE_ARGUMENT_SPEC, SOURCE_MUTUALLY_EXCLUSIVE, SOURCE_REQUIRED_ONE_OF, read_boot_params,
+)
 
 
 def main():

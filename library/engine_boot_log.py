@@ -12,7 +12,7 @@ short_description: Return the latest boot of an SGLang engine log (both streams,
 description:
   - Collects the text of the latest boot of a rank's engine log, the way every role collects boot
     logs (run records, a failed restart's report). The boot is found by the project's engine log
-    reader (C(module_utils/engine_log.py)), so "latest boot" means the same here as in
+    reader (C(module_utils/engine_log_source.py)), so "latest boot" means the same here as in
     C(engram_packed), C(kv_pool) and C(autotune_status); from the last boot marker to the end.
   - For a container, C(docker logs --timestamps) is read on both streams (the engine's logging goes
     to stderr, C(print) lines such as C(Ready) and the adapters' to stdout) and merged back into log
@@ -86,8 +86,10 @@ source:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_log import (SOURCE_ARGUMENT_SPEC, SOURCE_MUTUALLY_EXCLUSIVE, SOURCE_REQUIRED_ONE_OF,
-                                             EngineLogError, read_boot_text)
+from ansible.module_utils.engine_log_lines import EngineLogError
+from ansible.module_utils.engine_log_source import (
+    SOURCE_ARGUMENT_SPEC, SOURCE_MUTUALLY_EXCLUSIVE, SOURCE_REQUIRED_ONE_OF, read_boot_text,
+)
 
 
 def collect(run_command, params):

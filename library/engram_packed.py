@@ -21,11 +21,11 @@ description:
     stand in for an C(Exact ... packed=True) line.
   - Fatal Engram errors (C(Engram retrieval failed) lines) name no file; they are attributed to the
     rank of the boot and to the first requested layer not attached before them.
-  - Older engine builds print no C(packed=) flag: packed is then unknown, never true.
+  - "Older engine builds print no C(packed=) flag: packed is then unknown, never true."
   - Compares each layer's rows with the rank's expected range, rows N*r//tp up to N*(r+1)//tp
     (exclusive), when the layer's row count N is known (I(rows_total) or I(checkpoint)).
   - Read-only; a log file is read in bounded memory whatever its size. Parsing is done by
-    C(module_utils/engine_log.py), the project's one engine-log parser.
+    C(module_utils/engine_log_source.py), the project's one engine-log reader.
 version_added: "0.1.0"
 author: TP3 fleet config repo
 extends_documentation_fragment:
@@ -154,8 +154,8 @@ source:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import engine_log
-from ansible.module_utils.engine_log import EngineLogError
+from ansible.module_utils import engine_log_lines, engine_log_source
+from ansible.module_utils.engine_log_lines import EngineLogError
 
 try:
     from ansible.module_utils import engram_format
@@ -198,7 +198,7 @@ def _shard_name(layer, rank, tp_size):
 
 
 def evaluate(facts, rank, tp_size, layers, rows_total):
-    """Turn :class:`engine_log.BootFacts` into the module result (without ``changed``).
+    """Turn :class:`boot_facts.BootFacts` into the module result (without ``changed``).
 
     Raises :class:`EngineLogError` when the log has no boot marker or a requested layer has no
     start-up line in the latest boot (the message carries the fatal errors that explain it).
@@ -264,13 +264,13 @@ def evaluate(facts, rank, tp_size, layers, rows_total):
 
 
 def read_facts(module):
-    return engine_log.read_boot_params(module.run_command, module.params, kinds=engine_log.ENGRAM_KINDS)
+    return engine_log_source.read_boot_params(module.run_command, module.params, kinds=engine_log_lines.ENGRAM_KINDS)
 
 
 def run_module():
     module = AnsibleModule(
         argument_spec=dict(
-            engine_log.SOURCE_ARGUMENT_SPEC,
+            engine_log_source.SOURCE_ARGUMENT_SPEC,
             rank=dict(type="int", required=True),
             tp_size=dict(type="int", required=True),
             layers=dict(type="list", elements="int", default=[1, 14]),
@@ -279,8 +279,8 @@ def run_module():
             require_packed=dict(type="bool", default=False),
             host_label=dict(type="str"),
         ),
-        mutually_exclusive=engine_log.SOURCE_MUTUALLY_EXCLUSIVE + [("rows_total", "checkpoint")],
-        required_one_of=engine_log.SOURCE_REQUIRED_ONE_OF,
+        mutually_exclusive=engine_log_source.SOURCE_MUTUALLY_EXCLUSIVE + [("rows_total", "checkpoint")],
+        required_one_of=engine_log_source.SOURCE_REQUIRED_ONE_OF,
         supports_check_mode=True,
     )
     p = module.params
@@ -308,7 +308,7 @@ def run_module():
     if p["require_packed"] and not result["all_ok"]:
         module.fail_json(msg="%s: %s (%s, %s)"
                          % (who, "; ".join(result["problems"]), result["source"],
-                            engine_log.boots_label(result["boots_seen"])), **result)
+                            engine_log_source.boots_label(result["boots_seen"])), **result)
     module.exit_json(**result)
 
 

@@ -27,7 +27,7 @@ description:
     C(available_bytes) being bytes); a malformed value fails naming the source and line; a last
     line still being written is ignored and reported in C(partial_last_line).
   - Read-only; a log file is read in bounded memory whatever its size. Parsing is done by
-    C(module_utils/engine_log.py), the project's one engine-log parser.
+    C(module_utils/engine_log_source.py), the project's one engine-log reader.
 version_added: "0.1.0"
 author: TP3 fleet config repo
 extends_documentation_fragment:
@@ -146,7 +146,7 @@ available_bytes:
   description:
     - C(available_bytes) as an integer byte count. The engine computes its figures as
       bytes / 2**30 and labels them C(GB), so a printed C(GB) is taken as 2**30 bytes (GiB), as in
-      C(module_utils/engine_log.py); C("1.04 GB") is round(1.04 * 2**30) = 1116691497. With two
+      C(module_utils/engine_log_lines.py); C("1.04 GB") is round(1.04 * 2**30) = 1116691497. With two
       printed decimals the value is only good to about +-5 MiB.
   returned: always
   type: int
@@ -199,10 +199,10 @@ source:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import engine_log
-from ansible.module_utils.engine_log import EngineLogError
+from ansible.module_utils import boot_facts, engine_log_lines, engine_log_source
+from ansible.module_utils.engine_log_lines import EngineLogError
 
-KINDS = frozenset([engine_log.KIND_MEMORY, engine_log.KIND_SERVER_ARGS])
+KINDS = frozenset([engine_log_lines.KIND_MEMORY, engine_log_lines.KIND_SERVER_ARGS])
 
 
 def _int_or_none(value):
@@ -225,7 +225,7 @@ DEFAULT_PAGE_SIZE = 256   # SGLang's page size when the boot marker does not pri
 
 
 def evaluate(facts, requested_tokens=None):
-    """Turn :class:`engine_log.BootFacts` into the module result (without ``changed``).
+    """Turn :class:`boot_facts.BootFacts` into the module result (without ``changed``).
 
     Raises :class:`EngineLogError` when the boot marker, the memory line, or both the pool and
     max_total lines are missing from the latest boot, or when a value on them is malformed.
@@ -279,9 +279,9 @@ def evaluate(facts, requested_tokens=None):
         "chunked_prefill_size": _int_or_none(_first(max_total.get("chunked_prefill_size"),
                                                     sargs.get("chunked_prefill_size"))),
         "available_gpu_mem_printed": max_total.get("available_gpu_mem_printed"),
-        "pool": engine_log.public_fields(facts.pool),
+        "pool": boot_facts.public_fields(facts.pool),
         "pool_lines": facts.pool_count,
-        "memory": engine_log.public_fields(mem),
+        "memory": boot_facts.public_fields(mem),
         "rank": facts.rank,
         "partial_last_line": facts.partial_last_line,
     }
@@ -295,7 +295,7 @@ def below_min_message(who, result, min_tokens):
 
 
 def read_facts(module):
-    return engine_log.read_boot_params(module.run_command, module.params, kinds=KINDS)
+    return engine_log_source.read_boot_params(module.run_command, module.params, kinds=KINDS)
 
 
 def _hostname():
@@ -306,14 +306,14 @@ def _hostname():
 def run_module():
     module = AnsibleModule(
         argument_spec=dict(
-            engine_log.SOURCE_ARGUMENT_SPEC,
+            engine_log_source.SOURCE_ARGUMENT_SPEC,
             requested_tokens=dict(type="int"),
             min_tokens=dict(type="int"),
             rank=dict(type="int"),
             host_label=dict(type="str"),
         ),
-        mutually_exclusive=engine_log.SOURCE_MUTUALLY_EXCLUSIVE,
-        required_one_of=engine_log.SOURCE_REQUIRED_ONE_OF,
+        mutually_exclusive=engine_log_source.SOURCE_MUTUALLY_EXCLUSIVE,
+        required_one_of=engine_log_source.SOURCE_REQUIRED_ONE_OF,
         supports_check_mode=True,
     )
     p = module.params

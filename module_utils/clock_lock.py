@@ -40,8 +40,6 @@ from ansible.module_utils.unit_journal import (
 )
 
 __metaclass__ = type
-
-
 BLIND_SPOTS = (
     "There is no read-back of a clock lock: nvidia-smi and NVML do not report locked clocks, so the lock "
     "in force is inferred from the journal of this boot, not read from the GPU.",

@@ -24,10 +24,7 @@ from ansible.module_utils.journal_search import gather_journal
 from ansible.module_utils.meminfo import memory_facts, parse_meminfo
 
 __metaclass__ = type
-
-
 DM_LINK = "/etc/systemd/system/display-manager.service"
-
 ENABLED_STATES = ("enabled", "enabled-runtime", "alias")
 
 

@@ -14,13 +14,8 @@ import re
 from ansible.module_utils.probe_runner import _tail
 
 __metaclass__ = type
-
-
 GIB = 2 ** 30
-
 DOCKER_FORMAT = "{{json .}}"
-
-
 _SIZE_UNITS = {
     "b": 1, "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40, "pib": 2 ** 50,
     "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12, "pb": 10 ** 15,

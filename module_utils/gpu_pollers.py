@@ -14,8 +14,6 @@ from ansible.module_utils.host_files import host_path, read_text
 from ansible.module_utils.nvidia_smi import SHELLS, SMI, _base, smi_interval, smi_invocation, watch_interval
 
 __metaclass__ = type
-
-
 PS_ARGS = ["ps", "-eo", "pid,ppid,user:32,etimes,args", "--no-headers"]
 
 

@@ -12,16 +12,11 @@ import re
 from ansible.module_utils.probe_runner import _tail
 
 __metaclass__ = type
-
-
 MAX_EVENT_LINES = 50          # journal lines returned (the count covers all of them)
-
-
 _GREP_UNSUPPORTED = ("pattern matching not supported", "compiled without pattern matching",
                      "unrecognized option", "invalid option", "unknown option")
 
 _PERMISSION = ("insufficient permissions", "permission denied", "access denied")
-
 _NO_JOURNAL = ("no journal files were found",)
 
 

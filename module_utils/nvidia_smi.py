@@ -11,17 +11,12 @@ import re
 import shlex
 
 __metaclass__ = type
-
-
 SMI = "nvidia-smi"
-
 SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ash", "ksh"))
-
 WRAPPERS = frozenset(("env", "nice", "ionice", "timeout", "stdbuf", "setsid", "sudo", "runuser",
                       "chrt", "taskset", "nohup", "unbuffer", "watch", "doas", "systemd-run"))
 
 _INTERP_RE = re.compile(r"^(python[0-9.]*|perl|ruby)$")
-
 _NUM_RE = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 
 

@@ -10,10 +10,7 @@ from __future__ import absolute_import, division, print_function
 from ansible.module_utils.nvidia_smi import SHELLS, _base, _split, smi_invocation
 
 __metaclass__ = type
-
-
 BECOME_MARK = "BECOME-SUCCESS-"
-
 SEPARATORS = (";", "&&", "||", "|", "&")
 
 

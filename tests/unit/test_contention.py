@@ -590,7 +590,7 @@ def test_standin_through_the_module(monkeypatch, fsroot, spark3_docker):
 
 
 def test_ansible_invocation_lines_are_not_events():
-    from ansible.module_utils import contention, journal_search
+    from ansible.module_utils import journal_search
     out = ("2026-11-29T09:59:47+0000 spark1 ansible-contention_report[565]: Invoked with journal_pattern=NV_ERR_NO_MEMORY\n"
            "2026-11-29T09:21:33+0000 spark3 kernel[1]: NVRM: graphics context allocation failed [NV_ERR_NO_MEMORY] at 01:33:54\n")
     lines = journal_search.journal_lines(out)

@@ -1,11 +1,11 @@
-"""Unit tests for module_utils/engine_log.py (the one reader of engine logs), on logs in the real
+"""Unit tests for module_utils/engine_log*.py and boot_facts.py (the one reader of engine logs), on logs in the real
 engine's formats (tests/unit/engine_logs.py builds them from SPEC section 3)."""
 import io
 
 import pytest
 
-from ansible.module_utils import engine_log as E
-from ansible.module_utils.engine_log import EngineLogError, MalformedLogLine
+from ansible.module_utils import engine_log as E, engine_log_lines, engine_log_scan, engine_log_source
+from ansible.module_utils.engine_log_lines import EngineLogError, MalformedLogLine
 
 import engine_logs as L
 
@@ -20,13 +20,13 @@ def all_ways(log_text, tmp_path, lines=True, **kw):
     path = tmp_path / "log.txt"
     path.write_bytes(log_text.encode())
     results = [
-        E.scan_file(str(path), **kw),
-        E.scan_file(str(path), chunk_size=4096, **kw),
-        E.scan(log_text, **kw),
-        E.scan(log_text, chunk_size=97, **kw),
-        E.scan(io.BytesIO(log_text.encode()), chunk_size=64, **kw),
-        E.scan(io.StringIO(log_text), chunk_size=1000, **kw),
-    ] + ([E.scan_lines(log_text.splitlines(True), **kw)] if lines else [])
+        engine_log_scan.scan_file(str(path), **kw),
+        engine_log_scan.scan_file(str(path), chunk_size=4096, **kw),
+        engine_log_scan.scan(log_text, **kw),
+        engine_log_scan.scan(log_text, chunk_size=97, **kw),
+        engine_log_scan.scan(io.BytesIO(log_text.encode()), chunk_size=64, **kw),
+        engine_log_scan.scan(io.StringIO(log_text), chunk_size=1000, **kw),
+    ] + ([engine_log_scan.scan_lines(log_text.splitlines(True), **kw)] if lines else [])
     dicts = []
     for r in results:
         d = r.to_dict()
@@ -41,7 +41,7 @@ def all_ways(log_text, tmp_path, lines=True, **kw):
 
 def test_a_logging_record_is_one_message_whatever_it_quotes():
     line = P + "Receive: obj=GenerateReqInput(text='x\\n[2026-09-11 23:34:14 TP0 EP0] server_args={} Exact nvme')"
-    msgs = E.split_messages(line)
+    msgs = engine_log_lines.split_messages(line)
     assert len(msgs) == 1 and msgs[0].prefixed and msgs[0].tp_rank == 1
     assert msgs[0].text.startswith("Receive: obj=")
 
@@ -50,18 +50,18 @@ def test_glued_tqdm_line_with_cursor_codes_gives_the_record_after_the_bar():
     raw = ("Capturing batches (bs=4 avail_mem=7.62 GB):   0%|          | 0/4 [00:00<?, ?it/s]\x1b[A\x1b[2K\r"
            " 25%|##5       | 1/4 [00:01<00:03,  1.1s/it][2026-09-11 23:46:45 TP0 EP0] FlashInfer autotune: per-rank "
            "caches disagree, discarding them and tuning from scratch so all ranks agree on the tactics.\r\n")
-    msgs = E.split_messages(raw)
+    msgs = engine_log_lines.split_messages(raw)
     assert [m.prefixed for m in msgs] == [False, False, True]
     assert msgs[-1].tp_rank == 0 and msgs[-1].text.startswith("FlashInfer autotune: per-rank caches disagree")
     assert E.parse_line(raw)[0] == "autotune_disagree"
 
 
 def test_colour_codes_crlf_and_prefix_forms():
-    assert E.strip_line("\x1b[32m" + P + "\x1b[0mFlashInfer autotune completed.\x1b[0m\r\n") == \
+    assert engine_log_lines.strip_line("\x1b[32m" + P + "\x1b[0mFlashInfer autotune completed.\x1b[0m\r\n") == \
         "FlashInfer autotune completed."
-    assert E.strip_line("[2026-09-11 23:34:03] server_args={'a': 1}\r\n") == "server_args={'a': 1}"
-    assert E.strip_line("[autotune_keep] armed") == "[autotune_keep] armed"      # a message, not a prefix
-    assert E.split_messages("[2026-09-11 23:34:14 DP0 TP2 EP2] x")[0].tp_rank == 2
+    assert engine_log_lines.strip_line("[2026-09-11 23:34:03] server_args={'a': 1}\r\n") == "server_args={'a': 1}"
+    assert engine_log_lines.strip_line("[autotune_keep] armed") == "[autotune_keep] armed"      # a message, not a prefix
+    assert engine_log_lines.split_messages("[2026-09-11 23:34:14 DP0 TP2 EP2] x")[0].tp_rank == 2
 
 
 def test_words_elsewhere_in_a_message_are_not_that_kind():
@@ -78,7 +78,7 @@ def test_words_elsewhere_in_a_message_are_not_that_kind():
     ("12 MiB", (12, "MiB")), ("1.0.4 GB", None), ("49,52", None), ("GB", None),
 ])
 def test_parse_number(raw, want):
-    assert E.parse_number(raw) == want
+    assert engine_log_lines.parse_number(raw) == want
 
 
 def test_thousands_separators_in_pool_line():
@@ -102,7 +102,7 @@ def test_malformed_number_is_a_clear_failure_naming_source_and_line(tmp_path):
     boot = L.boot(1, available="1.0.4 GB")
     log = tmp_path / "spark2.log"
     log.write_text(L.text(L.boot(1), boot))
-    facts = E.scan_file(str(log), kinds=[E.KIND_MEMORY])
+    facts = engine_log_scan.scan_file(str(log), kinds=[engine_log_lines.KIND_MEMORY])
     with pytest.raises(MalformedLogLine) as err:
         facts.require_memory()
     msg = str(err.value)
@@ -222,7 +222,7 @@ def test_count_boots_is_optional(tmp_path):
 def test_required_lines_missing_name_the_source(tmp_path):
     log = tmp_path / "w.log"
     log.write_text(L.text(L.boot(1, die_after_marker=True)))
-    facts = E.scan_file(str(log))
+    facts = engine_log_scan.scan_file(str(log))
     for require, what in ((facts.require_memory, "DSV4 memory calculation"), (facts.require_pool, "pool sizes"),
                           (facts.require_max_total, "max_total_num_tokens"), (facts.require_ready, "Ready"),
                           (facts.require_autotune, "autotune")):
@@ -230,7 +230,7 @@ def test_required_lines_missing_name_the_source(tmp_path):
             require()
         assert str(log) in str(err.value) and what in str(err.value)
     with pytest.raises(EngineLogError) as err:
-        E.scan_file(str(tmp_path / "nope.log"))
+        engine_log_scan.scan_file(str(tmp_path / "nope.log"))
     assert "cannot open" in str(err.value)
 
 
@@ -239,22 +239,22 @@ def test_required_lines_missing_name_the_source(tmp_path):
 def test_docker_streams_merge_in_order_and_read_both():
     out, err = L.docker_streams(L.boot(0, disagree=1))
     assert "Ready: API" in out and "Exact nvme" in err          # the engine logs to stderr
-    merged = E.merge_docker_streams(out, err)
+    merged = engine_log_source.merge_docker_streams(out, err)
     assert merged == L.text(L.boot(0, disagree=1))
-    facts = E.scan_docker(lambda args: (0, out, err), "dsv41-head")
+    facts = engine_log_source.scan_docker(lambda args: (0, out, err), "dsv41-head")
     assert facts.ready and facts.engram[1]["packed"] is True and facts.source == "docker logs dsv41-head"
 
 
 def test_docker_partial_last_line_is_left_out_and_said():
     out, err = L.docker_streams(L.boot(0))
     err += "2026-09-11T10:00:00.000000000Z " + P + "DSV4 pool sizes: full=49"
-    facts = E.scan_docker(lambda args: (0, out, err), "dsv41-head")
+    facts = engine_log_source.scan_docker(lambda args: (0, out, err), "dsv41-head")
     assert facts.pool["full"] == 491520 and facts.partial_last_line.endswith("full=49")
 
 
 def test_docker_failure_names_container():
     with pytest.raises(EngineLogError) as err:
-        E.scan_docker(lambda args: (1, "", "Error response from daemon: No such container: dsv41-head"), "dsv41-head")
+        engine_log_source.scan_docker(lambda args: (1, "", "Error response from daemon: No such container: dsv41-head"), "dsv41-head")
     assert "docker logs dsv41-head" in str(err.value) and "No such container" in str(err.value)
 
 
@@ -262,19 +262,19 @@ def test_read_boot_text_latest_boot_both_sources(tmp_path):
     first, second = L.boot(1, packed=(False, False)), L.boot(1)
     log = tmp_path / "x.log"
     log.write_text(L.text(first, second) + "partial")
-    text, info = E.read_boot_text(None, log_path=str(log))
+    text, info = engine_log_source.read_boot_text(None, log_path=str(log))
     assert text == L.text(second) and info["marker_found"] and info["partial_last_line"] == "partial"
     out, err = L.docker_streams(first, second)
-    text, info = E.read_boot_text(lambda a: (0, out, err), container="dsv41-worker")
+    text, info = engine_log_source.read_boot_text(lambda a: (0, out, err), container="dsv41-worker")
     assert text == L.text(second) and info["source"] == "docker logs dsv41-worker"
-    text, info = E.read_boot_text(None, log_path=str(log), max_bytes=4096)
+    text, info = engine_log_source.read_boot_text(None, log_path=str(log), max_bytes=4096)
     assert info["omitted_bytes"] > 0 and len(text) < 4096 + 100
     assert text.startswith("[2026-09-11 23:34:03] server_args=") and "bytes of this boot omitted" in text
 
 
 def test_latest_boot_lines():
     lines = L.text(L.boot(1), L.boot(2)).splitlines()
-    assert E.latest_boot(lines) == L.text(L.boot(2)).splitlines()
+    assert engine_log_scan.latest_boot(lines) == L.text(L.boot(2)).splitlines()
 
 
 def test_memory_is_bounded_by_the_latest_boot_not_the_log(tmp_path):
@@ -296,7 +296,7 @@ def test_memory_is_bounded_by_the_latest_boot_not_the_log(tmp_path):
     import builtins
     try:
         builtins.open = lambda p, m="r", *a, **k: Counting(p, "r") if m == "rb" else real_open(p, m, *a, **k)
-        facts = E.scan_file(str(log), kinds=E.ENGRAM_KINDS, chunk_size=65536)
+        facts = engine_log_scan.scan_file(str(log), kinds=engine_log_lines.ENGRAM_KINDS, chunk_size=65536)
     finally:
         builtins.open = real_open
     assert facts.engram[14]["packed"] is True
@@ -325,7 +325,7 @@ def test_docker_logs_runs_under_a_time_limit():
     if shutil.which("timeout") is None:
         pytest.skip("coreutils timeout is not installed here")
     with pytest.raises(EngineLogError) as err:
-        E.scan_docker(run, "dsv41-head", timeout=7)
+        engine_log_source.scan_docker(run, "dsv41-head", timeout=7)
     assert seen[0][1:3] == ["--kill-after=10", "7s"] and seen[0][3:5] == ["docker", "logs"]
     assert "did not finish within 7 s" in str(err.value) and "docker logs dsv41-head" in str(err.value)
 
@@ -336,5 +336,5 @@ def test_fatal_line_numbers_count_from_the_top_of_the_file(tmp_path):
     log = tmp_path / "w.log"
     log.write_text(text)
     want = next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith("Engram retrieval failed"))
-    for facts in (E.scan_file(str(log)), E.scan(text), E.scan_lines(text.splitlines())):
+    for facts in (engine_log_scan.scan_file(str(log)), engine_log_scan.scan(text), engine_log_scan.scan_lines(text.splitlines())):
         assert facts.fatal[0]["line_no"] == want

@@ -1,16 +1,17 @@
 """After the restart every rank runs a fresh boot, workers before the head, and the head answers /health.
 
-Boot logs are read with the project's one engine-log reader (module_utils/engine_log.py) on both
+Boot logs are read with the project's one engine-log reader (module_utils/engine_log_source.py) on both
 streams of `docker logs`, as the roles read them.
 """
 import json
-import sys
 from pathlib import Path
 
+import ansible.module_utils
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[5] / "module_utils"))
-import engine_log  # noqa: E402  (the project's reader, standard library only)
+# The project's reader, imported as Ansible ships module_utils to a host.
+ansible.module_utils.__path__.append(str(Path(__file__).resolve().parents[5] / "module_utils"))
+from ansible.module_utils import engine_log_source  # noqa: E402
 
 
 def container(host):
@@ -21,7 +22,7 @@ def latest_boot(host):
     def run(args):
         res = host.run(" ".join(args))
         return res.rc, res.stdout, res.stderr
-    return engine_log.scan_docker(run, container(host))
+    return engine_log_source.scan_docker(run, container(host))
 
 
 def test_container_running_with_declared_engram_source(host):
