@@ -20,12 +20,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
-import ansible.module_utils  # noqa: E402
+import ansible.module_utils   # noqa: E402
 
 ansible.module_utils.__path__.append(os.path.join(ROOT, "module_utils"))
-import ckpt_factory  # noqa: E402
-from ansible.module_utils.engram_format import (  # noqa: E402
-    DEFAULT_CHUNK_BYTES, HEADER_BYTES, MIB, ROW_BYTES, pack_layer, read_engram_tables, shard_name)
+import ckpt_factory   # noqa: E402
+from ansible.module_utils.engram_packer import DEFAULT_CHUNK_BYTES, pack_layer  # noqa: E402
+from ansible.module_utils.safetensors_index import read_engram_tables  # noqa: E402
+from ansible.module_utils.shard_format import HEADER_BYTES, MIB, ROW_BYTES, shard_name  # noqa: E402
 
 TARGET_RATIO = 0.8
 

@@ -52,7 +52,7 @@ options:
   checkpoint:
     description:
       - Checkpoint directory; N per layer is read from its C(model.safetensors.index.json) and
-        safetensors headers (header only) with C(engram_format.read_engram_tables).
+        safetensors headers (header only) with C(safetensors_index.read_engram_tables).
       - Mutually exclusive with I(rows_total).
     type: path
   require_packed:
@@ -156,21 +156,13 @@ source:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import engine_log_lines, engine_log_source
 from ansible.module_utils.engine_log_lines import EngineLogError
-
-try:
-    from ansible.module_utils import engram_format
-    HAS_ENGRAM_FORMAT = True
-except ImportError:  # pragma: no cover - the repo ships it
-    engram_format = None
-    HAS_ENGRAM_FORMAT = False
+from ansible.module_utils import safetensors_index, shard_format
 
 
 def _rows_total_map(rows_total, checkpoint, layers):
     """{layer: N or None}."""
     if checkpoint:
-        if not HAS_ENGRAM_FORMAT:
-            raise RuntimeError("module_utils/engram_format.py is required for checkpoint=")
-        tables = engram_format.read_engram_tables(checkpoint, layers)
+        tables = safetensors_index.read_engram_tables(checkpoint, layers)
         return dict((layer, tables[layer].rows) for layer in layers)
     out = dict((layer, None) for layer in layers)
     for key, value in (rows_total or {}).items():
@@ -186,15 +178,11 @@ def _rows_total_map(rows_total, checkpoint, layers):
 def _expected_range(n_rows, rank, tp_size):
     if n_rows is None:
         return None, None
-    if HAS_ENGRAM_FORMAT:
-        return engram_format.rank_row_range(n_rows, rank, tp_size)
-    return n_rows * rank // tp_size, n_rows * (rank + 1) // tp_size  # pragma: no cover
+    return shard_format.rank_row_range(n_rows, rank, tp_size)
 
 
 def _shard_name(layer, rank, tp_size):
-    if HAS_ENGRAM_FORMAT:
-        return engram_format.shard_name(layer, rank, tp_size)
-    return "engram-l%d-r%dof%d.bin" % (layer, rank, tp_size)  # pragma: no cover
+    return shard_format.shard_name(layer, rank, tp_size)
 
 
 def evaluate(facts, rank, tp_size, layers, rows_total):
@@ -284,7 +272,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or (engram_format.hostname() if HAS_ENGRAM_FORMAT else "this host")
+    label = p["host_label"] or shard_format.hostname()
     who = "%s rank %d" % (label, p["rank"])
     if p["tp_size"] < 1 or not 0 <= p["rank"] < p["tp_size"]:
         module.fail_json(msg="%s: rank %d is outside 0..%d for tp_size %d"
@@ -294,7 +282,7 @@ def run_module():
         module.fail_json(msg="%s: layers is empty" % who, changed=False)
     try:
         rows_total = _rows_total_map(p["rows_total"], p["checkpoint"], layers)
-    except Exception as exc:  # engram_format errors name the file
+    except Exception as exc:  # checkpoint reading errors name the file
         module.fail_json(msg="%s: cannot get the Engram row counts: %s" % (who, exc), changed=False)
     try:
         facts = read_facts(module)

@@ -140,7 +140,8 @@ reclaimable_gib:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engram_format import ENGRAM_LAYERS, EngramError, plan
+from ansible.module_utils.pack_plan import plan
+from ansible.module_utils.shard_format import ENGRAM_LAYERS, EngramError
 
 
 def main():

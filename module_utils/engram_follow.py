@@ -2,7 +2,7 @@
 """Follow a packer started in the background (Ansible ``async``, ``poll: 0``) to its end.
 
 One call is one round: it reads the async job's results file and the packer's progress record
-(:class:`engram_format.Progress`) and says whether the packer still runs (with its progress),
+(:class:`pack_progress.Progress`) and says whether the packer still runs (with its progress),
 finished, failed (with its own error) or died without a result, and in the last case removes the
 ``.partial`` it left. Standard library only; shipped to the target with the ``engram_pack_wait``
 module.
@@ -22,9 +22,10 @@ import os
 import signal
 import time
 
-from ansible.module_utils.engram_format import (
-    RUNNING_STATES, EngramPackError, dest_lock, eta_text, fsync_dir, hostname, pid_alive, read_progress,
-    remove_own_file, utc_text)
+from ansible.module_utils.pack_lock import dest_lock, pid_alive, utc_text
+from ansible.module_utils.pack_progress import RUNNING_STATES, eta_text, read_progress
+from ansible.module_utils.shard_format import EngramPackError, fsync_dir, hostname
+from ansible.module_utils.shard_provenance import remove_own_file
 
 # The async wrapper kills a job at its limit only on its next 5 s check, then reports: a packer still
 # alive this long past its limit escaped it.

@@ -1,7 +1,7 @@
 """Build synthetic safetensors checkpoints for tests and benchmarks.
 
 Written straight from the format description (8-byte LE header length, JSON header, data), not
-from module_utils/engram_format.py, so tests that use it check that code independently.
+from module_utils (safetensors_index.py, shard_format.py), so tests that use it check that code independently.
 
 Two flavours:
 - data checkpoints: small real Engram tables filled with random bytes, for packing;
@@ -72,7 +72,7 @@ def write_raw_safetensors(path, header, pad_to=8):
 
 
 def read_header(path):
-    """Return (header, data_start) of a safetensors file, written independently of engram_format."""
+    """Return (header, data_start) of a safetensors file, written independently of module_utils."""
     with open(path, "rb") as handle:
         (length,) = struct.unpack("<Q", handle.read(8))
         return json.loads(handle.read(length)), 8 + length
@@ -205,7 +205,7 @@ def snapshot(directory):
 
 def python_with_module_utils():
     """sys.executable plus a PYTHONPATH-free bootstrap snippet that makes
-    ``ansible.module_utils.engram_format`` importable in a subprocess."""
+    ``ansible.module_utils.<name>`` importable in a subprocess."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     bootstrap = ("import ansible.module_utils as _m; _m.__path__.append(%r)\n"
                  % os.path.join(root, "module_utils"))

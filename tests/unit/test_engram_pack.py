@@ -15,9 +15,10 @@ import ckpt_factory
 from modrun import run_module
 import engram_pack
 import engram_plan
-from ansible.module_utils import engram_format as ef
-from ansible.module_utils.engram_format import (
-    EngramFormatError, EngramPackError, pack_layer, partial_name, shard_name)
+from ansible.module_utils import engram_packer, pack_lock, pack_plan, pack_progress, safetensors_index
+from ansible.module_utils import shard_format, shard_provenance
+from ansible.module_utils.engram_packer import pack_layer
+from ansible.module_utils.shard_format import EngramFormatError, EngramPackError, partial_name, shard_name
 
 HOST = os.uname().nodename
 MIB = 1 << 20
@@ -70,7 +71,7 @@ def test_byte_exact_all_ranks_uneven_rows(ckpt, dest, layer, chunk_rows):
         assert result["seconds"] >= 0 and result["throughput_mib_s"] >= 0
         _assert_exact(ckpt, dest, layer, rank, 3)
     assert sorted(os.listdir(dest)) == sorted([".engram-pack.lock"] + [shard_name(layer, r, 3) for r in range(3)]
-                                              + [ef.meta_name(layer, r, 3) for r in range(3)])
+                                              + [shard_format.meta_name(layer, r, 3) for r in range(3)])
 
 
 def test_whole_table_tp1(ckpt, dest):
@@ -99,7 +100,7 @@ def test_check_mode_touches_nothing(ckpt, dest):
 def test_progress_file(ckpt, dest, tmp_path):
     progress = str(tmp_path / "progress.json")
     result = pack_layer(ckpt, dest, 14, 2, 3, chunk_rows=10, progress_path=progress, run_id="run-7")
-    record = ef.read_progress(progress)
+    record = pack_progress.read_progress(progress)
     assert record["state"] == "done" and record["run_id"] == "run-7" and record["pid"] == os.getpid()
     assert (record["layer"], record["rank"], record["tp_size"]) == (14, 2, 3)
     assert record["done_bytes"] == record["total_bytes"] == result["bytes"] and record["percent"] == 100.0
@@ -109,7 +110,7 @@ def test_progress_file(ckpt, dest, tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     # An already complete shard says so, and writes nothing.
     pack_layer(ckpt, dest, 14, 2, 3, progress_path=progress, run_id="run-8")
-    record = ef.read_progress(progress)
+    record = pack_progress.read_progress(progress)
     assert record["state"] == "done" and record["run_id"] == "run-8" and "already complete" in record["message"]
 
 
@@ -117,18 +118,17 @@ def test_progress_record_while_packing(ckpt, dest, tmp_path, monkeypatch):
     """Every record written mid-pack has consistent figures: done grows, percent and ETA follow it."""
     progress = str(tmp_path / "progress.json")
     seen = []
-    real_update = ef.Progress.update
+    real_update = pack_progress.Progress.update
 
     def spy(self, **fields):
         real_update(self, **fields)
         if self.path:
-            seen.append(ef.read_progress(self.path))
+            seen.append(pack_progress.read_progress(self.path))
 
-    monkeypatch.setattr(ef.Progress, "update", spy)
+    monkeypatch.setattr(pack_progress.Progress, "update", spy)
     clock = FakeClock()
-    monkeypatch.setattr(ef, "_clock", clock.now)
-    monkeypatch.setattr(ef, "_sleep", clock.sleep)
-    monkeypatch.setattr(ef, "PROGRESS_INTERVAL_S", 0.0)
+    use_clock(monkeypatch, clock)
+    monkeypatch.setattr(engram_packer, "PROGRESS_INTERVAL_S", 0.0)
     pack_layer(ckpt, dest, 1, 0, 3, progress_path=progress, max_mib_s=0.25)
     states = [r["state"] for r in seen]
     assert states[0] == "starting" and states[-1] == "done" and "waiting_lock" in states
@@ -158,11 +158,19 @@ class FakeClock(object):
         self.t += seconds
 
 
+def use_clock(monkeypatch, clock):
+    """The fake clock for every part of a pack that keeps time: the packer, its rate cap, its lock wait."""
+    for module in (engram_packer, pack_progress, pack_lock):
+        monkeypatch.setattr(module, "_clock", clock.now)
+    for module in (engram_packer, pack_progress):
+        monkeypatch.setattr(module, "_sleep", clock.sleep)
+
+
 def test_rate_limit_holds_the_average_at_the_cap():
     clock = FakeClock()
-    limit = ef.RateLimit(2)
-    limit_clock = (ef._clock, ef._sleep)
-    ef._clock, ef._sleep = clock.now, clock.sleep
+    limit = pack_progress.RateLimit(2)
+    limit_clock = (pack_progress._clock, pack_progress._sleep)
+    pack_progress._clock, pack_progress._sleep = clock.now, clock.sleep
     try:
         limit.start()
         for _ in range(10):
@@ -171,30 +179,29 @@ def test_rate_limit_holds_the_average_at_the_cap():
         clock.t += 3.0  # time spent elsewhere counts: no sleep needed to stay under the cap
         assert limit.pace(MIB) == 0.0
     finally:
-        ef._clock, ef._sleep = limit_clock
+        pack_progress._clock, pack_progress._sleep = limit_clock
 
 
 def test_rate_limit_off_never_sleeps_and_keeps_chunks():
-    limit = ef.RateLimit(0)
+    limit = pack_progress.RateLimit(0)
     assert limit.pace(10 ** 9) == 0.0 and limit.chunk_rows(31775) == 31775
 
 
 def test_rate_limit_shrinks_chunks_to_a_slice():
-    assert ef.RateLimit(1).chunk_rows(31775) == int(MIB * ef.THROTTLE_SLICE_S) // 264
-    assert ef.RateLimit(0.0001).chunk_rows(31775) == 1
-    assert ef.RateLimit(10 ** 6).chunk_rows(50) == 50
+    assert pack_progress.RateLimit(1).chunk_rows(31775) == int(MIB * pack_progress.THROTTLE_SLICE_S) // 264
+    assert pack_progress.RateLimit(0.0001).chunk_rows(31775) == 1
+    assert pack_progress.RateLimit(10 ** 6).chunk_rows(50) == 50
 
 
 def test_capped_pack_takes_as_long_as_the_cap_says_and_is_exact(ckpt, dest, monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(ef, "_clock", clock.now)
-    monkeypatch.setattr(ef, "_sleep", clock.sleep)
+    use_clock(monkeypatch, clock)
     result = pack_layer(ckpt, dest, 1, 1, 3, max_mib_s=0.5)
     rows_bytes = result["bytes"] - 4096
     assert result["seconds"] == pytest.approx(rows_bytes / (0.5 * MIB), rel=1e-3)
     assert result["throughput_mib_s"] <= 0.5 + 0.05 and result["max_mib_s"] == 0.5
     # Paced in slices of THROTTLE_SLICE_S (0.69 s here: 7 of them), not one sleep at the end.
-    assert len(clock.slept) >= 6 and max(clock.slept) <= ef.THROTTLE_SLICE_S + 1e-9
+    assert len(clock.slept) >= 6 and max(clock.slept) <= pack_progress.THROTTLE_SLICE_S + 1e-9
     _assert_exact(ckpt, dest, 1, 1, 3)
 
 
@@ -217,7 +224,7 @@ def test_stale_final_is_detected_and_replaced(ckpt, dest, damage):
         data = data[:-264]
     with open(path, "wb") as handle:
         handle.write(data)
-    assert ef.inspect_shard(dest, 14, 1, 3, ROWS[14]) == "stale"
+    assert shard_provenance.inspect_shard(dest, 14, 1, 3, ROWS[14]) == "stale"
     result = pack_layer(ckpt, dest, 14, 1, 3)
     assert result["changed"] is True and result["state_before"] == "stale"
     _assert_exact(ckpt, dest, 14, 1, 3)
@@ -229,7 +236,7 @@ def test_stale_final_space_counts_as_reclaimable(ckpt, dest, monkeypatch):
     size = os.path.getsize(path)
     with open(path, "r+b") as handle:
         handle.write(b"\0" * 8)  # bad magic
-    monkeypatch.setattr(ef, "free_bytes", lambda d: 4096)
+    monkeypatch.setattr(engram_packer, "free_bytes", lambda d: 4096)
     assert pack_layer(ckpt, dest, 1, 0, 3)["state_before"] == "stale"
     assert os.path.getsize(path) == size
     _assert_exact(ckpt, dest, 1, 0, 3)
@@ -267,9 +274,9 @@ def test_sigkill_mid_pack_leaves_no_final_and_rerun_is_exact(tmp_path, dest):
             time.sleep(0.002)
             return real_preadv(*args)
         os.preadv = slow_preadv
-        from ansible.module_utils import engram_format as ef
-        ef.PROGRESS_INTERVAL_S = 0.05
-        ef.pack_layer(sys.argv[1], sys.argv[2], 1, 0, 1, chunk_rows=64, progress_path=sys.argv[3])
+        from ansible.module_utils import engram_packer
+        engram_packer.PROGRESS_INTERVAL_S = 0.05
+        engram_packer.pack_layer(sys.argv[1], sys.argv[2], 1, 0, 1, chunk_rows=64, progress_path=sys.argv[3])
     """)
     child = subprocess.Popen([python, "-c", script, big, dest, progress])
     deadline = time.monotonic() + 30
@@ -290,7 +297,7 @@ def test_sigkill_mid_pack_leaves_no_final_and_rerun_is_exact(tmp_path, dest):
     final = os.path.join(dest, shard_name(1, 0, 1))
     assert not os.path.exists(final)
     assert os.path.exists(os.path.join(dest, partial_name(1, 0, 1)))
-    assert ef.inspect_shard(dest, 1, 0, 1, 20000) == "partial"
+    assert shard_provenance.inspect_shard(dest, 1, 0, 1, 20000) == "partial"
 
     result = pack_layer(big, dest, 1, 0, 1)
     assert result["state_before"] == "partial" and result["changed"] is True
@@ -324,7 +331,7 @@ def test_full_disk_mid_write_tmpfs(ckpt, small_tmpfs, monkeypatch):
     before = _foreign_files(small_tmpfs)
     # The table (1.08 MB) cannot fit in 512 KiB; pretend the pre-check passed so the write
     # itself runs into the real ENOSPC.
-    monkeypatch.setattr(ef, "free_bytes", lambda d: 1 << 40)
+    monkeypatch.setattr(engram_packer, "free_bytes", lambda d: 1 << 40)
     with pytest.raises(EngramPackError) as info:
         pack_layer(ckpt, small_tmpfs, 1, 0, 1, chunk_rows=100)
     _assert_clean_failure(str(info.value), small_tmpfs, before, shard_name(1, 0, 1))
@@ -341,7 +348,7 @@ def test_full_disk_mid_write_simulated(ckpt, dest, monkeypatch):
         written[0] += len(data)
         return real_write(fd, data)
 
-    monkeypatch.setattr(ef.os, "write", filling_write)
+    monkeypatch.setattr(os, "write", filling_write)
     with pytest.raises(EngramPackError) as info:
         pack_layer(ckpt, dest, 1, 0, 1, chunk_rows=100)
     monkeypatch.undo()
@@ -350,7 +357,7 @@ def test_full_disk_mid_write_simulated(ckpt, dest, monkeypatch):
 
 def test_not_enough_space_refuses_before_writing(ckpt, dest, monkeypatch):
     before = _foreign_files(dest)
-    monkeypatch.setattr(ef, "free_bytes", lambda d: 1000)
+    monkeypatch.setattr(engram_packer, "free_bytes", lambda d: 1000)
     with pytest.raises(EngramPackError) as info:
         pack_layer(ckpt, dest, 14, 0, 3, margin_bytes=50)
     need = 4096 + 1000 * 264 + 50
@@ -361,14 +368,14 @@ def test_not_enough_space_refuses_before_writing(ckpt, dest, monkeypatch):
 
 def test_truncated_checkpoint_read_fails_cleanly(ckpt, dest, monkeypatch):
     """The checkpoint shrinks after its header was validated: the short read names the shard."""
-    real = ef.read_engram_tables
+    real = safetensors_index.read_engram_tables
 
     def then_truncate(checkpoint, layers):
         tables = real(checkpoint, layers)
         os.truncate(tables[1].shard_path, tables[1].scale_offset + 100)
         return tables
 
-    monkeypatch.setattr(ef, "read_engram_tables", then_truncate)
+    monkeypatch.setattr(engram_packer, "read_engram_tables", then_truncate)
     with pytest.raises(EngramFormatError) as info:
         pack_layer(ckpt, dest, 1, 2, 3)
     assert "model-00001-of-00002.safetensors: is truncated" in str(info.value)
@@ -424,8 +431,8 @@ def test_live_holder_is_named_and_respected(ckpt, dest, tmp_path):
     python, bootstrap = ckpt_factory.python_with_module_utils()
     script = bootstrap + textwrap.dedent("""
         import sys, time
-        from ansible.module_utils import engram_format as ef
-        with ef.dest_lock(sys.argv[1], 0, {"layer": 14, "rank": 2, "progress_file": "/tmp/p.json"}):
+        from ansible.module_utils import pack_lock
+        with pack_lock.dest_lock(sys.argv[1], 0, {"layer": 14, "rank": 2, "progress_file": "/tmp/p.json"}):
             print("held", flush=True)
             time.sleep(30)
     """)
@@ -449,8 +456,8 @@ def test_lock_of_a_killed_holder_is_reclaimed(ckpt, dest):
     python, bootstrap = ckpt_factory.python_with_module_utils()
     script = bootstrap + textwrap.dedent("""
         import sys, time
-        from ansible.module_utils import engram_format as ef
-        with ef.dest_lock(sys.argv[1], 0, {"layer": 1, "rank": 0}):
+        from ansible.module_utils import pack_lock
+        with pack_lock.dest_lock(sys.argv[1], 0, {"layer": 1, "rank": 0}):
             print("held", flush=True)
             time.sleep(30)
     """)
@@ -461,7 +468,7 @@ def test_lock_of_a_killed_holder_is_reclaimed(ckpt, dest):
     holder.wait()
     with open(os.path.join(dest, ".engram-pack.lock")) as handle:
         assert json.load(handle)["pid"] == dead_pid  # the record outlived its holder
-    assert not ef.pid_alive(dead_pid)
+    assert not pack_lock.pid_alive(dead_pid)
     started = time.monotonic()
     result = pack_layer(ckpt, dest, 1, 0, 3, lock_timeout=0)
     assert time.monotonic() - started < 5
@@ -475,15 +482,15 @@ def test_lock_of_a_killed_holder_is_reclaimed(ckpt, dest):
 
 def test_pid_alive_tells_reused_pids_and_zombies_apart():
     me = os.getpid()
-    assert ef.pid_alive(me) and ef.pid_alive(me, ef.process_start_ticks(me))
-    assert not ef.pid_alive(me, ef.process_start_ticks(me) + 1)  # same number, another process
+    assert pack_lock.pid_alive(me) and pack_lock.pid_alive(me, pack_lock.process_start_ticks(me))
+    assert not pack_lock.pid_alive(me, pack_lock.process_start_ticks(me) + 1)  # same number, another process
     child = subprocess.Popen(["true"])
     deadline = time.monotonic() + 10
-    while ef._proc_stat(child.pid)[0] != "Z" and time.monotonic() < deadline:
+    while pack_lock._proc_stat(child.pid)[0] != "Z" and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not ef.pid_alive(child.pid)  # exited, not yet reaped
+    assert not pack_lock.pid_alive(child.pid)  # exited, not yet reaped
     child.wait()
-    assert not ef.pid_alive(child.pid) and not ef.pid_alive(0) and not ef.pid_alive(None)
+    assert not pack_lock.pid_alive(child.pid) and not pack_lock.pid_alive(0) and not pack_lock.pid_alive(None)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -509,7 +516,7 @@ def test_stop_signal_removes_partial_and_records_the_error(tmp_path, dest, signu
     assert result["failed"] is True, err
     assert "was stopped by %s at " % name in result["msg"] and HOST in result["msg"] and "layer 1" in result["msg"]
     assert "no .partial is left and no final-named shard was written" in result["msg"]
-    final = ef.read_progress(progress)
+    final = pack_progress.read_progress(progress)
     assert final["state"] == "failed" and final["message"] == result["msg"] and final["pid"] == child.pid
     assert final["done_bytes"] >= record["done_bytes"] > 0
     assert sorted(os.listdir(dest)) == [".engram-pack.lock"]
@@ -521,7 +528,7 @@ def _wait_for_progress(progress, child, percent=0.0):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         assert child.poll() is None, "packer ended before it could be stopped"
-        record = ef.read_progress(progress)
+        record = pack_progress.read_progress(progress)
         if record and record["state"] == "packing" and record["percent"] > percent:
             return record
         time.sleep(0.02)
@@ -666,9 +673,9 @@ HOSTILE_NAMES = {
     "final_symlink": (shard_name(1, 0, 3), _symlink_to_victim, "packed shard {path} is a symlink to {outside}/victim"),
     "final_directory": (shard_name(1, 0, 3), lambda p, o: os.mkdir(p), "packed shard {path} is a directory, not a regular file"),
     "final_fifo": (shard_name(1, 0, 3), lambda p, o: os.mkfifo(p), "packed shard {path} is a FIFO, not a regular file"),
-    "metadata_symlink": (ef.meta_name(1, 0, 3), _symlink_to_victim, "shard metadata {path} is a symlink to {outside}/victim"),
-    "lock_fifo": (ef.LOCK_NAME, lambda p, o: os.mkfifo(p), "lock file {path} is a FIFO, not a regular file; refusing to use it"),
-    "lock_symlink": (ef.LOCK_NAME, _symlink_to_victim, "cannot open lock file {path}: ELOOP"),
+    "metadata_symlink": (shard_format.meta_name(1, 0, 3), _symlink_to_victim, "shard metadata {path} is a symlink to {outside}/victim"),
+    "lock_fifo": (pack_lock.LOCK_NAME, lambda p, o: os.mkfifo(p), "lock file {path} is a FIFO, not a regular file; refusing to use it"),
+    "lock_symlink": (pack_lock.LOCK_NAME, _symlink_to_victim, "cannot open lock file {path}: ELOOP"),
 }
 
 
@@ -679,7 +686,7 @@ def test_hostile_name_in_dest_is_refused_and_nothing_changes(ckpt, dest, outside
     make(path, outside)
     before, outside_before, ckpt_before = _lstate(dest), _lstate(outside), ckpt_factory.snapshot(ckpt)
     for check_mode in (True, False):
-        if check_mode and name == ef.LOCK_NAME:
+        if check_mode and name == pack_lock.LOCK_NAME:
             continue  # check mode takes no lock
         with pytest.raises(EngramPackError) as info:
             pack_layer(ckpt, dest, 1, 0, 3, check_mode=check_mode)
@@ -701,7 +708,7 @@ def test_plan_refuses_the_same_hostile_names(ckpt, dest, outside, no_hang, case)
     make(path, outside)
     before = _lstate(dest)
     with pytest.raises(EngramPackError) as info:
-        ef.plan(ckpt, dest, 0, 3)
+        pack_plan.plan(ckpt, dest, 0, 3)
     assert HOST in str(info.value) and words.format(path=path, outside=outside) in str(info.value)
     assert _lstate(dest) == before
 
@@ -712,7 +719,7 @@ def test_leftover_partial_of_another_uid_is_not_removed(ckpt, dest):
     with open(partial, "wb") as handle:
         handle.write(b"someone else's bytes")
     os.chown(partial, 65534, 65534)
-    assert ef.plan(ckpt, dest, 0, 3)["shards"][0]["state"] == "partial"
+    assert pack_plan.plan(ckpt, dest, 0, 3)["shards"][0]["state"] == "partial"
     with pytest.raises(EngramPackError) as info:
         pack_layer(ckpt, dest, 1, 0, 3)
     assert str(info.value) == (
@@ -725,15 +732,13 @@ def test_leftover_partial_of_another_uid_is_not_removed(ckpt, dest):
 # Run the packer as another user (nobody) against a destination it may not write: root ignores
 # permissions, so the refusal must come from a process that does not.
 _AS_NOBODY = textwrap.dedent("""
-    import importlib.util, os, sys
-    spec = importlib.util.spec_from_file_location("engram_format", sys.argv[1])
-    ef = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ef)
+    import os, sys
+    from ansible.module_utils import engram_packer, shard_format
     os.setgid(65534)
     os.setuid(65534)
     try:
-        ef.pack_layer(sys.argv[2], sys.argv[3], 1, 0, 3)
-    except ef.EngramError as exc:
+        engram_packer.pack_layer(sys.argv[1], sys.argv[2], 1, 0, 3)
+    except shard_format.EngramError as exc:
         print(exc)
         sys.exit(3)
 """)
@@ -752,11 +757,12 @@ def test_non_writable_dest_fails_cleanly_eacces(lock_exists, no_hang):
         target = os.path.join(base, "engram")
         os.mkdir(target, 0o755)
         if lock_exists:  # a lock left writable by an earlier pack: the refusal comes at the .partial
-            lock = os.path.join(target, ef.LOCK_NAME)
+            lock = os.path.join(target, pack_lock.LOCK_NAME)
             open(lock, "wb").close()
             os.chmod(lock, 0o666)
         before = _lstate(target)
-        proc = subprocess.run([os.sys.executable, "-c", _AS_NOBODY, ef.__file__, ckpt_dir, target],
+        python, bootstrap = ckpt_factory.python_with_module_utils()
+        proc = subprocess.run([python, "-c", bootstrap + _AS_NOBODY, ckpt_dir, target],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 3, (proc.stdout, proc.stderr)
         assert "Traceback" not in proc.stderr
@@ -767,12 +773,12 @@ def test_non_writable_dest_fails_cleanly_eacces(lock_exists, no_hang):
                                                           os.path.join(target, partial_name(1, 0, 3))))
         else:
             assert message == ("host %s: cannot open lock file %s: EACCES (Permission denied)"
-                               % (HOST, os.path.join(target, ef.LOCK_NAME)))
+                               % (HOST, os.path.join(target, pack_lock.LOCK_NAME)))
         after = _lstate(target)
         assert sorted(after) == sorted(before)
         # The lock's record is written and emptied again (its mtime moves): that is what it is for.
-        assert {k: v for k, v in after.items() if k != ef.LOCK_NAME} == \
-            {k: v for k, v in before.items() if k != ef.LOCK_NAME}
+        assert {k: v for k, v in after.items() if k != pack_lock.LOCK_NAME} == \
+            {k: v for k, v in before.items() if k != pack_lock.LOCK_NAME}
     finally:
         shutil.rmtree(base)
 
@@ -785,7 +791,7 @@ def test_read_only_dest_fails_cleanly_erofs(ckpt, small_tmpfs):
         with pytest.raises(EngramPackError) as info:
             pack_layer(ckpt, small_tmpfs, 1, 0, 3)
         assert str(info.value) == ("host %s: cannot open lock file %s: EROFS (Read-only file system)"
-                                   % (HOST, os.path.join(small_tmpfs, ef.LOCK_NAME)))
+                                   % (HOST, os.path.join(small_tmpfs, pack_lock.LOCK_NAME)))
         assert _lstate(small_tmpfs) == before
     finally:
         subprocess.run(["mount", "-o", "remount,rw", small_tmpfs], check=True)
@@ -810,8 +816,8 @@ def test_os_error_at_partial_or_rename_is_a_clean_failure(ckpt, dest, outside, m
             raise OSError(code, os.strerror(code), src, None, dst)
         return real_replace(src, dst)
 
-    monkeypatch.setattr(ef.os, "open", failing_open)
-    monkeypatch.setattr(ef.os, "replace", failing_replace)
+    monkeypatch.setattr(os, "open", failing_open)
+    monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(EngramPackError) as info:
         pack_layer(ckpt, dest, 1, 0, 3)
     monkeypatch.undo()
@@ -846,8 +852,8 @@ def test_index_entries_outside_the_checkpoint_are_refused(ckpt, dest, outside, h
         words = "which resolves to %s, outside the checkpoint directory %s" % (moved, os.path.realpath(ckpt))
     _point_layer1_at(ckpt, value)
     expected = "%s: weight_map entry for layers.1.engram.embed.weight is %r, " % (index, value)
-    for call in (lambda: ef.plan(ckpt, dest, 0, 3), lambda: pack_layer(ckpt, dest, 1, 0, 3),
-                 lambda: ef.read_engram_tables(ckpt, (1,))):
+    for call in (lambda: pack_plan.plan(ckpt, dest, 0, 3), lambda: pack_layer(ckpt, dest, 1, 0, 3),
+                 lambda: safetensors_index.read_engram_tables(ckpt, (1,))):
         with pytest.raises(EngramFormatError) as info:
             call()
         assert str(info.value).startswith(expected) and words in str(info.value)
@@ -877,7 +883,7 @@ def _sha256(path):
 
 
 def _meta(dest_dir, layer, rank, tp):
-    with open(os.path.join(dest_dir, ef.meta_name(layer, rank, tp))) as handle:
+    with open(os.path.join(dest_dir, shard_format.meta_name(layer, rank, tp))) as handle:
         return json.load(handle)
 
 
@@ -902,9 +908,9 @@ def test_metadata_records_the_checkpoint_identity(ckpt, dest):
     for name in ("layers.14.engram.embed.weight", "layers.14.engram.embed.scale"):
         assert meta["tensors"][name] == {k: header[name][k] for k in ("dtype", "shape", "data_offsets")}
     assert (meta["layer"], meta["rank"], meta["tp_size"], meta["lo"], meta["hi"], meta["rows"]) == (14, 1, 3, 1000, 2000, 3001)
-    assert meta["shard_bytes"] == os.path.getsize(path) and meta["packer_version"] == ef.PACKER_VERSION
+    assert meta["shard_bytes"] == os.path.getsize(path) and meta["packer_version"] == shard_provenance.PACKER_VERSION
     # The sampled rows' hash is that of 64 rows spread over [lo, hi) as packed, first and last included.
-    rows = ef.sample_rows(1000, 2000)
+    rows = shard_provenance.sample_rows(1000, 2000)
     assert len(rows) == 64 and rows[0] == 1000 and rows[-1] == 1999
     import hashlib
     data = _content(path)
@@ -994,19 +1000,19 @@ def test_shard_bytes_changed_under_its_metadata_are_stale(ckpt, dest):
 @pytest.mark.parametrize("bad", [b"{not json", b"[]", b'{"version": 99}'])
 def test_unreadable_metadata_is_never_trusted(ckpt, dest, bad):
     pack_layer(ckpt, dest, 1, 1, 3)
-    meta_path = os.path.join(dest, ef.meta_name(1, 1, 3))
+    meta_path = os.path.join(dest, shard_format.meta_name(1, 1, 3))
     with open(meta_path, "wb") as handle:
         handle.write(bad)
     state, reason, _ = _shard_state(ckpt, dest, 1)
     assert state == "stale" and reason.startswith("metadata %s " % meta_path)
     pack_layer(ckpt, dest, 1, 1, 3)
-    assert _meta(dest, 1, 1, 3)["version"] == ef.META_VERSION
+    assert _meta(dest, 1, 1, 3)["version"] == shard_provenance.META_VERSION
 
 
 def test_shard_without_metadata_is_verified_by_sampled_rows(ckpt, dest):
     """A shard packed before metadata existed: trusted after sampling, its metadata written only by a real run."""
     path = pack_layer(ckpt, dest, 1, 1, 3)["path"]
-    meta_path = os.path.join(dest, ef.meta_name(1, 1, 3))
+    meta_path = os.path.join(dest, shard_format.meta_name(1, 1, 3))
     os.unlink(meta_path)
     before = ckpt_factory.snapshot(dest)
     assert _shard_state(ckpt, dest, 1) == ("complete", None, "verified by sampled rows, no metadata")
@@ -1018,14 +1024,14 @@ def test_shard_without_metadata_is_verified_by_sampled_rows(ckpt, dest):
     result = _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 1, "tp_size": 3})
     assert result["changed"] is True and result["metadata_written"] is True and result["state_before"] == "complete"
     assert os.stat(path).st_mtime_ns == before[shard_name(1, 1, 3)][1]  # the shard itself is not rewritten
-    assert _meta(dest, 1, 1, 3)["sampled_rows"]["sha256"] == ef.shard_sample_sha256(path, 1366, 2732)
+    assert _meta(dest, 1, 1, 3)["sampled_rows"]["sha256"] == shard_provenance.shard_sample_sha256(path, 1366, 2732)
     assert _shard_state(ckpt, dest, 1) == ("complete", None, None)
     assert _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 1, "tp_size": 3})["changed"] is False
 
 
 def test_shard_without_metadata_from_another_checkpoint_is_stale(ckpt, dest):
     pack_layer(ckpt, dest, 1, 1, 3)
-    os.unlink(os.path.join(dest, ef.meta_name(1, 1, 3)))
+    os.unlink(os.path.join(dest, shard_format.meta_name(1, 1, 3)))
     ckpt_factory.update_table_rows(ckpt, 1, [2731])  # hi - 1 is always sampled
     state, reason, _ = _shard_state(ckpt, dest, 1)
     assert state == "stale"
@@ -1036,13 +1042,13 @@ def test_shard_without_metadata_from_another_checkpoint_is_stale(ckpt, dest):
 
 
 def test_checkpoint_changing_during_the_pack_publishes_nothing(ckpt, dest, monkeypatch):
-    real = ef._copy_rows
+    real = engram_packer._copy_rows
 
     def change_then_copy(table, *args):
         ckpt_factory.update_table_rows(ckpt, 1, [1366])
         return real(table, *args)
 
-    monkeypatch.setattr(ef, "_copy_rows", change_then_copy)
+    monkeypatch.setattr(engram_packer, "_copy_rows", change_then_copy)
     with pytest.raises(EngramPackError) as info:
         pack_layer(ckpt, dest, 1, 1, 3)
     assert str(info.value) == ("host %s: %s changed while layer 1 was being packed (sampled rows differ from those "
@@ -1061,10 +1067,10 @@ def test_a_crash_before_the_metadata_leaves_a_shard_that_is_verified_not_trusted
     def fail(path, meta):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path + ".partial")
 
-    monkeypatch.setattr(ef, "write_meta", fail)
+    monkeypatch.setattr(engram_packer, "write_meta", fail)
     with pytest.raises(EngramPackError) as info:
         pack_layer(ckpt, dest, 1, 1, 3)
-    meta_path = os.path.join(dest, ef.meta_name(1, 1, 3))
+    meta_path = os.path.join(dest, shard_format.meta_name(1, 1, 3))
     assert str(info.value) == ("host %s: %s was published but its metadata %s could not be written: ENOSPC (No space "
                                "left on device); the next plan verifies the shard by sampled rows"
                                % (HOST, os.path.join(dest, shard_name(1, 1, 3)), meta_path))
@@ -1097,7 +1103,7 @@ def test_progress_record_never_writes_through_a_symlink(ckpt, dest, outside, tmp
     assert "left-over progress temp file %s.%d.tmp is a symlink" % (progress, os.getpid()) in str(info.value)
     os.unlink("%s.%d.tmp" % (progress, os.getpid()))
     pack_layer(ckpt, dest, 1, 0, 3, progress_path=progress)
-    assert not os.path.islink(progress) and ef.read_progress(progress)["state"] == "done"
+    assert not os.path.islink(progress) and pack_progress.read_progress(progress)["state"] == "done"
     assert _lstate(outside) == before
 
 

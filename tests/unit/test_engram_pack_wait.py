@@ -20,8 +20,8 @@ from modrun import run_module
 import engram_pack
 import engram_pack_wait
 from ansible.module_utils import engram_follow as fw
-from ansible.module_utils import engram_format as ef
-from ansible.module_utils.engram_format import partial_name, shard_name
+from ansible.module_utils import engram_packer, pack_lock, pack_progress
+from ansible.module_utils.shard_format import partial_name, shard_name
 
 HOST = os.uname().nodename
 ME = os.getpid()
@@ -50,7 +50,7 @@ def _record(tmp_path, dest, alive=True, **fields):
     """A progress record as the packer writes it; ``alive`` makes its pid this process, else a
     process that is gone (this pid with another start time: what a reused pid looks like)."""
     record = {"version": 1, "run_id": "run-1", "host": HOST, "pid": ME,
-              "pid_start": ef.process_start_ticks(ME) + (0 if alive else 1), "layer": 1, "rank": 1,
+              "pid_start": pack_lock.process_start_ticks(ME) + (0 if alive else 1), "layer": 1, "rank": 1,
               "tp_size": 3, "state": "packing", "path": os.path.join(dest, shard_name(1, 1, 3)),
               "partial_path": os.path.join(dest, partial_name(1, 1, 3)), "done_bytes": 6471680,
               "total_bytes": 16900096, "percent": 38.29, "mib_s": 1.03, "eta_s": 9.7, "max_mib_s": 1.0,
@@ -322,8 +322,8 @@ def async_pack(tmp_path, monkeypatch):
 
     yield start
     for job in started_jobs:  # a packer the test did not end (or a failed test left running)
-        record = ef.read_progress(job["progress"])
-        if record and ef.pid_alive(record["pid"], record["pid_start"]):
+        record = pack_progress.read_progress(job["progress"])
+        if record and pack_lock.pid_alive(record["pid"], record["pid_start"]):
             os.kill(record["pid"], signal.SIGKILL)
 
 
@@ -394,7 +394,7 @@ def test_wrapper_packer_stopped_or_killed(async_pack, how):
         assert fw.read_async_job(job["results_file"])[0] == ("finished" if how == "kill_module" else "running")
     assert _files(job["dest"]) == []
     # The rerun takes the lock at once and packs the layer whole.
-    result = ef.pack_layer(job["ckpt"], job["dest"], 1, 1, 3)
+    result = engram_packer.pack_layer(job["ckpt"], job["dest"], 1, 1, 3)
     assert result["state_before"] == "missing"
     with open(result["path"], "rb") as handle:
         assert handle.read() == ckpt_factory.expected_shard(job["ckpt"], 1, 1, 3)
@@ -408,7 +408,7 @@ def test_wrapper_time_limit(async_pack):
     count, out = _until_finished(job, rounds=400, time_limit=3)
     assert out["state"] == "timed_out" and out["failed"] is True, out
     assert ("killed at its async time limit" in out["msg"] or "Stopped it with SIGTERM" in out["msg"]), out["msg"]
-    assert _files(job["dest"]) == [] and not ef.pid_alive(out["pid"])
+    assert _files(job["dest"]) == [] and not pack_lock.pid_alive(out["pid"])
 
 
 def test_packer_running_past_its_limit_is_stopped(tmp_path, dest):
@@ -417,14 +417,14 @@ def test_packer_running_past_its_limit_is_stopped(tmp_path, dest):
     progress = str(tmp_path / "progress.json")
     python, bootstrap = ckpt_factory.python_with_module_utils()
     script = bootstrap + (
-        "import sys\nfrom ansible.module_utils import engram_format as ef\n"
-        "with ef.stop_signals_unwind():\n"
-        "    ef.pack_layer(sys.argv[1], sys.argv[2], 1, 1, 3, progress_path=sys.argv[3], max_mib_s=0.5, run_id='run-1')\n")
+        "import sys\nfrom ansible.module_utils import engram_packer\n"
+        "with engram_packer.stop_signals_unwind():\n"
+        "    engram_packer.pack_layer(sys.argv[1], sys.argv[2], 1, 1, 3, progress_path=sys.argv[3], max_mib_s=0.5, run_id='run-1')\n")
     child = subprocess.Popen([python, "-c", script, big, dest, progress], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            record = ef.read_progress(progress)
+            record = pack_progress.read_progress(progress)
             if record and record["state"] == "packing" and record["percent"] > 5:
                 break
             time.sleep(0.05)

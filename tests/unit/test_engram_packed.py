@@ -12,12 +12,7 @@ FIX = os.path.join(os.path.dirname(__file__), "fixtures")
 TWO_BOOTS = os.path.join(FIX, "two_boots_rank1.log")
 ROWS = {1: 384006168, 14: 384016684}      # the real tables; rank 1 of 3 owns the fixture's ranges
 
-try:
-    from ansible.module_utils import engram_format  # noqa: F401
-    import ckpt_factory
-    HAVE_FORMAT = True
-except ImportError:  # written by another helper; skip until it exists
-    HAVE_FORMAT = False
+import ckpt_factory
 
 
 def run(args, run_command=None):
@@ -182,7 +177,6 @@ def test_documentation_blocks_parse():
     assert {"layers", "all_packed", "boots_seen", "fatal"} <= set(ret)
 
 
-@pytest.mark.skipif(not HAVE_FORMAT, reason="module_utils/engram_format.py not written yet")
 def test_checkpoint_gives_expected_rows(tmp_path):
     ckpt = ckpt_factory.make_checkpoint(str(tmp_path / "ckpt"), rows=ROWS, sparse=True)
     res = run(base(checkpoint=ckpt["dir"]))
@@ -195,7 +189,6 @@ def test_checkpoint_gives_expected_rows(tmp_path):
     assert "layer 14 rows [128005561,256011122) expected [1366,2733)" in res["msg"]
 
 
-@pytest.mark.skipif(not HAVE_FORMAT, reason="module_utils/engram_format.py not written yet")
 def test_bad_checkpoint_fails_clearly(tmp_path):
     res = run(base(checkpoint=str(tmp_path)))
     assert res["failed"] and "cannot get the Engram row counts" in res["msg"]

@@ -7,8 +7,9 @@ import yaml
 import ckpt_factory
 from modrun import run_module
 import engram_plan
-from ansible.module_utils import engram_format as ef
-from ansible.module_utils.engram_format import pack_layer, partial_name
+from ansible.module_utils import pack_plan
+from ansible.module_utils.engram_packer import pack_layer
+from ansible.module_utils.shard_format import partial_name
 
 HOST = os.uname().nodename
 REPORT_FREE = 64906600448  # spark2's free bytes in the report
@@ -50,7 +51,7 @@ def test_rank0_rows_and_tp2(full_ckpt, dest):
 
 
 def test_shortfall_is_a_verdict_not_a_failure(full_ckpt, dest, monkeypatch):
-    monkeypatch.setattr(ef, "free_bytes", lambda d: REPORT_FREE)
+    monkeypatch.setattr(pack_plan, "free_bytes", lambda d: REPORT_FREE)
     result = _run({"checkpoint": full_ckpt, "dest": dest, "rank": 1, "tp_size": 3,
                    "margin_bytes": 2 * 2 ** 30})
     assert result.get("failed") is not True
@@ -61,7 +62,7 @@ def test_shortfall_is_a_verdict_not_a_failure(full_ckpt, dest, monkeypatch):
 
 
 def test_fits_with_room(full_ckpt, dest, monkeypatch):
-    monkeypatch.setattr(ef, "free_bytes", lambda d: 67586019080)
+    monkeypatch.setattr(pack_plan, "free_bytes", lambda d: 67586019080)
     result = _run({"checkpoint": full_ckpt, "dest": dest, "rank": 1, "tp_size": 3})
     assert result["fits"] is True and result["deficit_bytes"] == 0 and result["deficit_gib"] == 0.0
 

@@ -1,4 +1,4 @@
-"""Unit tests of module_utils/engram_format.py: format facts, arithmetic, parsing, shard states."""
+"""Unit tests of module_utils/shard_format.py, safetensors_index.py, shard_provenance.py and pack_plan.py: format facts, arithmetic, parsing, shard states."""
 import json
 import os
 import struct
@@ -6,10 +6,14 @@ import struct
 import pytest
 
 import ckpt_factory
-from ansible.module_utils import engram_format as ef
-from ansible.module_utils.engram_format import (
-    EngramFormatError, EngramPackError, encode_shard_header, inspect_shard, pack_layer, partial_name,
-    plan, rank_row_range, read_engram_tables, read_safetensors_header, shard_name)
+from ansible.module_utils import pack_plan, safetensors_index, shard_format, shard_provenance
+from ansible.module_utils.engram_packer import pack_layer
+from ansible.module_utils.pack_plan import plan
+from ansible.module_utils.safetensors_index import read_engram_tables, read_safetensors_header
+from ansible.module_utils.shard_format import (
+    EngramFormatError, EngramPackError, encode_shard_header, partial_name, rank_row_range, shard_name,
+)
+from ansible.module_utils.shard_provenance import inspect_shard
 
 FULL = ckpt_factory.FULL_SCALE_ROWS
 
@@ -30,12 +34,12 @@ def dest(tmp_path):
 # --------------------------------------------------------------------------- facts and arithmetic
 
 def test_constants_match_spec():
-    assert ef.ENGRAM_LAYERS == (1, 14)
-    assert (ef.WEIGHT_BYTES, ef.SCALE_BYTES, ef.ROW_BYTES, ef.HEADER_BYTES) == (256, 8, 264, 4096)
-    assert ef.MAGIC == 0x31344E4531565344
+    assert shard_format.ENGRAM_LAYERS == (1, 14)
+    assert (shard_format.WEIGHT_BYTES, shard_format.SCALE_BYTES, shard_format.ROW_BYTES, shard_format.HEADER_BYTES) == (256, 8, 264, 4096)
+    assert shard_format.MAGIC == 0x31344E4531565344
     # The SPEC calls these bytes "DSV41EN1"; little-endian they read "DSV1EN41". The number wins.
-    assert struct.pack("<Q", ef.MAGIC) == b"DSV1EN41"
-    assert ef.INDEX_NAME == "model.safetensors.index.json"
+    assert struct.pack("<Q", shard_format.MAGIC) == b"DSV1EN41"
+    assert safetensors_index.INDEX_NAME == "model.safetensors.index.json"
 
 
 def test_names():
@@ -210,8 +214,8 @@ def test_inspect_states(dest):
 def test_stale_reasons(dest, header, body, reason):
     path = _write_shard(dest, 14, 1, 3, header, body)
     assert inspect_shard(dest, 14, 1, 3, N) == "stale"
-    assert reason in ef.shard_stale_reason(path, 14, 1000, 2000, N)
-    status = ef.describe_shard(dest, 14, 1, 3, N)
+    assert reason in shard_format.shard_stale_reason(path, 14, 1000, 2000, N)
+    status = shard_provenance.describe_shard(dest, 14, 1, 3, N)
     assert status.state == "stale" and reason in status.reason
 
 
@@ -240,7 +244,7 @@ def test_reclaimable_counts_allocated_space_only(tmp_path, dest):
 
 
 def test_plan_fit_verdict_and_gib(full_ckpt, dest):
-    free = ef.free_bytes(dest)
+    free = pack_plan.free_bytes(dest)
     result = plan(full_ckpt, dest, 1, 3, margin_bytes=3)
     assert result["free_bytes"] > 0 and abs(result["free_bytes"] - free) < 1 << 30
     deficit = max(0, 67586019080 + 3 - result["free_bytes"])
@@ -254,7 +258,7 @@ def test_plan_fit_verdict_and_gib(full_ckpt, dest):
 
 
 def test_plan_shortfall_is_a_verdict(full_ckpt, dest, monkeypatch):
-    monkeypatch.setattr(ef, "free_bytes", lambda d: 64906600448)  # spark2's figure in the report
+    monkeypatch.setattr(pack_plan, "free_bytes", lambda d: 64906600448)  # spark2's figure in the report
     result = plan(full_ckpt, dest, 1, 3)
     assert result["fits"] is False
     assert result["deficit_bytes"] == 67586019080 - 64906600448
