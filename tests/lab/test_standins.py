@@ -128,11 +128,11 @@ def test_docker_engine_lifecycle(dk, tmp_path):
     env = json.loads(dk("inspect", "-f", "{{json .Config.Env}}", "dsv41-head").stdout)
     assert "DSV41_MODE=from-caller" in env and "A=1" in env
     assert not any(e.startswith("NOT_SET_ANYWHERE") for e in env)
-    src = dk("inspect", "--format",
-             '{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{end}}{{end}}', "dsv41-head").stdout
-    assert src.strip() == str(engram)
-    assert dk("inspect", "-f", '{{index .Config.Labels "owner"}} {{.Name}} {{.State.Status}} {{.HostConfig.NetworkMode}}',
-              "dsv41-head").stdout.strip() == "mia /dsv41-head running host"
+    mounts = json.loads(dk("inspect", "--format", "{{json .Mounts}}", "dsv41-head").stdout)
+    assert [m["Source"] for m in mounts if m["Destination"] == "/engram"] == [str(engram)]
+    assert json.loads(dk("inspect", "-f", "{{json .Config.Labels}}", "dsv41-head").stdout)["owner"] == "mia"
+    assert dk("inspect", "-f", "{{.Name}} {{.State.Status}} {{.HostConfig.NetworkMode}}",
+              "dsv41-head").stdout.strip() == "/dsv41-head running host"
 
     # conflict, like docker
     p = dk("run", "-d", "--name", "dsv41-head", "dsv41-sglang:tp3", check=False)
@@ -296,7 +296,7 @@ def test_docker_ps_table_json_and_filters(dk):
     assert by["redis"]["Command"] == '"redis-server"' and by["redis"]["Status"].startswith("Exited (0)")
     assert dk("ps", "-a", "--filter", "label=owner=ops", "--format", "{{.Names}}").stdout == "grafana\n"
     assert dk("ps", "-a", "--filter", "status=exited", "--format", "{{.Names}}").stdout == "redis\n"
-    assert dk("ps", "-a", "--filter", "name=^red", "--format", '{{.Names}}:{{.Label "owner"}}').stdout == "redis:\n"
+    assert dk("ps", "-a", "--filter", "name=^red", "--format", "{{.Names}}:{{.Labels}}").stdout == "redis:\n"
     assert len(dk("ps", "-q", "--no-trunc").stdout.strip()) == 64
     # inspect of unknown names
     p = dk("inspect", "grafana", "nope", check=False)
@@ -332,8 +332,8 @@ def test_docker_image_inspect(dk):
     assert json.loads(dk("inspect", "dsv41-sglang:tp3").stdout) == [im]
     assert json.loads(dk("inspect", "--type", "image", im["RepoDigests"][0]).stdout) == [im]
     assert json.loads(dk("image", "inspect", im["Id"]).stdout) == [im]
-    assert dk("image", "inspect", "-f", '{{index .Config.Labels "org.opencontainers.image.version"}}',
-              "dsv41-sglang:tp3").stdout == "0.5.4.post1-dsv41\n"
+    labels = json.loads(dk("image", "inspect", "-f", "{{json .Config.Labels}}", "dsv41-sglang:tp3").stdout)
+    assert labels["org.opencontainers.image.version"] == "0.5.4.post1-dsv41"
     assert dk("inspect", "-f", "{{.Image}}", "dsv41-head").stdout.strip() == im["Id"]
     # other images carry no labels; unknown images fail like docker
     assert json.loads(dk("image", "inspect", "redis:7.4-alpine").stdout)[0]["Config"]["Labels"] == {}
@@ -508,35 +508,47 @@ def test_docker_non_root_member(dk):
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_template_evaluator():
+# The formats the project uses (module_utils/docker_ps.py, the contention role, lab/standins/start.sh,
+# the playbook and testinfra tests); the stand-in supports these and refuses the rest.
+PROJECT_FORMATS = [
+    ("{{json .}}", None),
+    ("{{.State.Status}}", "running"),
+    ("{{.Names}} {{.State}}", None),
+    ("{{.Name}} {{.State.Status}} {{.State.Running}} {{.State.Paused}}", "/x running true false"),
+    ("{{.Name}} {{.State.Status}} {{.State.StartedAt}} {{.Id}}", "/x running 2026-09-24T02:50:01Z abc"),
+]
+
+
+def test_format_renders_the_project_formats_and_refuses_others():
     mod = load(DOCKER, "lab_docker_t")
-    T = mod.Template
-    data = {"Name": "/x", "Config": {"Labels": {"owner": "mia", "b": "2"}, "Env": ["A=1", "B=2"]},
-            "Mounts": [{"Destination": "/engram", "Source": "/s1"}, {"Destination": "/d", "Source": "/s2"}],
-            "State": {"Running": True, "Pid": 12}}
-    assert T('{{index .Config.Labels "owner"}}').execute(data) == "mia"
-    assert T('{{index .Config.Labels "none"}}').execute(data) == ""
-    assert T("{{.Config.Labels.none}}").execute(data) == "<no value>"
-    assert T('{{range .Mounts}}{{.Source}}{{println}}{{end}}').execute(data) == "/s1\n/s2\n"
-    assert T('{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{else}}-{{end}}{{end}}').execute(data) == "/s1-"
-    assert T("{{range $k, $v := .Config.Labels}}{{$k}}={{$v}};{{end}}").execute(data) == "b=2;owner=mia;"
-    assert T("{{json .Config.Env}}").execute(data) == '["A=1","B=2"]'
-    assert T("{{.State.Pid}} {{.State.Running}} {{len .Mounts}}").execute(data) == "12 true 2"
-    assert T('{{if and .State.Running (eq .Name "/x")}}yes{{end}}').execute(data) == "yes"
-    assert T('{{join .Config.Env ","}}|{{upper "a"}}|{{printf "%s-%d" "a" 3}}').execute(data) == "A=1,B=2|A|a-3"
-    assert T("{{- .Name -}}  x").execute(data) == "/xx"
-    for bad in ("{{template \"x\"}}", "{{.Name", "{{if .Name}}x", "{{nosuchfunc .Name}}", "{{.Name ~ 1}}"):
+    data = {"Name": "/x", "Id": "abc", "Config": {"Labels": {"owner": "mia"}, "Env": ["A=1", "B=2"]},
+            "State": {"Status": "running", "Running": True, "Paused": False, "Pid": 12,
+                      "StartedAt": "2026-09-24T02:50:01Z"}}
+    for fmt, want in PROJECT_FORMATS:
+        if want is not None:
+            assert mod.render(fmt, data) == want, fmt
+    assert json.loads(mod.render("{{json .}}", data)) == data
+    assert mod.render("{{json .Config.Env}}", data) == '["A=1","B=2"]'
+    assert mod.render("{{.State.Pid}}:{{.Config.Labels}}", data) == "12:map[owner:mia]"
+    assert mod.render("{{json .Name}}", {"Name": "<&>"}) == '"\\u003c\\u0026\\u003e"'   # Go's HTML-safe JSON
+    for bad in ('{{index .Config.Labels "owner"}}', "{{range .Mounts}}{{.Source}}{{end}}", '{{.Label "owner"}}',
+                "{{.Name", "{{printf \"%s\" .Name}}"):
         with pytest.raises(mod.TemplateError):
-            T(bad).execute(data)
-    ctx = mod.Ctx("*formatter.ContainerContext", {"ID": "abc"})
+            mod.render(bad, data)
     with pytest.raises(mod.TemplateError, match="can't evaluate field Nope"):
-        T("{{.Nope}}").execute(ctx)
+        mod.render("{{.Nope}}", data)
     # table rendering as docker's tabwriter: min width 10, padding 3
-    out = mod.render_list("table {{.ID}}\\t{{.Name}}", [mod.Ctx("c", {"ID": "abc", "Name": "n"})],
-                          mod.Ctx("h", {"ID": "CONTAINER ID", "Name": "NAMES"}))
+    out = mod.render_list("table {{.ID}}\\t{{.Name}}", [{"ID": "abc", "Name": "n"}], {"ID": "CONTAINER ID", "Name": "NAMES"})
     assert out == "CONTAINER ID   NAMES\nabc            n\n"
     assert mod.human_duration(3 * 86400) == "3 days" and mod.human_duration(300) == "5 minutes"
     assert mod.bytes_size(int(119.7 * 1024 ** 3)) == "119.7GiB"
+
+
+def test_unsupported_format_exits_with_a_clear_error(dk):
+    dk("run", "-d", "--name", "web", "nginx:1.27")
+    p = dk("inspect", "--format", '{{index .Config.Labels "owner"}}', "web", check=False)
+    assert p.returncode == 1 and "supports only {{.Field.Path}}" in p.stderr and "Traceback" not in p.stderr
+    assert dk("inspect", "--format", "{{.State.Status}}", "web").stdout == "running\n"
 
 
 # --------------------------------------------------------------------------------------------
@@ -641,9 +653,9 @@ def test_host_seed_spark1(tmp_path, dk):
     state = str(root / "var/lib/lab-docker")
     names = dk("ps", "-a", "--format", "{{.Names}} {{.State}}", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout
     assert "dsv41-head exited" in names and len(names.splitlines()) <= 3
-    src = dk("inspect", "-f", '{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{end}}{{end}}',
-             "dsv41-head", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout.strip()
-    assert src == "/home/mia/dsv41-engram"
+    mounts = json.loads(dk("inspect", "-f", "{{json .Mounts}}", "dsv41-head",
+                           extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout)
+    assert [m["Source"] for m in mounts if m["Destination"] == "/engram"] == ["/home/mia/dsv41-engram"]
     out, err = logs(dk, "dsv41-head", extra_env={"LAB_DOCKER_STATE_DIR": state})
     assert out == "Ready: API on port 8888\n" * 2, "the print() lines of the two saved boots"
     assert len((out + err).split("\n")) == len((LAB / "seed/dsv41.log").read_bytes().split(b"\n"))
@@ -714,13 +726,13 @@ def test_host_seed_spark3_and_reseed(tmp_path, dk):
     state = {"LAB_DOCKER_STATE_DIR": str(root / "var/lib/lab-docker")}
     running = dk("ps", "--format", "{{.Names}}", extra_env=state).stdout.split()
     assert len(running) == 19 and "dsv41-worker" not in running
-    owners = dk("ps", "--filter", "label=owner", "--format", '{{.Label "owner"}}', extra_env=state).stdout.split()
+    owners = [dict(kv.split("=", 1) for kv in labels.split(","))["owner"] for labels in
+              dk("ps", "--filter", "label=owner", "--format", "{{.Labels}}", extra_env=state).stdout.split()]
     assert len(owners) == 12 and set(owners) <= {"mia", "zurih", "ops"}
     for rec in map(json.loads, dk("ps", "--format", "{{json .}}", extra_env=state).stdout.splitlines()):
         assert rec["CreatedAt"] < "2026-09-24" and rec["State"] == "running"
-    src = dk("inspect", "-f", '{{range .Mounts}}{{if eq .Destination "/engram"}}{{.Source}}{{end}}{{end}}',
-             "dsv41-worker", extra_env=state).stdout.strip()
-    assert src == "/home/zurih/dsv41-3x-spark/engram"
+    mounts = json.loads(dk("inspect", "-f", "{{json .Mounts}}", "dsv41-worker", extra_env=state).stdout)
+    assert [m["Source"] for m in mounts if m["Destination"] == "/engram"] == ["/home/zurih/dsv41-3x-spark/engram"]
     units = root / "etc/systemd/system"
     assert "Alias=display-manager.service" in (units / "gdm.service").read_text()
     assert "User=zurih" in (units / "gpu-dashboard.service").read_text()
@@ -773,3 +785,23 @@ def test_saved_boot_log_latest_boot():
     assert "\nReady: API on port 8888\n" in latest and "TP1" not in text and "TP2" not in text
     assert re.search(r"\] Decode batch, #running-req: 1, #full token: \d+, .*accept len: \d\.\d\d, accept rate: \d\.\d\d, ",
                      latest)
+
+
+def test_labstate_locks_reads_and_replaces_whole_files(tmp_path):
+    """The stand-ins' one state library: an exclusive lock, a missing file reads as the default, and a
+    replaced file is whole (no temporary file left beside it)."""
+    import fcntl
+    labstate = load(DOCKER.parent / "labstate.py", "lab_labstate_t")
+    path = tmp_path / "containers.json"
+    assert labstate.read_json(path, []) == []
+    with labstate.locked(tmp_path):
+        with open(tmp_path / labstate.LOCK_NAME, "a+") as other:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        labstate.write_json(path, [{"Name": "web"}], mode=0o664)
+    assert labstate.read_json(path, []) == [{"Name": "web"}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [labstate.LOCK_NAME, "containers.json"]
+    assert path.stat().st_mode & 0o777 == 0o664
+    path.write_text("{broken")
+    with pytest.raises(ValueError):
+        labstate.read_json(path, [])
