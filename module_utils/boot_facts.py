@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 from ansible.module_utils.engine_log_lines import (
     EngineLogError, KIND_AUTOTUNE, KIND_DECODE, KIND_ENGRAM, KIND_FATAL, KIND_GRAPH_SHAPES, KIND_MEMORY,
-    KIND_READY, Malformed, MalformedLogLine, _quote, malformed_keys,
+    KIND_READY, Malformed, MalformedLogLine, quote_line, malformed_keys,
 )
 
 __metaclass__ = type
@@ -110,7 +110,7 @@ class BootFacts(object):
             if fatal:
                 detail += "; " + "; ".join(fatal)
             if self.partial_last_line:
-                detail += "; last line still being written: %r" % _quote(self.partial_last_line)
+                detail += "; last line still being written: %r" % quote_line(self.partial_last_line)
             raise self._missing("'Exact ... Engram layer=%d'" % int(layer), detail)
         return f
 
@@ -206,7 +206,7 @@ def _kind_of(kind):
     return KIND_AUTOTUNE if kind.startswith("autotune") else _EVENT_KIND.get(kind)
 
 
-class _State(object):
+class BootState(object):
     """Applies events in order; a boot marker starts a new boot (facts reset)."""
 
     def __init__(self, source, kinds):
@@ -231,7 +231,7 @@ class _State(object):
             return
         for key in malformed_keys(f):
             _capped_append(facts.malformed, {"line": line_no, "key": key, "value": f[key].raw,
-                                             "text": _quote(msg.text)})
+                                             "text": quote_line(msg.text)})
         if isinstance(f, dict):
             f["_line"] = line_no
             f["_text"] = msg.text

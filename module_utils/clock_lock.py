@@ -31,11 +31,11 @@ from __future__ import absolute_import, division, print_function
 
 import time
 
-from ansible.module_utils.journal_search import _PERMISSION, grep_unsupported
+from ansible.module_utils.journal_search import PERMISSION_DENIED_TEXTS, grep_unsupported
 from ansible.module_utils.nvidia_smi import parse_clocks_set, parse_sm_clock
 from ansible.module_utils.sudo_commands import clock_actions, parse_sudo, sudo_kind
 from ansible.module_utils.unit_journal import (
-    _int, _message, journal_args, order_key, parse_journal_json, run_failure, this_manager, unit_matches,
+    as_int, entry_message, journal_args, order_key, parse_journal_json, run_failure, this_manager, unit_matches,
     unit_runs, when,
 )
 
@@ -81,7 +81,7 @@ def clock_events(entries, unit, reset_unit):
     for e in entries:
         ident = e.get("SYSLOG_IDENTIFIER")
         if ident == "sudo":
-            rec = parse_sudo(_message(e))
+            rec = parse_sudo(entry_message(e))
             if rec is None or not rec["ran"]:
                 continue
             if rec["fields"].get("USER", "root") != "root":
@@ -95,7 +95,7 @@ def clock_events(entries, unit, reset_unit):
             elif kind in opaque:
                 opaque[kind].append({"user": rec["user"], "command": rec["command"][:120], "entry": e})
         elif ident == "nvidia-smi" and e.get("_SYSTEMD_UNIT") not in (unit, reset_unit):
-            clocks = parse_clocks_set(_message(e))
+            clocks = parse_clocks_set(entry_message(e))
             if clocks:
                 who = "unit %s" % e.get("_SYSTEMD_UNIT") if e.get("_SYSTEMD_UNIT") else "an unknown process"
                 events.append({"kind": "lock", "source": "other-unit", "who": who,
@@ -311,7 +311,7 @@ def gather(run, desired, unit, expected_min, expected_max, reset_unit=None, nvid
 def _gather_once(run, desired, unit, expected_min, expected_max, reset_unit, nvidia_smi, sample_clock):
     notes, journal_note = [], None
     rc, out, err = run(["systemctl", "show", "-p", "UserspaceTimestampMonotonic"])
-    manager_start = _int(parse_show(out).get("UserspaceTimestampMonotonic")) if rc == 0 else None
+    manager_start = as_int(parse_show(out).get("UserspaceTimestampMonotonic")) if rc == 0 else None
     if manager_start is None:
         notes.append("the system manager's start time is unknown; counting the whole boot")
     props = ["LoadState", "ActiveState", "SubState", "Result", "UnitFileState", "InvocationID", "ExecMainStatus"]
@@ -323,10 +323,10 @@ def _gather_once(run, desired, unit, expected_min, expected_max, reset_unit, nvi
     low = (err or "").lower()
     if rc is None:
         journal_note = "journalctl not found"
-    elif rc != 0 or (any(s in low for s in _PERMISSION) and not out.strip()):
+    elif rc != 0 or (any(s in low for s in PERMISSION_DENIED_TEXTS) and not out.strip()):
         journal_note = "journalctl exited %s: %s" % (rc, (err or out).strip()[-300:])
     else:
-        if "not seeing messages from other users" in low or any(s in low for s in _PERMISSION):
+        if "not seeing messages from other users" in low or any(s in low for s in PERMISSION_DENIED_TEXTS):
             journal_note = "partial journal (run with become): %s" % err.strip()[-200:]
         entries = parse_journal_json(out)
         rc, out, err = run(journal_args(["SYSLOG_IDENTIFIER=nvidia-smi"], grep="^GPU clocks set to"))

@@ -8,10 +8,10 @@
 """
 from __future__ import absolute_import, division, print_function
 
-import json
 import re
 
-from ansible.module_utils.probe_runner import _tail
+from ansible.module_utils.json_lines import json_lines
+from ansible.module_utils.probe_runner import tail_text
 
 __metaclass__ = type
 GIB = 2 ** 30
@@ -84,17 +84,9 @@ def parse_labels(text):
 def parse_json_lines(text):
     """``--format '{{json .}}'`` output -> (list of dicts, list of unparsable lines)."""
     rows, bad = [], []
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            bad.append(line)
-            continue
-        if isinstance(obj, dict):
-            rows.append(obj)
+    for _n, line, value in json_lines(text):
+        if isinstance(value, dict):
+            rows.append(value)
         else:
             bad.append(line)
     return rows, bad
@@ -206,7 +198,7 @@ def gather_docker(run, docker="docker", owners=None, serving_prefix="dsv41-"):
     if rc is None:
         result["docker_error"] = "%s: not found" % docker
     elif rc != 0:
-        result["docker_error"] = "%s ps exited %s: %s" % (docker, rc, _tail(err or out))
+        result["docker_error"] = "%s ps exited %s: %s" % (docker, rc, tail_text(err or out))
     else:
         result["docker_available"] = True
         rows = parse_ps(out)
@@ -216,7 +208,7 @@ def gather_docker(run, docker="docker", owners=None, serving_prefix="dsv41-"):
             if src == 0:
                 stats = parse_stats(sout)
             else:
-                result["docker_error"] = "%s stats exited %s: %s" % (docker, src, _tail(serr or sout))
+                result["docker_error"] = "%s stats exited %s: %s" % (docker, src, tail_text(serr or sout))
         result["containers"] = container_records(rows, stats, owners, serving_prefix)
     result.update(docker_totals(result["containers"]))
     return result

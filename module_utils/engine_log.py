@@ -180,7 +180,7 @@ RE_PERIODIC_RECORD_B = re.compile(
 _TP_TAG_B = re.compile(rb"\bTP(\d+)\b")
 
 
-def _periodic_record(m):
+def periodic_record(m):
     """``(Message, fields)`` of a :data:`RE_PERIODIC_RECORD_B` match."""
     r = _TP_TAG_B.search(m.group(1))
     msg = Message("", True, int(r.group(1)) if r else None)

@@ -74,7 +74,7 @@ class MalformedLogLine(EngineLogError):
 
     def __init__(self, source, line_no, key, value, line, boots_seen=None):
         Exception.__init__(self, "%s line %s: malformed value %s=%r in %r"
-                           % (source, line_no if line_no is not None else "?", key, value, _quote(line)))
+                           % (source, line_no if line_no is not None else "?", key, value, quote_line(line)))
         self.source = source
         self.kind = "well-formed " + key
         self.detail = None
@@ -84,7 +84,7 @@ class MalformedLogLine(EngineLogError):
         self.value = value
 
 
-def _quote(text):
+def quote_line(text):
     text = text or ""
     return text if len(text) <= MAX_QUOTE else text[:MAX_QUOTE] + "..."
 

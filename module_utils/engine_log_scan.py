@@ -14,13 +14,14 @@ newline is being written: it is ignored and reported (``partial_last_line``), so
 """
 from __future__ import absolute_import, division, print_function
 
+import contextlib
 import os
 
-from ansible.module_utils.boot_facts import _State
-from ansible.module_utils.engine_log import RE_BOOT, RE_PERIODIC_RECORD_B, _periodic_record, classify
+from ansible.module_utils.boot_facts import BootState
+from ansible.module_utils.engine_log import RE_BOOT, RE_PERIODIC_RECORD_B, periodic_record, classify
 from ansible.module_utils.engine_log_lines import (
     ALL_KINDS, EngineLogError, KIND_AUTOTUNE, KIND_DECODE, KIND_ENGRAM, KIND_FATAL, KIND_GRAPH_SHAPES,
-    KIND_MEMORY, KIND_READY, KIND_SERVER_ARGS, _quote, split_messages,
+    KIND_MEMORY, KIND_READY, KIND_SERVER_ARGS, quote_line, split_messages,
 )
 
 __metaclass__ = type
@@ -65,7 +66,7 @@ class Scanner(object):
         unknown = self.kinds - ALL_KINDS
         if unknown:
             raise ValueError("unknown kinds: %s" % sorted(unknown))
-        self.state = _State(source, self.kinds)
+        self.state = BootState(source, self.kinds)
         self.needles = _needles_for(self.kinds)
         self._carry = b""
         self.line_no = 1              # number of the next line to be processed
@@ -100,7 +101,7 @@ class Scanner(object):
                 if ev is not None and ev[0] == "boot":
                     ev[1]["complete"] = False
                     self.state.apply(msg, "boot", ev[1], self.line_no)
-            self.state.facts.partial_last_line = _quote(carry.decode("utf-8", "replace"))
+            self.state.facts.partial_last_line = quote_line(carry.decode("utf-8", "replace"))
         return self.state.facts
 
     def _process(self, chunk, start, end):
@@ -128,7 +129,7 @@ class Scanner(object):
                 le = end
             m = RE_PERIODIC_RECORD_B.match(chunk, ls, le)
             if m:
-                msg, f = _periodic_record(m)
+                msg, f = periodic_record(m)
                 state.apply(msg, "engram_periodic", f, line_no)
                 continue
             for msg in split_messages(chunk[ls:le]):
@@ -320,20 +321,26 @@ def scan_lines(lines, name="<log>", kinds=ALL_KINDS, count_boots=False):
     return scan(iter(lines), name=name, kinds=kinds, count_boots=count_boots)
 
 
-def scan_file(path, kinds=ALL_KINDS, chunk_size=CHUNK_SIZE, name=None, count_boots=False):
-    """Latest-boot facts of a log file, found from the end (cost: the latest boot's size)."""
-    name = name or str(path)
+@contextlib.contextmanager
+def random_access(path, name=None):
+    """``(read_at(offset, length), size)`` of a log file for the block; EngineLogError naming it
+    when it cannot be opened."""
     try:
         f = open(path, "rb")
     except (IOError, OSError) as exc:
-        raise EngineLogError(name, "readable", "cannot open: %s" % exc)
+        raise EngineLogError(name or str(path), "readable", "cannot open: %s" % exc)
     with f:
-        size = os.fstat(f.fileno()).st_size
-
         def read_at(offset, length):
             f.seek(offset)
             return f.read(length)
 
+        yield read_at, os.fstat(f.fileno()).st_size
+
+
+def scan_file(path, kinds=ALL_KINDS, chunk_size=CHUNK_SIZE, name=None, count_boots=False):
+    """Latest-boot facts of a log file, found from the end (cost: the latest boot's size)."""
+    name = name or str(path)
+    with random_access(path, name) as (read_at, size):
         return _scan_random_access(read_at, size, name, kinds, chunk_size, count_boots)
 
 
@@ -350,7 +357,7 @@ def latest_boot(lines):
     return current
 
 
-def _latest_boot_slice(read_at, size, max_bytes):
+def latest_boot_slice(read_at, size, max_bytes):
     """``(bytes, info)`` of the latest boot through ``read_at``, bounded to ``max_bytes``.
 
     When the boot is longer, its first and last halves are kept around a line saying how much
@@ -368,7 +375,7 @@ def _latest_boot_slice(read_at, size, max_bytes):
             partial = tail[nl + 1:]
             length -= len(partial)
     info = {"marker_found": start is not None, "boot_bytes": length, "omitted_bytes": 0,
-            "partial_last_line": _quote(partial.decode("utf-8", "replace")) if partial and partial.strip() else None}
+            "partial_last_line": quote_line(partial.decode("utf-8", "replace")) if partial and partial.strip() else None}
     if max_bytes and length > max_bytes:
         half = max_bytes // 2
         head = read_at(begin, half)
@@ -382,8 +389,8 @@ def _latest_boot_slice(read_at, size, max_bytes):
 
 
 def latest_boot_bytes(data, max_bytes=None):
-    """``(text_bytes, info)``: the latest boot of an in-memory log (see :func:`_latest_boot_slice`)."""
+    """``(text_bytes, info)``: the latest boot of an in-memory log (see :func:`latest_boot_slice`)."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
     mv = memoryview(data)
-    return _latest_boot_slice(lambda o, n: mv[o:o + n].tobytes(), len(data), max_bytes)
+    return latest_boot_slice(lambda o, n: mv[o:o + n].tobytes(), len(data), max_bytes)

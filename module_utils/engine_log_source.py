@@ -12,11 +12,10 @@ order by their ``--timestamps``); :data:`SOURCE_ARGUMENT_SPEC` is the shared mod
 from __future__ import absolute_import, division, print_function
 
 import heapq
-import os
 import re
 
-from ansible.module_utils.engine_log_lines import ALL_KINDS, EngineLogError, _quote
-from ansible.module_utils.engine_log_scan import _latest_boot_slice, latest_boot_bytes, scan, scan_file
+from ansible.module_utils.engine_log_lines import ALL_KINDS, EngineLogError, quote_line
+from ansible.module_utils.engine_log_scan import latest_boot_slice, latest_boot_bytes, random_access, scan, scan_file
 from ansible.module_utils.probe_runner import TIMED_OUT, bounded
 
 __metaclass__ = type
@@ -29,18 +28,8 @@ def read_boot_text(run_command, log_path=None, container=None, docker="docker", 
     """``(text, info)``: the latest boot of a log file or of a container's ``docker logs`` (both
     streams, in order), as the one way roles collect boot logs.  ``info`` adds ``source``."""
     if log_path:
-        try:
-            f = open(log_path, "rb")
-        except (IOError, OSError) as exc:
-            raise EngineLogError(log_path, "readable", "cannot open: %s" % exc)
-        with f:
-            size = os.fstat(f.fileno()).st_size
-
-            def read_at(offset, length):
-                f.seek(offset)
-                return f.read(length)
-
-            data, info = _latest_boot_slice(read_at, size, max_bytes)
+        with random_access(log_path) as (read_at, size):
+            data, info = latest_boot_slice(read_at, size, max_bytes)
         info["source"] = str(log_path)
     elif container:
         partial = []
@@ -48,7 +37,7 @@ def read_boot_text(run_command, log_path=None, container=None, docker="docker", 
                                 timeout=timeout)
         data, info = latest_boot_bytes(text, max_bytes)
         if partial and not info["partial_last_line"]:
-            info["partial_last_line"] = _quote(partial[-1])
+            info["partial_last_line"] = quote_line(partial[-1])
         info["source"] = "docker logs %s" % container
     else:
         raise ValueError("read_boot_text needs log_path or container")
@@ -137,7 +126,7 @@ def scan_docker(run_command, container, kinds=ALL_KINDS, docker="docker", timest
                             timeout=timeout)
     facts = scan(text, name="docker logs %s" % container, kinds=kinds, count_boots=count_boots)
     if partial and not facts.partial_last_line:
-        facts.partial_last_line = _quote(partial[-1])
+        facts.partial_last_line = quote_line(partial[-1])
     return facts
 
 

@@ -16,12 +16,12 @@ import signal
 import time
 
 from ansible.module_utils.pack_lock import LOCK_NAME, describe_lock_holder, dest_lock
-from ansible.module_utils.pack_plan import _check_params, check_dest, free_bytes
+from ansible.module_utils.pack_plan import check_pack_params, check_dest, free_bytes
 from ansible.module_utils.pack_progress import Progress, RateLimit, check_max_mib_s
 from ansible.module_utils.safetensors_index import read_engram_tables, table_rank_range
 from ansible.module_utils.shard_format import (
     EngramError, EngramFormatError, EngramPackError, GIB, HEADER_BYTES, MIB, ROW_BYTES, SCALE_BYTES,
-    WEIGHT_BYTES, _OPEN_SAFE, check_regular, encode_shard_header, fsync_dir, hostname, is_int,
+    WEIGHT_BYTES, OPEN_SAFE, check_regular, encode_shard_header, fsync_dir, hostname, is_int,
     os_error_text, partial_name, shard_name, write_all,
 )
 from ansible.module_utils.shard_provenance import (
@@ -171,7 +171,7 @@ def _write_shard(table, status, meta, chunk_rows, sync_bytes, progress, limit):
             check_regular(status.path, "packed shard")
             os.unlink(status.path)
         progress.packing(0, status.bytes, 0)
-        out_fd = os.open(status.partial_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_SAFE, 0o644)
+        out_fd = os.open(status.partial_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | OPEN_SAFE, 0o644)
         created = True
         in_fd = os.open(table.shard_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         written = _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, limit)
@@ -277,7 +277,7 @@ def pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes=0, check_mod
 def _pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes, check_mode, chunk_bytes, chunk_rows,
                 lock_timeout, sync_bytes, max_mib_s, progress):
     check_dest(dest)
-    _check_params(checkpoint, rank, tp_size, margin_bytes)
+    check_pack_params(checkpoint, rank, tp_size, margin_bytes)
     check_max_mib_s(checkpoint, max_mib_s)
     if chunk_rows is None:
         if not is_int(chunk_bytes) or chunk_bytes < ROW_BYTES:

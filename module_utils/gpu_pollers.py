@@ -11,7 +11,7 @@ import os
 import pwd
 
 from ansible.module_utils.host_files import host_path, read_text
-from ansible.module_utils.nvidia_smi import SHELLS, SMI, _base, smi_interval, smi_invocation, watch_interval
+from ansible.module_utils.nvidia_smi import SHELLS, SMI, program_name, smi_interval, smi_invocation, watch_interval
 
 __metaclass__ = type
 PS_ARGS = ["ps", "-eo", "pid,ppid,user:32,etimes,args", "--no-headers"]
@@ -133,7 +133,7 @@ def own_tree(procs, self_pid):
 def _argv_from_ps(args):
     """ps ``args`` (argv joined by spaces) -> argv; ``sh -c`` keeps its whole command as one."""
     argv = args.split()
-    if argv and _base(argv[0]) in SHELLS and "-c" in argv[1:]:
+    if argv and program_name(argv[0]) in SHELLS and "-c" in argv[1:]:
         i = argv.index("-c", 1)
         argv = argv[:i + 1] + [" ".join(argv[i + 1:])]
     return argv

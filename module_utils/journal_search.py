@@ -9,14 +9,14 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
-from ansible.module_utils.probe_runner import _tail
+from ansible.module_utils.probe_runner import tail_text
 
 __metaclass__ = type
 MAX_EVENT_LINES = 50          # journal lines returned (the count covers all of them)
 _GREP_UNSUPPORTED = ("pattern matching not supported", "compiled without pattern matching",
                      "unrecognized option", "invalid option", "unknown option")
 
-_PERMISSION = ("insufficient permissions", "permission denied", "access denied")
+PERMISSION_DENIED_TEXTS = ("insufficient permissions", "permission denied", "access denied")
 _NO_JOURNAL = ("no journal files were found",)
 
 
@@ -74,16 +74,16 @@ def gather_journal(run, pattern, since=None, max_lines=MAX_EVENT_LINES):
     else:
         lines = journal_lines(out)
     low = (err or "").lower()
-    if any(s in low for s in _PERMISSION + _NO_JOURNAL) and not lines:
-        res["note"] = _tail(err)
+    if any(s in low for s in PERMISSION_DENIED_TEXTS + _NO_JOURNAL) and not lines:
+        res["note"] = tail_text(err)
         return res
-    if rc not in (0, 1) or (rc == 1 and _tail(err)):
+    if rc not in (0, 1) or (rc == 1 and tail_text(err)):
         # rc 1 with nothing on stderr is "no match" for journalctl -g
-        res["note"] = "journalctl exited %s: %s" % (rc, _tail(err or out))
+        res["note"] = "journalctl exited %s: %s" % (rc, tail_text(err or out))
         if not lines:
             return res
     if "not seeing messages from other users" in low:
-        res["note"] = "partial journal: " + _tail(err, 200)
+        res["note"] = "partial journal: " + tail_text(err, 200)
     res["readable"] = True
     res["count"] = len(lines)
     res["truncated"] = len(lines) > max_lines

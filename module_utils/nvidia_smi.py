@@ -20,11 +20,11 @@ _INTERP_RE = re.compile(r"^(python[0-9.]*|perl|ruby)$")
 _NUM_RE = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 
 
-def _base(tok):
+def program_name(tok):
     return tok.rsplit("/", 1)[-1]
 
 
-def _split(cmd):
+def split_command(cmd):
     try:
         return shlex.split(cmd)
     except ValueError:
@@ -40,7 +40,7 @@ def smi_invocation(argv, depth=0):
     """
     if not argv or depth > 4:
         return None
-    first = _base(argv[0])
+    first = program_name(argv[0])
     if first == SMI:
         return [], list(argv[1:])
     if not (first in SHELLS or first in WRAPPERS or _INTERP_RE.match(first)):
@@ -49,16 +49,16 @@ def smi_invocation(argv, depth=0):
         if "-c" in argv[1:]:
             i = argv.index("-c", 1)
             if i + 1 < len(argv):
-                inner = smi_invocation(_split(argv[i + 1]), depth + 1)
+                inner = smi_invocation(split_command(argv[i + 1]), depth + 1)
                 if inner is not None:
                     return [argv[0]] + inner[0], inner[1]
         return None
     for i in range(1, len(argv)):
         tok = argv[i]
-        if _base(tok) == SMI:
+        if program_name(tok) == SMI:
             return list(argv[:i]), list(argv[i + 1:])
         if " " in tok and not tok.startswith("-"):       # watch 'nvidia-smi -q'
-            inner = smi_invocation(_split(tok), depth + 1)
+            inner = smi_invocation(split_command(tok), depth + 1)
             if inner is not None:
                 return list(argv[:i]) + inner[0], inner[1] + list(argv[i + 1:])
     return None
@@ -102,9 +102,9 @@ def smi_interval(args):
 
 def watch_interval(wrapper):
     """``watch -n N`` / ``--interval=N`` / ``-nN`` -> seconds (watch's default 2), else None."""
-    if not wrapper or "watch" not in [_base(t) for t in wrapper]:
+    if not wrapper or "watch" not in [program_name(t) for t in wrapper]:
         return None
-    start = [_base(t) for t in wrapper].index("watch")
+    start = [program_name(t) for t in wrapper].index("watch")
     toks = wrapper[start + 1:]
     interval = 2.0
     for i, tok in enumerate(toks):

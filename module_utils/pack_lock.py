@@ -14,7 +14,7 @@ import stat
 import time
 
 from ansible.module_utils.shard_format import (
-    EngramPackError, _OPEN_SAFE, _kind, _open_read, hostname, is_int, os_error_text,
+    EngramPackError, OPEN_SAFE, file_kind, open_read, hostname, is_int, os_error_text,
 )
 
 # Clock of the lock wait (replaced by a fake clock in tests).
@@ -72,10 +72,10 @@ def pid_alive(pid, start_ticks=None):
     return start_ticks is None or started == start_ticks
 
 
-def _read_json(path):
+def read_json_file(path):
     """A JSON object from ``path``; None if the file is missing, empty or not a JSON object."""
     try:
-        fd = _open_read(path)  # a FIFO or symlink planted at the name is not read (nor waited on)
+        fd = open_read(path)  # a FIFO or symlink planted at the name is not read (nor waited on)
         try:
             raw = os.read(fd, 1 << 20)
         finally:
@@ -126,11 +126,11 @@ def dest_lock(dest, timeout=0, owner=None):
     path = os.path.join(dest, LOCK_NAME)
     try:
         # Never through a symlink, never blocking on a FIFO someone left at the name.
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_SAFE, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | OPEN_SAFE, 0o644)
     except OSError as exc:
         raise EngramPackError("host %s: cannot open lock file %s: %s" % (hostname(), path, os_error_text(exc)))
     if not stat.S_ISREG(os.fstat(fd).st_mode):
-        kind = _kind(os.fstat(fd))
+        kind = file_kind(os.fstat(fd))
         os.close(fd)
         raise EngramPackError("host %s: lock file %s is a %s, not a regular file; refusing to use it (nothing was "
                               "written). Move it out of the way and rerun" % (hostname(), path, kind))
@@ -148,9 +148,9 @@ def dest_lock(dest, timeout=0, owner=None):
                     raise EngramPackError(
                         "host %s: another engram pack holds %s (%s; waited %ss); refusing to pack into %s "
                         "concurrently. Wait for it to finish, or stop that process if it is not wanted"
-                        % (hostname(), path, describe_lock_holder(_read_json(path)), timeout, dest))
+                        % (hostname(), path, describe_lock_holder(read_json_file(path)), timeout, dest))
                 time.sleep(min(0.1, remaining))
-        reclaimed = _read_json(path)
+        reclaimed = read_json_file(path)
         pid = os.getpid()
         record = dict(owner or {}, pid=pid, pid_start=process_start_ticks(pid), host=hostname(), since=time.time())
         os.ftruncate(fd, 0)

@@ -28,7 +28,7 @@ def free_bytes(dest):
     return st.f_bavail * st.f_frsize
 
 
-def _check_params(checkpoint, rank, tp_size, margin_bytes):
+def check_pack_params(checkpoint, rank, tp_size, margin_bytes):
     try:
         check_rank(rank, tp_size)
     except ValueError as exc:
@@ -44,7 +44,7 @@ def plan(checkpoint, dest, rank, tp_size, layers=ENGRAM_LAYERS, margin_bytes=0):
     EngramFormatError and a missing ``dest`` raises EngramPackError.
     """
     check_dest(dest)
-    _check_params(checkpoint, rank, tp_size, margin_bytes)
+    check_pack_params(checkpoint, rank, tp_size, margin_bytes)
     layers = list(layers)
     if not layers or len(set(layers)) != len(layers):
         raise EngramFormatError("%s: layers must be a non-empty list without duplicates, got %r"

@@ -11,9 +11,9 @@ import json
 import os
 import time
 
-from ansible.module_utils.pack_lock import _read_json, process_start_ticks
+from ansible.module_utils.pack_lock import read_json_file, process_start_ticks
 from ansible.module_utils.shard_format import (
-    EngramFormatError, EngramPackError, HEADER_BYTES, MIB, ROW_BYTES, _OPEN_SAFE, hostname, is_int,
+    EngramFormatError, EngramPackError, HEADER_BYTES, MIB, ROW_BYTES, OPEN_SAFE, hostname, is_int,
     os_error_text, write_all,
 )
 from ansible.module_utils.shard_provenance import remove_own_file
@@ -78,7 +78,7 @@ class Progress(object):
         try:
             # Created exclusively and never through a symlink: the record usually lives in /tmp.
             remove_own_file(tmp, "left-over progress temp file")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_SAFE, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | OPEN_SAFE, 0o644)
             created = True
             try:
                 write_all(fd, memoryview(json.dumps(self.record, sort_keys=True).encode()))
@@ -109,7 +109,7 @@ class Progress(object):
 
 def read_progress(path):
     """The progress record at ``path`` (see :class:`Progress`), or None if there is none readable."""
-    record = _read_json(path)
+    record = read_json_file(path)
     if record is None or not is_int(record.get("pid")) or record.get("state") not in PROGRESS_STATES:
         return None
     return record

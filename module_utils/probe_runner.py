@@ -18,7 +18,7 @@ KILL_AFTER = 10           # seconds between timeout's TERM and its KILL
 TIMED_OUT = (124, 137)    # timeout's exit status after TERM, and after KILL
 
 
-def _tail(text, n=300):
+def tail_text(text, n=300):
     return (text or "").strip()[-n:]
 
 

@@ -15,7 +15,7 @@ import struct
 from collections import namedtuple
 
 from ansible.module_utils.shard_format import (
-    ENGRAM_LAYERS, EngramFormatError, SCALE_BYTES, WEIGHT_BYTES, _kind, is_int, rank_row_range,
+    ENGRAM_LAYERS, EngramFormatError, SCALE_BYTES, WEIGHT_BYTES, file_kind, is_int, rank_row_range,
 )
 
 
@@ -43,7 +43,7 @@ def scale_tensor_name(layer):
     return "layers.%d.engram.embed.scale" % layer
 
 
-def _pread_exact(fd, length, offset, path):
+def pread_exact(fd, length, offset, path):
     data = os.pread(fd, length, offset)
     if len(data) != length:
         raise EngramFormatError("%s: is truncated: wanted %d bytes at offset %d, got %d"
@@ -66,19 +66,19 @@ def read_safetensors_header(path):
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise EngramFormatError("%s: safetensors file is a %s, not a regular file" % (path, _kind(st)))
+            raise EngramFormatError("%s: safetensors file is a %s, not a regular file" % (path, file_kind(st)))
         size = st.st_size
         if size < 8:
             raise EngramFormatError("%s: truncated safetensors header: file is %d bytes, shorter than "
                                     "the 8-byte header length" % (path, size))
-        (length,) = struct.unpack("<Q", _pread_exact(fd, 8, 0, path))
+        (length,) = struct.unpack("<Q", pread_exact(fd, 8, 0, path))
         if length > size - 8:
             raise EngramFormatError("%s: safetensors header length %d runs past the end of the file "
                                     "(%d bytes)" % (path, length, size))
         if length > MAX_SAFETENSORS_HEADER:
             raise EngramFormatError("%s: safetensors header length %d exceeds the %d-byte limit"
                                     % (path, length, MAX_SAFETENSORS_HEADER))
-        raw = _pread_exact(fd, length, 8, path)
+        raw = pread_exact(fd, length, 8, path)
     finally:
         os.close(fd)
     try:
@@ -132,7 +132,7 @@ def _load_index(checkpoint_dir):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise EngramFormatError("%s: checkpoint index is a %s, not a regular file"
-                                        % (index_path, _kind(st)))
+                                        % (index_path, file_kind(st)))
             with os.fdopen(os.dup(fd), "rb") as handle:
                 raw = handle.read()
         finally:

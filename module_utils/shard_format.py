@@ -112,10 +112,10 @@ def encode_shard_header(layer, lo, hi, n_rows):
     return fields + bytes(HEADER_BYTES - len(fields))
 
 
-_OPEN_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+OPEN_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-def _kind(st):
+def file_kind(st):
     mode = st.st_mode
     for test, name in ((stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"),
                        (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
@@ -142,7 +142,7 @@ def check_regular(path, what):
     through the link, fail half-way or block forever; none of them is ever the packer's own."""
     st = lstat_or_none(path)
     if st is not None and not stat.S_ISREG(st.st_mode):
-        kind = _kind(st)
+        kind = file_kind(st)
         if kind == "symlink":
             with contextlib.suppress(OSError):
                 kind = "symlink to %s" % os.readlink(path)
@@ -152,9 +152,9 @@ def check_regular(path, what):
     return st
 
 
-def _open_read(path):
+def open_read(path):
     """Read-only descriptor of a regular file at ``path``: never follows a symlink, never blocks on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | _OPEN_SAFE)
+    fd = os.open(path, os.O_RDONLY | OPEN_SAFE)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", path)
@@ -164,7 +164,7 @@ def _open_read(path):
 def shard_stale_reason(path, layer, lo, hi, n_rows):
     """Why the existing final shard at ``path`` is unusable for rows [lo, hi), or None if valid."""
     try:
-        fd = _open_read(path)
+        fd = open_read(path)
         try:
             size = os.fstat(fd).st_size
             head = os.pread(fd, HEADER_BYTES, 0)
@@ -192,7 +192,7 @@ def shard_stale_reason(path, layer, lo, hi, n_rows):
     return None
 
 
-def _allocated_bytes(path):
+def allocated_bytes(path):
     """Space freed by deleting/truncating ``path``: allocated blocks, never more than its size
     (a sparse file frees only what it occupies)."""
     st = lstat_or_none(path)

@@ -12,10 +12,10 @@ import hashlib
 import json
 import os
 
-from ansible.module_utils.safetensors_index import INDEX_NAME, _pread_exact
+from ansible.module_utils.safetensors_index import INDEX_NAME, pread_exact
 from ansible.module_utils.shard_format import (
-    EngramPackError, HEADER_BYTES, ROW_BYTES, SCALE_BYTES, ShardStatus, WEIGHT_BYTES, _OPEN_SAFE,
-    _allocated_bytes, _open_read, check_regular, fsync_dir, hostname, meta_name, os_error_text,
+    EngramPackError, HEADER_BYTES, ROW_BYTES, SCALE_BYTES, ShardStatus, WEIGHT_BYTES, OPEN_SAFE,
+    allocated_bytes, open_read, check_regular, fsync_dir, hostname, meta_name, os_error_text,
     partial_name, rank_row_range, shard_bytes, shard_name, shard_stale_reason, write_all,
 )
 
@@ -47,8 +47,8 @@ def checkpoint_sample_sha256(table, lo, hi):
     fd = os.open(table.shard_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         for row in sample_rows(lo, hi):
-            digest.update(_pread_exact(fd, WEIGHT_BYTES, table.weight_offset + row * WEIGHT_BYTES, table.shard_path))
-            digest.update(_pread_exact(fd, SCALE_BYTES, table.scale_offset + row * SCALE_BYTES, table.shard_path))
+            digest.update(pread_exact(fd, WEIGHT_BYTES, table.weight_offset + row * WEIGHT_BYTES, table.shard_path))
+            digest.update(pread_exact(fd, SCALE_BYTES, table.scale_offset + row * SCALE_BYTES, table.shard_path))
     finally:
         os.close(fd)
     return digest.hexdigest()
@@ -57,13 +57,13 @@ def checkpoint_sample_sha256(table, lo, hi):
 def _shard_sample_sha256_fd(fd, lo, hi, path):
     digest = hashlib.sha256()
     for row in sample_rows(lo, hi):
-        digest.update(_pread_exact(fd, ROW_BYTES, HEADER_BYTES + (row - lo) * ROW_BYTES, path))
+        digest.update(pread_exact(fd, ROW_BYTES, HEADER_BYTES + (row - lo) * ROW_BYTES, path))
     return digest.hexdigest()
 
 
 def shard_sample_sha256(path, lo, hi):
     """sha256 of the same sampled rows read from a packed shard."""
-    fd = _open_read(path)
+    fd = open_read(path)
     try:
         return _shard_sample_sha256_fd(fd, lo, hi, path)
     finally:
@@ -129,7 +129,7 @@ def read_meta(meta_path):
     if check_regular(meta_path, "shard metadata") is None:
         return None, None
     try:
-        fd = _open_read(meta_path)
+        fd = open_read(meta_path)
         try:
             raw = os.read(fd, 1 << 20)
         finally:
@@ -147,7 +147,7 @@ def write_meta(meta_path, meta):
     tmp = meta_path + ".partial"
     dest = os.path.dirname(meta_path)
     remove_own_file(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_SAFE, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | OPEN_SAFE, 0o644)
     try:
         write_all(fd, memoryview(json.dumps(meta, sort_keys=True, indent=1).encode() + b"\n"))
         os.fsync(fd)
@@ -208,7 +208,7 @@ def describe_shard(dest, layer, rank, tp_size, n_rows, table=None):
         state = "partial" if partial_exists else "missing"
     reclaimable = 0
     if state != "complete":
-        reclaimable = _allocated_bytes(partial_path) + (_allocated_bytes(path) if state == "stale" else 0)
+        reclaimable = allocated_bytes(partial_path) + (allocated_bytes(path) if state == "stale" else 0)
     return ShardStatus(state, reason, path, partial_path, lo, hi, shard_bytes(lo, hi), reclaimable, note, meta_path)
 
 

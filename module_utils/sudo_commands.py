@@ -7,7 +7,7 @@ as process command lines are (module_utils/nvidia_smi.py): through shells, wrapp
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible.module_utils.nvidia_smi import SHELLS, _base, _split, smi_invocation
+from ansible.module_utils.nvidia_smi import SHELLS, program_name, split_command, smi_invocation
 
 __metaclass__ = type
 BECOME_MARK = "BECOME-SUCCESS-"
@@ -71,7 +71,7 @@ def _segments(args):
     segs.append(cur)
     out = [segs[0]]
     for seg in segs[1:]:
-        if seg and _base(seg[0]) == "nvidia-smi":
+        if seg and program_name(seg[0]) == "nvidia-smi":
             out.append(seg[1:])
     return out
 
@@ -82,7 +82,7 @@ def clock_actions(command):
     Finds nvidia-smi directly, under wrappers and interpreters, or in ``sh -c '...'``
     (``module_utils.nvidia_smi.smi_invocation``).
     """
-    inv = smi_invocation(_split(command))
+    inv = smi_invocation(split_command(command))
     if inv is None:
         return []
     out = []
@@ -111,7 +111,7 @@ def sudo_kind(command):
         return "ansible"
     if clock_actions(command):
         return "clock"
-    argv = _split(command)
-    if argv and (_base(argv[0]) in SHELLS | {"su", "sudo", "login"}) and "-c" not in argv[1:]:
+    argv = split_command(command)
+    if argv and (program_name(argv[0]) in SHELLS | {"su", "sudo", "login"}) and "-c" not in argv[1:]:
         return "shell"
     return "other"

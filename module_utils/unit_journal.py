@@ -11,9 +11,9 @@ exited") and the unit's own output (``_SYSTEMD_UNIT=<unit>``, ``_SYSTEMD_INVOCAT
 from __future__ import absolute_import, division, print_function
 
 import datetime
-import json
 import re
 
+from ansible.module_utils.json_lines import NOT_JSON, json_lines
 from ansible.module_utils.nvidia_smi import parse_clocks_set, says_no_permission
 
 __metaclass__ = type
@@ -55,31 +55,26 @@ def parse_journal_json(text, source="journalctl"):
     last line (a journal read while it grows), which is dropped.
     """
     entries = []
-    lines = (text or "").splitlines()
-    for n, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            if n == len(lines):
+    last = len((text or "").splitlines())
+    for n, line, value in json_lines(text):
+        if value is NOT_JSON:
+            if n == last:
                 break
             raise JournalError("%s: line %d is not journal JSON: %r" % (source, n, line[:120]))
-        if not isinstance(obj, dict):
+        if not isinstance(value, dict):
             raise JournalError("%s: line %d is not a journal entry: %r" % (source, n, line[:120]))
-        entries.append(obj)
+        entries.append(value)
     return entries
 
 
-def _int(value):
+def as_int(value):
     try:
         return int(value)
     except (TypeError, ValueError):
         return None
 
 
-def _message(entry):
+def entry_message(entry):
     msg = entry.get("MESSAGE")
     if isinstance(msg, list):          # journalctl gives non-UTF-8 messages as byte arrays
         try:
@@ -95,7 +90,7 @@ def _seq(entry):
 
 
 def order_key(entry):
-    return (_int(entry.get("__MONOTONIC_TIMESTAMP")) or 0, _seq(entry))
+    return (as_int(entry.get("__MONOTONIC_TIMESTAMP")) or 0, _seq(entry))
 
 
 def this_manager(entries, manager_start_us):
@@ -107,7 +102,7 @@ def this_manager(entries, manager_start_us):
         if key in seen:
             continue
         seen.add(key)
-        mono = _int(e.get("__MONOTONIC_TIMESTAMP"))
+        mono = as_int(e.get("__MONOTONIC_TIMESTAMP"))
         if manager_start_us is not None and mono is not None and mono < manager_start_us:
             continue
         out.append(e)
@@ -116,7 +111,7 @@ def this_manager(entries, manager_start_us):
 
 def when(entry):
     """The entry's wall-clock time, ``2026-11-30 14:24:59 UTC`` (None when unknown)."""
-    us = _int(entry.get("__REALTIME_TIMESTAMP")) if entry else None
+    us = as_int(entry.get("__REALTIME_TIMESTAMP")) if entry else None
     if us is None:
         return None
     t = datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=us)
@@ -149,7 +144,7 @@ def unit_runs(entries, unit):
         return run
 
     for e in entries:
-        msg = _message(e)
+        msg = entry_message(e)
         if _from_pid1(e) and e.get("UNIT") == unit:
             inv = e.get("INVOCATION_ID")
             job, result = e.get("JOB_TYPE"), e.get("JOB_RESULT")
@@ -167,7 +162,7 @@ def unit_runs(entries, unit):
                     current = None
                 continue
             if run is not None and e.get("EXIT_STATUS") is not None:
-                run["exit_status"] = _int(e.get("EXIT_STATUS"))
+                run["exit_status"] = as_int(e.get("EXIT_STATUS"))
             if run is not None and job is None:
                 run["systemd"].append(msg)
             continue

@@ -30,13 +30,6 @@ def ckpt(tmp_path):
     return ckpt_factory.make_checkpoint(str(tmp_path / "ckpt"), rows=ROWS)["dir"]
 
 
-@pytest.fixture
-def dest(tmp_path):
-    path = tmp_path / "engram"
-    path.mkdir()
-    return str(path)
-
-
 def _content(path):
     with open(path, "rb") as handle:
         return handle.read()

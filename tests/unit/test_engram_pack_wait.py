@@ -27,13 +27,6 @@ HOST = os.uname().nodename
 ME = os.getpid()
 
 
-@pytest.fixture
-def dest(tmp_path):
-    path = tmp_path / "engram"
-    path.mkdir()
-    return str(path)
-
-
 def _job(tmp_path, data, age=0.0):
     path = tmp_path / "job"
     path.write_text(json.dumps(data))

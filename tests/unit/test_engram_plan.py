@@ -15,18 +15,6 @@ HOST = os.uname().nodename
 REPORT_FREE = 64906600448  # spark2's free bytes in the report
 
 
-@pytest.fixture
-def full_ckpt(tmp_path):
-    return ckpt_factory.make_checkpoint(str(tmp_path / "full"), sparse=True)["dir"]
-
-
-@pytest.fixture
-def dest(tmp_path):
-    path = tmp_path / "engram"
-    path.mkdir()
-    return str(path)
-
-
 def _run(args, check_mode=False):
     return run_module(engram_plan.main, args, check_mode=check_mode)
 

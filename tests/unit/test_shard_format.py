@@ -18,19 +18,6 @@ from ansible.module_utils.shard_provenance import inspect_shard
 FULL = ckpt_factory.FULL_SCALE_ROWS
 
 
-@pytest.fixture
-def full_ckpt(tmp_path):
-    """Header-only sparse checkpoint with the real table shapes."""
-    return ckpt_factory.make_checkpoint(str(tmp_path / "full"), sparse=True)["dir"]
-
-
-@pytest.fixture
-def dest(tmp_path):
-    path = tmp_path / "engram"
-    path.mkdir()
-    return str(path)
-
-
 # --------------------------------------------------------------------------- facts and arithmetic
 
 def test_constants_match_spec():
