@@ -137,17 +137,23 @@ def edit_index(checkpoint_dir, mutate):
         json.dump(index, handle)
 
 
-def update_table_rows(checkpoint_dir, layer, rows, keep_mtime=False):
-    """Rewrite the weight and scale bytes of ``rows`` of ``layer`` in place with new random bytes:
-    the checkpoint keeps its shapes, offsets and size. The file's mtime moves forward by a second
-    (a touch the filesystem's clock granularity cannot hide) unless ``keep_mtime``, which puts it
-    back exactly. Returns the shard file's path."""
+def _layer_tables(checkpoint_dir, layer):
+    """``(safetensors path, header, data start, weight tensor name, scale tensor name)`` of ``layer``."""
     with open(os.path.join(checkpoint_dir, INDEX_NAME)) as handle:
         weight_map = json.load(handle)["weight_map"]
     wname = "layers.%d.engram.embed.weight" % layer
     sname = "layers.%d.engram.embed.scale" % layer
     path = os.path.join(checkpoint_dir, weight_map[wname])
     header, start = read_header(path)
+    return path, header, start, wname, sname
+
+
+def update_table_rows(checkpoint_dir, layer, rows, keep_mtime=False):
+    """Rewrite the weight and scale bytes of ``rows`` of ``layer`` in place with new random bytes:
+    the checkpoint keeps its shapes, offsets and size. The file's mtime moves forward by a second
+    (a touch the filesystem's clock granularity cannot hide) unless ``keep_mtime``, which puts it
+    back exactly. Returns the shard file's path."""
+    path, header, start, wname, sname = _layer_tables(checkpoint_dir, layer)
     before = os.stat(path)
     with open(path, "r+b") as handle:
         for row in rows:
@@ -168,12 +174,7 @@ def update_table_rows(checkpoint_dir, layer, rows, keep_mtime=False):
 
 def expected_shard(checkpoint_dir, layer, rank, tp_size):
     """Bytes of a packed shard built straight from the SPEC format (independent reader)."""
-    with open(os.path.join(checkpoint_dir, INDEX_NAME)) as handle:
-        weight_map = json.load(handle)["weight_map"]
-    wname = "layers.%d.engram.embed.weight" % layer
-    sname = "layers.%d.engram.embed.scale" % layer
-    path = os.path.join(checkpoint_dir, weight_map[wname])
-    header, start = read_header(path)
+    path, header, start, wname, sname = _layer_tables(checkpoint_dir, layer)
     n_rows = header[wname]["shape"][0]
     lo, hi = n_rows * rank // tp_size, n_rows * (rank + 1) // tp_size
     out = io.BytesIO()
