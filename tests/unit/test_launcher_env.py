@@ -90,6 +90,10 @@ ACCEPTED = [
     ("tab inside quotes", "A='a\tb'\nB=\"c\td\"\n"),
     ("unicode line separators are not line ends", "A='a\u2028b'\nB=c\u2029d\nC=\x85e\n"),
     ("carriage return inside a value", "A=x\\\r\nB='y\r'\n"),
+    ("ansi-c quoting", "A=$'x\\ty\\'z'\nB=$'\\x41\\101\\q'\nC=$'a\nb'\nD=x$'\\e'y\nE=${U:-$'\\t'}\n"),
+    ("export expands its arguments before assigning", "A=1\nexport A=2 B=$A C=${A:-u}\n"),
+    ("trailing backslash after a multi-line single quote (bash drops it)", "A='x\ny'\\"),
+    ("trailing backslash after a multi-line double quote (bash keeps it)", 'A="x\ny"\\'),
 ]
 
 
@@ -116,7 +120,12 @@ REFUSED = [
     ("redirection", "A=x >MARK\n", "'>' is a shell operator"),
     ("subshell", "(touch MARK)\n", "'(' is a shell operator"),
     ("the old template's double-quoted payload", 'IMAGE="x" ; touch MARK ; ""\n', "a command word"),
-    ("ansi-c quoting", "A=$'x\\n'\n", "$'...' quoting is not supported"),
+    ("ansi-c NUL", "A=$'x\\0y'\n", "a NUL byte (bash ends the value there)"),
+    ("ansi-c beyond ascii", "A=$'\\u00e9'\n", "depend on bash's locale"),
+    ("ansi-c control escape", "A=$'\\cA'\n", "\\c control escape"),
+    ("ansi-c inside a quoted default", "A=\"${U:-$'x'}\"\n", "extquote"),
+    ("legacy arithmetic", "A=$[1+2]\n", "$[ ... ] is arithmetic expansion"),
+    ("bare export prints", "export\n", "'export' with no name prints"),
     ("positional parameter", "A=$1\n", "$1 is a special parameter"),
     ("pid", "A=$$\n", "$$ is a special parameter"),
     ("shell variable", "A=$RANDOM\n", "$RANDOM is the shell's own variable"),
@@ -357,8 +366,11 @@ def test_rollback_twice_equals_once_and_restores_bytes_mode(tmp_path):
     os.chmod(str(env), 0o640)
     original = state(env)
     E.converge_env(str(env), SETTINGS, api_key="sk-1111", run_id="r1")
+    after_r1 = env.read_bytes()
+    # in place: the managed header added, the comment kept, the changed keys written where they were
+    assert after_r1 == (E.render_env({}, header=E.DEFAULT_HEADER) + "# hand-written\r\nMODEL_PATH=/srv/models/x\n"
+                        "API_KEY=sk-1111\nDSPARK_BLOCK_SIZE=3\n").encode()
     E.converge_env(str(env), dict(SETTINGS, DSPARK_BLOCK_SIZE=5), api_key="sk-1111", run_id="r2")
-    after_r1 = E.render_env(SETTINGS, "sk-1111").encode()
     listing = files(tmp_path)
     record = (tmp_path / ".env.dsv41-backups.json").read_bytes()
 
@@ -425,11 +437,16 @@ def test_symlinked_env_is_refused(tmp_path):
     assert target.read_text() == "A=0\n"
 
 
-def test_current_file_that_is_code_is_reported_without_secrets(tmp_path):
+def test_current_file_that_is_code_is_refused_without_secrets(tmp_path):
+    """Rewriting a file that is not data would drop what it sets: refused, naming the line, nothing written."""
     env = tmp_path / ".env"
     env.write_text("A=1\nAPI_KEY=sk-live-key $(curl evil)\n")
-    res = E.converge_env(str(env), {"A": "1"}, api_key="sk-live-key", run_id="r", check_mode=True)
-    assert res["changed"] and "line 2" in res["changes"][0] and "sk-live-key" not in json.dumps(res)
+    for check in (True, False):
+        with pytest.raises(E.EnvError) as exc:
+            E.converge_env(str(env), {"A": "1"}, api_key="sk-live-key", run_id="r", check_mode=check)
+        assert "line 2" in str(exc.value) and "nothing written" in str(exc.value)
+        assert "sk-live-key" not in str(exc.value)
+    assert files(tmp_path) == [".env"]
 
 
 def test_bad_run_id_is_refused(tmp_path):
