@@ -21,7 +21,7 @@ from __future__ import absolute_import, division, print_function
 import json
 import re
 
-from ansible.module_utils.envfile_parse import parse_statements
+from ansible.module_utils.envfile_lines import parse_statements
 from ansible.module_utils.envfile_render import API_KEY, DEFAULT_HEADER, comment_lines, key_problem, value_problem
 from ansible.module_utils.secret_rule import is_secret_name
 

@@ -22,7 +22,8 @@ caller's key-level diff, never silently. What cannot be done as data is refused 
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible.module_utils.envfile_parse import parse_env, parse_statements
+from ansible.module_utils.envfile_lines import parse_statements
+from ansible.module_utils.envfile_parse import parse_env
 from ansible.module_utils.envfile_render import (
     DEFAULT_HEADER, comment_lines, declared_env, key_problem, quote_value, render_env, settings_problems,
     value_problem)

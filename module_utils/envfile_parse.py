@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
 """The launcher ``.env`` read as bash reads it (``set -a; source FILE; set +a``), without running it.
 
-:func:`parse_env` returns what bash assigns; :func:`parse_statements` also returns the file cut into
-groups of whole lines (each command with its assignments, every comment or blank line on its own),
-so a converge can keep what it does not manage byte for byte (``envfile_merge.py``).
+:func:`parse_env` returns what bash assigns; :func:`parse_text` also returns the commands read
+(their spans and assignments), from which ``envfile_lines.parse_statements`` cuts the file into line
+groups so a converge can keep what it does not manage byte for byte (``envfile_merge.py``).
 
 Constructs read as bash does: assignments (``NAME=word``, ``NAME+=word``, several per line,
 ``export``), single and double quotes, ``$'...'`` (ANSI-C escapes), backslash escapes, line
@@ -19,8 +19,6 @@ the locale). Every loop consumes input, so any text gives an answer in time line
 tests/unit/test_envfile_bash.py compares the parser with bash on generated files.
 """
 from __future__ import absolute_import, division, print_function
-
-import bisect
 
 from ansible.module_utils.envfile_shell import EnvSyntaxError, ansi_c_text, is_shell_own
 
@@ -421,38 +419,9 @@ def _text_of(text, source):
     return str(text)
 
 
-def parse_statements(text, base=None, source=".env"):
-    """``(env, groups)``: what bash assigns (as :func:`parse_env`) and the file cut into line groups.
-
-    Each group is ``{"first": n, "last": m, "text": str, "assigns": [(NAME, value), ...]}`` (1-based
-    line numbers; ``text`` holds the lines verbatim, line ends included; ``assigns`` lists each
-    assignment the group makes with the value the name holds right after it, empty for comment
-    and blank lines). A command that spans lines (quotes, continuations), or several commands
-    sharing a line, form one group; joining every group's text gives the file back exactly.
-    """
+def parse_text(text, base=None, source=".env"):
+    """``(env, text, commands)``: :func:`parse_env`'s mapping, the decoded text, and each command read
+    as ``(start, end, [(NAME, value after the assignment)])`` (character offsets in ``text``)."""
     text = _text_of(text, source)
     parser = _Parser(text, base, source)
-    env = parser.parse()
-    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n" and i + 1 < len(text)] if text else []
-    ends = starts[1:] + [len(text)]
-    spans = []                          # [first, last, assigns] of command lines, 0-based, merged
-    for start, end, assigns in parser.commands:
-        first = bisect.bisect_right(starts, start) - 1
-        last = bisect.bisect_right(starts, min(end, len(text)) - 1) - 1
-        if spans and first <= spans[-1][1]:
-            spans[-1][1] = max(spans[-1][1], last)
-            spans[-1][2].extend(assigns)
-        else:
-            spans.append([first, max(first, last), list(assigns)])
-    groups = []
-    line = 0
-    for first, last, assigns in spans + [[len(starts), len(starts), []]]:
-        while line < first:             # comment and blank lines: one group each
-            groups.append({"first": line + 1, "last": line + 1, "text": text[starts[line]:ends[line]],
-                           "assigns": []})
-            line += 1
-        if first < len(starts):
-            groups.append({"first": first + 1, "last": last + 1, "text": text[starts[first]:ends[last]],
-                           "assigns": assigns})
-            line = last + 1
-    return env, groups
+    return parser.parse(), text, parser.commands

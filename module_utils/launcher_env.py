@@ -30,7 +30,8 @@ import stat
 from ansible.module_utils.secret_rule import SECRET_MASK, is_secret_name, redact_text
 from ansible.module_utils.envfile_shell import (  # noqa: F401  (re-exported)
     NAME_RE, SHELL_OWN_VARS, EnvError, EnvSyntaxError, is_shell_own)
-from ansible.module_utils.envfile_parse import parse_env, parse_statements  # noqa: F401  (re-exported)
+from ansible.module_utils.envfile_lines import parse_statements  # noqa: F401  (re-exported)
+from ansible.module_utils.envfile_parse import parse_env  # noqa: F401  (re-exported)
 from ansible.module_utils.envfile_render import (  # noqa: F401  (re-exported)
     API_KEY, DEFAULT_HEADER, ENV_MODE, RESERVED_KEYS, RESERVED_PREFIXES, SAFE_BARE_RE, comment_lines, declared_env,
     env_text, key_problem, quote_value, render_env, settings_problems, value_problem)
