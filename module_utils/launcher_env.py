@@ -82,13 +82,33 @@ def _secrets_of(*envs, **kw):
     return values
 
 
+_CONTROL_RE = re.compile(u"[\x00-\x08\x0a-\x1f\x7f]")  # what the writer refuses (a tab it writes)
+
+
+def shown_word(text):
+    """``text`` as a bash word for a report: as the writer writes it, or ``$'...'`` with escapes when it
+    holds control characters (a CRLF file gives every value a ``\\r``), so no raw control character
+    reaches the terminal."""
+    if not _CONTROL_RE.search(text):
+        return quote_value(text)
+    out = []
+    for char in text:
+        if char in "\\'":
+            out.append("\\" + char)
+        elif _CONTROL_RE.match(char):
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char, "\\x%02x" % ord(char)))
+        else:
+            out.append(char)
+    return "$'" + "".join(out) + "'"
+
+
 def shown_value(key, value, secrets):
     """A value for a diff line: ``(unset)``, ``(secret)``, or the bash word that yields it."""
     if value is None:
         return "(unset)"
     if is_secret_name(key):
         return "(secret)"
-    return quote_value(redact_text(value, secrets))
+    return shown_word(redact_text(value, secrets))
 
 
 def env_changes(before, after, extra_secrets=()):
@@ -116,7 +136,7 @@ def env_listing(env, extra_secrets=()):
     secrets = _secrets_of(env, extra=extra_secrets)
     lines = []
     for key, value in (env or {}).items():
-        shown = SECRET_MASK if is_secret_name(key) else quote_value(redact_text(value, secrets))
+        shown = SECRET_MASK if is_secret_name(key) else shown_word(redact_text(value, secrets))
         lines.append("%s=%s\n" % (key, shown))
     return "".join(lines)
 

@@ -507,3 +507,34 @@ def test_module_check_mode(monkeypatch, capsys, tmp_path):
     assert res["changed"] and res["diff"]["before"] == "A=0\n" and res["diff"]["after"] == "A=1\n"
     assert files(tmp_path) == [".env"] and env.read_text() == "A=0\n"
     assert SECRET_MASK not in res["diff"]["after"]
+
+
+def test_module_keeps_undeclared_keys_and_removes_only_listed_ones(monkeypatch, capsys, tmp_path):
+    env = tmp_path / ".env"
+    original = "# site\nexport HEAD_IP=\"10.0.0.1\"  # data plane\nA=0\nNCCL_SOCKET_IFNAME=enp1s0\n"
+    env.write_text(original)
+    res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, run_id="r1", _ansible_check_mode=True)
+    assert res["changed"] and res["kept_undeclared"] == ["HEAD_IP", "NCCL_SOCKET_IFNAME"] and env.read_text() == original
+    res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, run_id="r1")
+    assert res["changes"] == ["A: 0 -> 1"] and res["kept_undeclared"] == ["HEAD_IP", "NCCL_SOCKET_IFNAME"]
+    assert env.read_text() == E.render_env({}) + original.replace("A=0", "A=1")
+    res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, remove_keys=["NCCL_SOCKET_IFNAME"],
+                 run_id="r2")
+    assert res["changes"] == ["NCCL_SOCKET_IFNAME: enp1s0 -> (unset)"] and res["removed"] == ["NCCL_SOCKET_IFNAME"]
+    assert "NCCL_SOCKET_IFNAME" not in env.read_text() and 'export HEAD_IP="10.0.0.1"  # data plane' in env.read_text()
+    again = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, remove_keys=["NCCL_SOCKET_IFNAME"],
+                   run_id="r3")
+    assert not again["changed"] and again["kept_undeclared"] == ["HEAD_IP"]
+    res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, remove_keys=["A"], run_id="r4")
+    assert res["failed"] and "A is both declared and listed for removal" in res["msg"]
+
+
+def test_changes_show_control_characters_escaped(tmp_path):
+    """A CRLF file gives every value a carriage return (bash keeps it): the report shows it as $'...\\r',
+    which bash reads back as the same value, never as a raw control character."""
+    env = tmp_path / ".env"
+    env.write_bytes(b"A=1\r\nB=x\r\n")
+    res = E.converge_env(str(env), {"A": "1"}, run_id="r", check_mode=True)
+    assert res["changes"] == ["A: $'1\\r' -> 1"] and res["kept_undeclared"] == ["B"]
+    assert "B=$'x\\r'\n" in res["diff"]["after"]
+    assert E.parse_env("A=" + E.shown_word("x'\\\n\x1b\r\t")) == {"A": "x'\\\n\x1b\r\t"}
