@@ -18,7 +18,7 @@ export ANSIBLE_FILTER_PLUGINS := $(abspath filter_plugins)
 export ANSIBLE_FORCE_COLOR := 0
 
 .PHONY: help setup apt apt-check fresh-check lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status drift \
-        test lint argspecs unit lab-tests molecule playbook-tests bench
+        test lint argspecs unit lab-tests molecule playbook-tests bench lab-reset
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -68,6 +68,9 @@ lab-up: setup ## start spark1..spark3 in the report's state (replaces a stale la
 lab-ensure: setup
 	python3 lab/labctl.py ensure
 
+lab-reset: setup ## put the running lab back in the report's state in seconds (up if it is not up)
+	python3 lab/labctl.py reset
+
 lab-down: ## remove the lab hosts, network, keys and connection files
 	python3 lab/labctl.py down
 
@@ -101,12 +104,15 @@ unit: setup ## pytest: modules, module_utils, filters, stand-ins
 lab-tests: lab-up ## testinfra: the lab reproduces the report's fleet
 	$(BIN)/pytest -q tests/testinfra --hosts=ansible://dsv41_ranks --ansible-inventory=inventory/lab --connection=ansible
 
-molecule: setup ## molecule scenarios of every role (each brings the lab up in the report state)
+# One lab for every scenario: reset once here, then each scenario's destroy resets what it changed
+# (.config/molecule/config.yml, molecule/shared/).
+molecule: setup ## molecule scenarios of every role, on one lab reset between scenarios
+	python3 lab/labctl.py reset
 	set -e; for scenario in $$(dirname roles/*/molecule/*/molecule.yml); do \
 	  role=$$(basename $$(dirname $$(dirname $$scenario))); name=$$(basename $$scenario); \
 	  echo "== molecule $$role/$$name"; (cd roles/$$role && $(BIN)/molecule test -s $$name); done
 
-playbook-tests: setup ## stage and check-mode tests of the playbooks on the lab
+playbook-tests: setup ## stage and check-mode tests of the playbooks on the lab (reset before each test module)
 	$(BIN)/pytest -q tests/playbooks
 
 test: lint argspecs unit lab-tests molecule playbook-tests ## everything CI runs

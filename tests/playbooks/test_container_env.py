@@ -46,7 +46,7 @@ PREFLIGHT_PLAY = CE_PLAY.split("- name: Launcher")[0]
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     yield
 
 
