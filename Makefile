@@ -113,7 +113,7 @@ molecule: setup ## molecule scenarios of every role, on one lab reset between sc
 	  echo "== molecule $$role/$$name"; (cd roles/$$role && $(BIN)/molecule test -s $$name); done
 
 playbook-tests: setup ## stage and check-mode tests of the playbooks on the lab (reset before each test module)
-	$(BIN)/pytest -q tests/playbooks
+	$(BIN)/pytest -q --durations=15 tests/playbooks
 
 test: lint argspecs unit lab-tests molecule playbook-tests ## everything CI runs
 

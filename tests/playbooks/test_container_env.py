@@ -239,7 +239,7 @@ ROLLBACK_PLAY = """- name: Restore the .env
     - name: Restore the recorded before
       ansible.builtin.include_role:
         name: container_env
-        tasks_from: rollback.yml
+        tasks_from: rollback
 """
 
 
