@@ -154,3 +154,26 @@ def test_stage_a_lists_its_parts_in_the_specs_order_and_selects_them_by_tag():
                                                                      "Stage A pack"]
     for tag, part in (("verify", "Stage A verify"), ("bench", "Stage A bench"), ("record", "Stage A record")):
         assert {p.split(" | ")[0] for p in listed("--tags", tag)} == {"Preflight", part}, tag
+
+
+def test_an_entry_point_run_without_its_producer_fails_naming_the_fact(tmp_path):
+    """Facts roles hand each other are validated where consumed: pack without an earlier plan fails at the
+    pack entry point's argument validation, naming engram_pack_plan, before any pack task runs."""
+    book = tmp_path / "pack_only.yml"
+    book.write_text(f"""---
+- name: Preflight
+  ansible.builtin.import_playbook: {ROOT / "playbooks" / "preflight.yml"}
+- name: Pack without the plan
+  hosts: dsv41_ranks
+  gather_facts: false
+  tasks:
+    - name: Pack
+      ansible.builtin.include_role:
+        name: engram_pack
+        tasks_from: pack
+""")
+    res = subprocess.run(["ansible-playbook", str(book), "-i", str(LAB_INVENTORY)], cwd=ROOT, env=env(), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert res.returncode != 0
+    assert "missing required arguments: engram_pack_plan" in res.stdout, res.stdout[-3000:]
+    assert "Decide whether this host may write now" not in res.stdout
