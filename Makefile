@@ -81,15 +81,15 @@ lab-status:
 	python3 lab/labctl.py status
 
 status: lab-ensure ## fleet status on the lab (read-only)
-	$(BIN)/ansible-playbook playbooks/fleet_status.yml
+	$(BIN)/ansible-playbook fleet_status.yml
 
 drift: lab-ensure ## read-only drift check of the lab against the repo
-	$(BIN)/ansible-playbook playbooks/drift.yml --check --diff
+	$(BIN)/ansible-playbook drift.yml --check --diff
 
 demo: lab-up ## bring the lab up and run the main job on it (stage A in check mode)
-	$(BIN)/ansible-playbook playbooks/fleet_status.yml
+	$(BIN)/ansible-playbook fleet_status.yml
 	@# In the report's state the preflight stops at spark2 (short of space): that verdict is the demo.
-	-$(BIN)/ansible-playbook playbooks/stage_a_pack.yml --check
+	-$(BIN)/ansible-playbook stage_a_pack.yml --check
 
 lint: setup ## yamllint and ansible-lint (production profile)
 	$(BIN)/yamllint -s .
