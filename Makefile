@@ -18,7 +18,7 @@ export ANSIBLE_FILTER_PLUGINS := $(abspath filter_plugins)
 export ANSIBLE_FORCE_COLOR := 0
 
 .PHONY: help setup apt apt-check fresh-check lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status drift \
-        test lint argspecs unit lab-tests molecule playbook-tests bench
+        test lint argspecs unit lab-tests molecule playbook-tests bench lab-reset
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -68,6 +68,9 @@ lab-up: setup ## start spark1..spark3 in the report's state (replaces a stale la
 lab-ensure: setup
 	python3 lab/labctl.py ensure
 
+lab-reset: setup ## put the running lab back in the report's state in seconds (up if it is not up)
+	python3 lab/labctl.py reset
+
 lab-down: ## remove the lab hosts, network, keys and connection files
 	python3 lab/labctl.py down
 
@@ -78,15 +81,15 @@ lab-status:
 	python3 lab/labctl.py status
 
 status: lab-ensure ## fleet status on the lab (read-only)
-	$(BIN)/ansible-playbook playbooks/fleet_status.yml
+	$(BIN)/ansible-playbook fleet_status.yml
 
 drift: lab-ensure ## read-only drift check of the lab against the repo
-	$(BIN)/ansible-playbook playbooks/drift.yml --check --diff
+	$(BIN)/ansible-playbook drift.yml --check --diff
 
 demo: lab-up ## bring the lab up and run the main job on it (stage A in check mode)
-	$(BIN)/ansible-playbook playbooks/fleet_status.yml
+	$(BIN)/ansible-playbook fleet_status.yml
 	@# In the report's state the preflight stops at spark2 (short of space): that verdict is the demo.
-	-$(BIN)/ansible-playbook playbooks/stage_a_pack.yml --check
+	-$(BIN)/ansible-playbook stage_a_pack.yml --check
 
 lint: setup ## yamllint and ansible-lint (production profile)
 	$(BIN)/yamllint -s .
@@ -101,13 +104,16 @@ unit: setup ## pytest: modules, module_utils, filters, stand-ins
 lab-tests: lab-up ## testinfra: the lab reproduces the report's fleet
 	$(BIN)/pytest -q tests/testinfra --hosts=ansible://dsv41_ranks --ansible-inventory=inventory/lab --connection=ansible
 
-molecule: setup ## molecule scenarios of every role (each brings the lab up in the report state)
+# One lab for every scenario: reset once here, then each scenario's destroy resets what it changed
+# (.config/molecule/config.yml, molecule/shared/).
+molecule: setup ## molecule scenarios of every role, on one lab reset between scenarios
+	python3 lab/labctl.py reset
 	set -e; for scenario in $$(dirname roles/*/molecule/*/molecule.yml); do \
 	  role=$$(basename $$(dirname $$(dirname $$scenario))); name=$$(basename $$scenario); \
 	  echo "== molecule $$role/$$name"; (cd roles/$$role && $(BIN)/molecule test -s $$name); done
 
-playbook-tests: setup ## stage and check-mode tests of the playbooks on the lab
-	$(BIN)/pytest -q tests/playbooks
+playbook-tests: setup ## stage and check-mode tests of the playbooks on the lab (reset before each test module)
+	$(BIN)/pytest -q --durations=15 tests/playbooks
 
 test: lint argspecs unit lab-tests molecule playbook-tests ## everything CI runs
 

@@ -4,6 +4,8 @@
     labctl.py build    build the base root filesystem and the lab image, only if their inputs changed
     labctl.py up       build if needed, replace any lab host left from earlier runs, start and seed them
     labctl.py ensure   up, unless the three hosts already run and answer ssh
+    labctl.py reset    back to the report state in seconds, without recreating the hosts (up if they are not up);
+                       --only engines,clocks,launcher,engram,state limits it to what a run changed
     labctl.py down     remove the lab hosts, their network, the lab ssh keys and connection files
     labctl.py purge    down, then also remove the lab images and generated checkpoints
     labctl.py status   one line per lab host
@@ -21,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -392,6 +395,109 @@ def up(skip_serve=False):
     log(f"lab up in {time.time() - t0:.1f}s")
 
 
+# Everything the roles, the stand-ins and the tests change on a lab host, wiped so that the seeder
+# (which only fills in what is missing) writes the report state again. Mount points (the tmpfs
+# Engram directories, /data) are emptied, never removed; spark2's sparse TP2 shards are kept (the
+# seeder checks their headers and sizes and rewrites them only when they differ). Users, ssh keys,
+# sudoers, the journal and /srv/models are left alone: nothing under test changes them (the
+# checkpoints are checked by ensure_models).
+RESET_SCRIPT = r"""
+set -eu
+user=$1
+parts=" $2 "
+home=/home/$user
+has() { case "$parts" in *" $1 "*) return 0 ;; esac; return 1; }
+# engines: the docker stand-in kills each engine's process group and forgets the container; its
+# state (containers, logs, images built by the roles) goes, with the lab knobs and the autotune
+# cache the boots wrote
+if has engines; then
+  if command -v docker >/dev/null; then
+    docker ps -aq 2>/dev/null | xargs -r docker rm -f >/dev/null 2>&1 || true
+  fi
+  rm -rf /var/lib/lab-docker /etc/dsv41-lab "$home/.cache/sglang"
+fi
+# clocks: what the stand-in nvidia-smi recorded (and its fault knobs), the clock-lock units
+if has clocks; then
+  rm -rf /var/lib/lab-nvidia
+  rm -f /etc/systemd/system/nvidia-clock-*.service /etc/systemd/system/*.wants/nvidia-clock-*.service
+fi
+# launcher: the checkout (.env and its backups, start.sh, adapter/, logs/), all but the Engram mount point
+if has launcher && [ -d "$home/dsv41-3x-spark" ]; then
+  find "$home/dsv41-3x-spark" -mindepth 1 -maxdepth 1 ! -name engram -exec rm -rf {} +
+fi
+# engram: every shard destination (tmpfs mount points are emptied, never removed)
+if has engram; then
+  for d in "$home/dsv41-3x-spark/engram" /data; do
+    [ -d "$d" ] && find "$d" -mindepth 1 -delete
+  done
+  if [ "$user" = mia ]; then
+    [ -d "$home/dsv41-engram" ] && find "$home/dsv41-engram" -mindepth 1 -delete
+  elif [ -d "$home/dsv41-engram" ]; then
+    find "$home/dsv41-engram" -mindepth 1 ! -name 'engram-l*-r1of2.bin' -delete
+  fi
+fi
+# state: what the roles record on a node (contention actions), scratch files (benchmark, pack progress)
+if has state; then
+  rm -rf "$home/.local/state/dsv41-fleet" /tmp/dsv41-*
+fi
+systemctl daemon-reload
+systemctl reset-failed >/dev/null 2>&1 || true
+"""
+
+
+RESET_PARTS = ("engines", "clocks", "launcher", "engram", "state")
+
+
+def reset_host(host, spec, parts):
+    pexec(host, "bash", "-c", RESET_SCRIPT, "reset", spec["user"], " ".join(parts))
+    seed(host)
+
+
+def reset(parts=RESET_PARTS):
+    """Back to the report state without recreating the hosts: wipe what runs change, seed, serve.
+    Seconds instead of the containers' start; `up` when the hosts are not all up and reachable.
+    `parts` limits the wipe to what a caller changed (a molecule scenario names its own); the seeder
+    then restores the report state of those items, and the engines are served again when they went."""
+    t0 = time.time()
+    if not parts:
+        log("reset: nothing to reset")
+        return
+    if not is_up():
+        log("lab is not up: bringing it up instead of resetting")
+        up()
+        return
+    ensure_models()
+    errors = []
+
+    def one(host, spec):
+        try:
+            reset_host(host, spec, parts)
+        except SystemExit as exc:  # run() raises SystemExit naming the command that failed
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=one, args=item) for item in HOSTS.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit("\n".join(errors))
+    if "engines" in parts:
+        serve()
+    log(f"lab reset ({', '.join(parts)}) to the report state in {time.time() - t0:.1f}s")
+
+
+def parse_parts(text):
+    """`--only engines,launcher` (or `none`) -> the parts to reset, refusing unknown names."""
+    if text is None:
+        return RESET_PARTS
+    names = [n for n in text.replace(",", " ").split() if n != "none"]
+    unknown = sorted(set(names) - set(RESET_PARTS))
+    if unknown:
+        raise SystemExit(f"[lab] reset --only: unknown part(s) {', '.join(unknown)}; known: {', '.join(RESET_PARTS)}, none")
+    return tuple(n for n in RESET_PARTS if n in names)
+
+
 def is_up():
     """True when all three hosts run, answer ssh as themselves and have their connection files."""
     key = SSH_DIR / "id_ed25519"
@@ -421,8 +527,10 @@ def status():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["build", "up", "ensure", "down", "purge", "status"])
+    parser.add_argument("action", choices=["build", "up", "ensure", "reset", "down", "purge", "status"])
     parser.add_argument("--no-serve", action="store_true", help="up: seed the hosts but do not start the engines")
+    parser.add_argument("--only", metavar="PARTS",
+                        help="reset: only these parts (comma-separated: %s; or none)" % ", ".join(RESET_PARTS))
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("[lab] run as root (podman with runc and tmpfs volumes of exact sizes)")
@@ -435,6 +543,8 @@ def main():
             log("lab is up")
         else:
             up(skip_serve=args.no_serve)
+    elif args.action == "reset":
+        reset(parse_parts(args.only))
     elif args.action == "down":
         down()
     elif args.action == "purge":

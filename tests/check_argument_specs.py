@@ -3,13 +3,18 @@
 
 Checked per role:
 - the role has defaults/main.yml, meta/argument_specs.yml (entry point `main`), a README.md;
-- the same variable names in both files;
+- the same variable names in both files, except facts handed over by another role (options named
+  after another role, without a default: validated when the role starts);
 - a literal default equals the spec's `default` (templated defaults, `{{ ... }}`, are not compared:
   the spec documents their rendered type only);
 - each spec option has a `type` and a `description`;
-- each top-level variable in defaults/main.yml has a comment line directly above it.
+- each top-level variable in defaults/main.yml has a comment line directly above it;
+- every task file reached through `tasks_from` (playbooks/, roles/, molecule scenarios) has its own
+  entry point, whose options are either role variables (same default as defaults/main.yml) or
+  required facts handed over by another role or entry point (no default: the caller must provide them).
 Exit status 1 with one line per problem.
 """
+import re
 import sys
 from pathlib import Path
 
@@ -36,7 +41,9 @@ def check_role(role_dir):
     for var in sorted(set(defaults) - set(options)):
         problems.append(f"{name}: default '{var}' is not in meta/argument_specs.yml")
     for var in sorted(set(options) - set(defaults)):
-        problems.append(f"{name}: argument spec '{var}' has no default in defaults/main.yml")
+        # a fact another role hands over (preflight_*, contention_report...) is an option without a default
+        if var.startswith(name + "_") or "default" in (options[var] or {}):
+            problems.append(f"{name}: argument spec '{var}' has no default in defaults/main.yml")
     for var, spec in options.items():
         spec = spec or {}
         if "type" not in spec:
@@ -57,9 +64,51 @@ def check_role(role_dir):
     return problems
 
 
+TASKS_FROM = re.compile(r"name:\s*(\w+)\s*\n\s*tasks_from:\s*([\w.]+)")
+
+
+def check_entry_points(roles):
+    """Every tasks_from target has an entry point; its options are role variables or required facts."""
+    problems = []
+    used = set()
+    for path in list((ROOT / "playbooks").rglob("*.yml")) + list((ROOT / "roles").rglob("*.yml")):
+        for role, target in TASKS_FROM.findall(path.read_text()):
+            used.add((role, target, path.relative_to(ROOT)))
+    for role, entry, where in sorted(used):
+        if entry.endswith(".yml"):
+            # Ansible picks the entry point by the exact tasks_from value: `plan.yml` never matches `plan`.
+            problems.append(f"{role}: {where} uses tasks_from {entry}; write {entry[:-4]} so its entry point is validated")
+            continue
+        specs_file = ROOT / "roles" / role / "meta" / "argument_specs.yml"
+        specs = (yaml.safe_load(specs_file.read_text()) or {}).get("argument_specs", {}) if specs_file.exists() else {}
+        if entry not in specs:
+            problems.append(f"{role}: {where} uses tasks_from {entry} but meta/argument_specs.yml has no '{entry}' entry point")
+    for role_dir in roles:
+        specs_file = role_dir / "meta" / "argument_specs.yml"
+        defaults_file = role_dir / "defaults" / "main.yml"
+        if not (specs_file.exists() and defaults_file.exists()):
+            continue
+        defaults = yaml.safe_load(defaults_file.read_text()) or {}
+        for entry, spec in ((yaml.safe_load(specs_file.read_text()) or {}).get("argument_specs") or {}).items():
+            if entry == "main":
+                continue
+            for var, opt in (spec.get("options") or {}).items():
+                opt = opt or {}
+                where = f"{role_dir.name}: entry point '{entry}' option '{var}'"
+                if "type" not in opt or not opt.get("description"):
+                    problems.append(f"{where} needs a type and a description")
+                if var in defaults:
+                    literal = not (isinstance(defaults[var], str) and "{{" in defaults[var])
+                    if "default" not in opt or (literal and opt["default"] != defaults[var]):
+                        problems.append(f"{where}: default must be defaults/main.yml's {defaults[var]!r}")
+                elif "default" in opt and not var.startswith(role_dir.name + "_"):
+                    problems.append(f"{where}: a fact from another role has no default (mark it required)")
+    return problems
+
+
 def main():
     roles = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
-    problems = [p for role in roles for p in check_role(role)]
+    problems = [p for role in roles for p in check_role(role)] + check_entry_points(roles)
     for problem in problems:
         print(problem)
     print(f"argument specs: {len(roles)} roles checked, {len(problems)} problems")

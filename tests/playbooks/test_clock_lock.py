@@ -19,7 +19,7 @@ USERS = {"spark1": "mia", "spark2": "zurih", "spark3": "zurih"}
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     yield
     for host in HOSTS:  # leave no fault knob behind for the next module
         sh(host, "rm -f /var/lib/lab-nvidia/deny-clock-changes")

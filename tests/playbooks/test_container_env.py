@@ -46,7 +46,7 @@ PREFLIGHT_PLAY = CE_PLAY.split("- name: Launcher")[0]
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     yield
 
 
@@ -239,7 +239,7 @@ ROLLBACK_PLAY = """- name: Restore the .env
     - name: Restore the recorded before
       ansible.builtin.include_role:
         name: container_env
-        tasks_from: rollback.yml
+        tasks_from: rollback
 """
 
 

@@ -13,7 +13,7 @@ from labhelpers import lab, playbook, recap, sh
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     yield
 
 

@@ -8,7 +8,7 @@ from labhelpers import changed_tasks, lab, playbook, recap, sh
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     rc, out = playbook("site.yml")  # converge once: from here on the fleet is what the repo declares
     assert rc == 0, out[-3000:]
     yield

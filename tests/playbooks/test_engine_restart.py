@@ -19,7 +19,7 @@ BAD_SHARD = "/home/zurih/dsv41-3x-spark/engram/engram-l1-r1of3.bin"
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     yield
     for host in HOSTS:
         sh(host, f"rm -f {KNOBS}", check=False)

@@ -105,16 +105,75 @@ ERRORS_FATAL = ("stage_a_pack.yml", "stage_b_autotune.yml", "stage_b/boot.yml", 
 
 
 def test_every_playbook_validates_first_with_its_fleet_scope():
-    books = sorted(p.name for p in (ROOT / "playbooks").glob("*.yml"))
+    books = sorted(p.name for p in (ROOT / "playbooks").glob("*.yml") if p.name != "preflight.yml")
     assert books == sorted(FLEET_SCOPE), "a new playbook needs its fleet scope here and in the preflight README"
+    # the one preflight play every playbook imports
+    (preflight,) = yaml.safe_load((ROOT / "playbooks" / "preflight.yml").read_text())
+    assert preflight["hosts"] == "dsv41_ranks" and preflight["roles"] == [{"role": "preflight"}]
     for book in books:
         first = yaml.safe_load((ROOT / "playbooks" / book).read_text())[0]
-        role = first["roles"][0]
-        assert role["role"] == "preflight" and first["hosts"] == "dsv41_ranks", book
-        assert role.get("vars", {}).get("preflight_fleet_scope", "whole") == FLEET_SCOPE[book], book
+        assert first["ansible.builtin.import_playbook"] == "preflight.yml", book
+        assert first.get("vars", {}).get("preflight_fleet_scope", "whole") == FLEET_SCOPE[book], book
+        text = (ROOT / "playbooks" / book).read_text()
+        assert "role: preflight" not in text, f"{book} copies the preflight play instead of importing it"
+
+
+def test_every_playbook_is_reachable_from_the_root_by_its_name():
+    """The root playbooks are one import each of playbooks/<same name> (as kubespray keeps them)."""
+    for book in FLEET_SCOPE:
+        plays = yaml.safe_load((ROOT / book).read_text())
+        assert [list(p) for p in plays] == [["name", "ansible.builtin.import_playbook"]], book
+        assert plays[0]["ansible.builtin.import_playbook"] == f"playbooks/{book}", book
+    root_books = sorted(p.name for p in ROOT.glob("*.yml"))
+    assert root_books == sorted(FLEET_SCOPE), "a root playbook without a playbooks/ counterpart"
 
 
 def test_stage_plays_stop_every_host_on_one_failure():
     for book in ERRORS_FATAL:
         plays = [p for p in yaml.safe_load((ROOT / "playbooks" / book).read_text()) if "hosts" in p]
         assert plays and all(p.get("any_errors_fatal") is True for p in plays), (book, [p["name"] for p in plays])
+
+
+def test_stage_a_lists_its_parts_in_the_specs_order_and_selects_them_by_tag():
+    """From the repository root, as typed: play names follow SPEC section 4 (stage A), and each stage part
+    has a play-level tag (the preflight runs under any tag)."""
+    def listed(*args):
+        out = subprocess.run(["ansible-playbook", "stage_a_pack.yml", "--list-tasks", *args], cwd=ROOT, env=env(),
+                             check=True, text=True, stdout=subprocess.PIPE).stdout
+        # plays with a task selected (a role's argument validation is tagged `always`: not a selected part)
+        plays = re.split(r"^\s+play #\d+ \([^)]*\): ", out, flags=re.M)[1:]
+        return [p.split("\t")[0] for p in plays
+                if [t for t in p.splitlines()[2:] if t.strip() and not re.match(r"\s+(TASK TAGS|\S+ : Validating arguments)", t)]]
+
+    plays = listed()
+    parts = [p.split(" | ")[0] for p in plays]
+    assert parts == ["Preflight", "Stage A plan", "Stage A pack", "Stage A pack", "Stage A verify", "Stage A contention",
+                     "Stage A verify", "Stage A bench", "Stage A record"], plays
+    assert [p.split(" | ")[0] for p in listed("--tags", "plan")] == ["Preflight", "Stage A plan"]
+    assert [p.split(" | ")[0] for p in listed("--tags", "pack")] == ["Preflight", "Stage A plan", "Stage A pack",
+                                                                     "Stage A pack"]
+    for tag, part in (("verify", "Stage A verify"), ("bench", "Stage A bench"), ("record", "Stage A record")):
+        assert {p.split(" | ")[0] for p in listed("--tags", tag)} == {"Preflight", part}, tag
+
+
+def test_an_entry_point_run_without_its_producer_fails_naming_the_fact(tmp_path):
+    """Facts roles hand each other are validated where consumed: pack without an earlier plan fails at the
+    pack entry point's argument validation, naming engram_pack_plan, before any pack task runs."""
+    book = tmp_path / "pack_only.yml"
+    book.write_text(f"""---
+- name: Preflight
+  ansible.builtin.import_playbook: {ROOT / "playbooks" / "preflight.yml"}
+- name: Pack without the plan
+  hosts: dsv41_ranks
+  gather_facts: false
+  tasks:
+    - name: Pack
+      ansible.builtin.include_role:
+        name: engram_pack
+        tasks_from: pack
+""")
+    res = subprocess.run(["ansible-playbook", str(book), "-i", str(LAB_INVENTORY)], cwd=ROOT, env=env(), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert res.returncode != 0
+    assert "missing required arguments: engram_pack_plan" in res.stdout, res.stdout[-3000:]
+    assert "Decide whether this host may write now" not in res.stdout

@@ -17,7 +17,7 @@ SHARD = "/home/zurih/dsv41-3x-spark/engram/engram-l14-r1of3.bin"
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     yield
     sh("spark2", f"rm -f {SHARD}", user="zurih")
 

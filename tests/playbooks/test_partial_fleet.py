@@ -31,7 +31,7 @@ REFUSAL = "Refusing to run on part of the fleet; nothing was changed on any host
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     yield
 
 
@@ -211,7 +211,7 @@ def test_spark2_losing_the_checkpoint_stops_every_rank_before_any_write(mini_inv
 def test_a_pack_failing_on_spark2_stops_every_rank_before_the_restart(mini_inventory, serial):
     # serial 1 (the default) packs one host at a time; serial 3 packs all three at once, where only
     # any_errors_fatal keeps spark1 and spark3 from carrying on to the restart.
-    lab("up")  # from the report's state: no rank has shards yet
+    lab("reset")  # from the report's state: no rank has shards yet
     before = fleet_state()
     remount("spark2", ENGRAM["spark2"], "ro")
     try:
@@ -221,7 +221,7 @@ def test_a_pack_failing_on_spark2_stops_every_rank_before_the_restart(mini_inven
         remount("spark2", ENGRAM["spark2"], "rw")
     assert rc != 0
     assert re.search(r"^fatal: \[spark2\]", out, re.M), out[-3000:]
-    assert "Stop the engine" not in out and "Restart so every rank" not in out
+    assert "Stop the engine" not in out and "Stage A pack | restart" not in out
     after = fleet_state()
     # No rank restarted, and no rank went on to its next layer after spark2 failed.
     assert {h: after[h]["containers"] for h in HOSTS} == {h: before[h]["containers"] for h in HOSTS}

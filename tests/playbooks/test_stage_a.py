@@ -28,7 +28,7 @@ WATCHED = {
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     yield
 
 
@@ -297,7 +297,7 @@ def test_a_packer_killed_in_round_5_fails_the_play_then_a_rerun_completes(paced_
     assert section.count(heading) == rounds
     listing = sh("spark2", f"ls -a {ROOMY_DEST}").split()
     assert "engram-l1-r1of3.bin" not in listing and not [n for n in listing if n.endswith(".partial")], listing
-    assert "Restart so every rank opens" not in out.split("fatal: [spark2]", 1)[1]  # the play stopped there
+    assert "Stage A pack | restart" not in out.split("fatal: [spark2]", 1)[1]  # the play stopped there
 
     # The rerun (uncapped) takes the lock at once and completes.
     rc, out = playbook("stage_a_pack.yml", "-e", "maintenance_window=true", "-e", "engram_pack_max_mib_s=0",

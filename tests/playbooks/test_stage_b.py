@@ -13,7 +13,7 @@ SIDECAR = "/home/zurih/.cache/sglang/flashinfer/autotune"
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("up")
+    lab("reset")
     yield
 
 
