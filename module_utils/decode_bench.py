@@ -32,6 +32,7 @@ Method (SPEC section 3, "Measuring"):
 """
 from __future__ import absolute_import, division, print_function
 
+import hashlib
 import json
 import os
 import socket
@@ -507,6 +508,11 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None):
         outputs[r["prompt_id"]].add((r.get("reasoning") or "", r["text"]))
     per_prompt = dict((pid, len(texts)) for pid, texts in outputs.items() if texts)
     distinct = max(per_prompt.values()) if per_prompt else 0
+    # sha256 of each distinct (reasoning, answer) per prompt: greedy answers can be compared across
+    # concurrency levels and arms without carrying the texts
+    digests = dict((pid, sorted(hashlib.sha256(json.dumps(list(t)).encode("utf-8")).hexdigest()[:16] for t in texts))
+                   for pid, texts in outputs.items() if texts)
+    degenerate = sum(1 for r in requests if _degenerate(r["text"]))
     out = {
         "workload": workload,
         "concurrency": rounds[0]["concurrency"] if rounds else None,
@@ -524,11 +530,19 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None):
         "distinct_outputs": distinct,
         "distinct_outputs_per_prompt": per_prompt,
         "deterministic": distinct == 1,
+        "output_digests": digests,
+        "degenerate_outputs": degenerate,
         "finish_reasons": _count(r.get("finish_reason") for r in requests),
     }
     if settings is not None:
         out["settings"] = public_settings(settings)
     return out
+
+
+def _degenerate(text):
+    """An answer of several tokens that are all the same one (what non-finite logits decode to)."""
+    words = (text or "").split()
+    return len(words) >= 4 and len(set(words)) == 1
 
 
 def _count(items):
