@@ -75,7 +75,7 @@ def test_profile_evidence_reads_the_kernel_names():
 
 
 def test_preconditions_name_every_missing_thing():
-    req = arm()["requires"]
+    req = dict(arm()["requires"], stages_passed=["A"], packed=True)
     facts = {"features": [], "forwarded": {"head": ["DSV41_FOLDED_FENCE"], "worker": []},
              "packed": {"spark1": True, "spark2": False, "spark3": True},
              "mem_available_gib": {"spark1": 0.3, "spark2": 7.5, "spark3": 4.1}, "ledger": [], "image_digest": "sha256:ab"}
@@ -92,7 +92,7 @@ def test_preconditions_met():
     facts = {"features": ["folded_fence"], "forwarded": {"head": ["DSV41_FOLDED_FENCE"], "worker": ["DSV41_FOLDED_FENCE"]},
              "packed": dict((h, True) for h in RANKS), "mem_available_gib": dict((h, 3.0) for h in RANKS),
              "ledger": [{"name": "stage_a", "image_digest": "sha256:ab"}], "image_digest": "sha256:ab"}
-    assert filters.dsv41_experiment_preconditions(arm()["requires"], facts) == []
+    assert filters.dsv41_experiment_preconditions(dict(arm()["requires"], stages_passed=["A"], packed=True), facts) == []
     assert filters.dsv41_experiment_preconditions({"validations": ["wo_a_w8"]}, facts) == [
         "validation wo_a_w8 is not in the ledger for image sha256:ab"]
     other = dict(facts, image_digest="sha256:cd")

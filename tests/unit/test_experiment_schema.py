@@ -57,7 +57,7 @@ def test_stage_c_arm_carries_shared_and_own_evidence():
     assert "greedy_concurrent_identical" in names
     conc = [c for c in fence["correctness"] if c["name"] == "greedy_concurrent_identical"][0]
     assert conc["args"] == {"concurrency": 4}
-    assert fence["requires"]["stages_passed"] == ["A"] and fence["requires"]["packed"] is True
+    assert fence["requires"]["engine_features"] == ["folded_fence"] and "packed" not in fence["requires"]
     assert defn["applicable_if"]["engine_features"] == ["folded_fence"]
     assert fence["acceptance"]["wins_required"] == "none"
 
@@ -94,7 +94,7 @@ def test_unknown_correctness_check_is_refused():
 def test_unknown_evidence_check_and_unknown_parameter_are_refused():
     doc = stage_c()
     doc["evidence"]["checks"].append("pakced_all")
-    assert "evidence.checks[5]: unknown check 'pakced_all'" in refused(doc)
+    assert "evidence.checks[4]: unknown check 'pakced_all'" in refused(doc)
     doc = stage_c()
     doc["correctness"][0] = {"greedy_repeat_identical": {"repeat": 3}}
     assert "correctness[0].greedy_repeat_identical.repeat: unknown parameter" in refused(doc)
