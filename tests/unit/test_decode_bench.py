@@ -485,3 +485,12 @@ def test_summary_digests_tell_answers_apart_and_count_degenerate_ones():
     assert len(same["output_digests"]["p0"]) == 1 and same["output_digests"] != other["output_digests"]
     nan = db.summarize([_round(1, ["! ! ! ! !", "a b c"])], prompts)
     assert nan["degenerate_outputs"] == 1 and same["degenerate_outputs"] == 0
+
+
+def test_bench_rows_filter_formats_each_condition():
+    import benchmark as bf
+    row = {"workload": "prose", "concurrency": 4, "requests": 40, "distinct_outputs": 1, "ttft_ms_median": 81.26,
+           "aggregate_tok_s": {"median": 12.345, "min": 11.0, "max": 13.0, "stdev": 0.5},
+           "per_stream_tok_s": {"median": 3.1}}
+    assert bf.dsv41_bench_rows([row]) == [{"w": "prose", "c": "C4", "agg": "12.35 [11.0..13.0] sd 0.5", "per": "3.1",
+                                           "ttft": "81.0", "n": 40, "distinct": 1}]
