@@ -150,6 +150,10 @@ results:
       type: int
     distinct_outputs_per_prompt: {description: Prompt id -> distinct output texts, type: dict}
     deterministic: {description: distinct_outputs == 1, type: bool}
+    output_digests:
+      description: Prompt id -> short sha256 of each distinct (reasoning, answer), to compare answers across conditions.
+      type: dict
+    degenerate_outputs: {description: Answers of four or more tokens that are all the same token (non-finite logits), type: int}
     finish_reasons: {description: finish_reason -> count, type: dict}
     prompt_ids: {description: Prompt ids of the workload, type: list}
     settings: {description: Settings used, type: dict}

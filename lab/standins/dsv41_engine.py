@@ -34,6 +34,20 @@ so tests can turn them on without changing the launcher; the environment wins ov
                            Unset: the switch alone decides (tests).
   LAB_ENGINE_DRIFT=<sym>   with the retention adapter armed: its hook symbol is "gone" -> boot fails
   LAB_ENGINE_DRIFT_FILE    (default /etc/dsv41-lab/engine_drift) first word = <sym>, same effect
+  LAB_ENGINE_FAULT=<f>[,<f>]  failures the experiment stages must catch (each acts only when the switch it
+                           is about took effect, so the baseline and the restored fleet stay healthy):
+                           fold_race   folded fence armed: greedy answers differ on repeat and under concurrency
+                                       (the race the fence should close is still there)
+                           nonfinite   wo_a_w8 armed: ``Detected errors during sampling! NaN in the logits.`` on
+                                       rank 0 per request and the answer degenerates into ``!`` tokens
+                           prefetch_mismatch  prefetch CHECK armed: the periodic CHECK line reports [2, 0]
+                           oom_at_boot any adapter other than autotune_keep armed: the target-graph capture
+                                       dies of ``torch.OutOfMemoryError: CUDA out of memory`` (exit 1)
+                           g4_not_taken wo_a_w8 armed, lines printed, but the profile trace shows no fp8 wo_a
+                                       kernel (the small-row path never taken)
+  LAB_ENGINE_NO_SMALL_ROW=1  the image has no small-row kernel: wo_a_w8 prints its einsum bridge line
+  LAB_ENGINE_STATS_SECONDS=<s>  period of the prefetch CHECK line in the lab (default DSV41_STATS_SECONDS, else
+                           60, divided by LAB_ENGINE_SPEED)
 
 Streams (as the real engine): Python logging lines go to STDERR with the prefix
 ``[YYYY-MM-DD HH:MM:SS TP{r} EP{r}] `` (scheduler) or ``[YYYY-MM-DD HH:MM:SS] `` (main process, before the
@@ -94,6 +108,13 @@ Boot of rank r (new build; * = rank 0 only, H = head only; E = stderr, O = stdou
   E [ts] INFO:     127.0.0.1:N - "GET /model_info HTTP/1.1" 200 OK / Prefill batch, ... / "POST /generate"
         / [ts] The server is fired up and ready to roll!                                 (H)
   O Ready: API on port P                                                                 (H)
+Prefetch CHECK (every rank, with DSV41_ENGRAM_PREFETCH=1 and DSV41_ENGRAM_PREFETCH_CHECK=1 in effect, from
+  the end of the boot, every stats period): E ``[ts TPr EPr] DSV41 Engram prefetch CHECK: gathers differing
+  from the synchronous path per layer = [0, 0]`` (lab: every rank counts as having data for both layers).
+Profiling (head): POST /start_profile -> 200 ``Start profiling.``; POST /stop_profile -> 200 and a trace
+  ``<SGLANG_TORCH_PROFILER_DIR or /tmp>/<ts>-TP-<r>.trace.json`` of rank 0 whose ``traceEvents`` name the
+  kernels that ran: with wo_a_w8 in effect ``wo_a_fp8_gemv_g4 (target)`` / ``wo_a_fp8_gemv_g4 (draft)``
+  (``wo_a_fp8_mid`` with MID), without it ``wo_a_bf16_gemv``.
 Serving (head, per request): E [ts] Receive: obj=... (LAB_ENGINE_LOG_REQUESTS), E Prefill batch, ...,
   E [ts] INFO:     127.0.0.1:N - "POST /v1/chat/completions HTTP/1.1" 200 OK,
   E Decode batch, #running-req: 1, #full token: N, full token usage: 0.00, #swa token: N, swa token usage: 0.00,
@@ -249,6 +270,12 @@ PACE_SCALE = DEFAULT_BOOT_SECONDS / REAL_BOOT_SECONDS
 
 class Fatal(Exception):
     """A boot error the real engine dies of with a Python traceback (RuntimeError, exit 1)."""
+    kind = "RuntimeError"
+
+
+class OutOfMemory(Fatal):
+    """torch's out-of-memory error during a graph capture (the lab's oom_at_boot fault)."""
+    kind = "torch.OutOfMemoryError"
 
 
 class EngramFatal(Exception):
@@ -506,8 +533,11 @@ def check_shard(host_file: str, layer: int, lo: int, hi: int, n: int) -> bool:
 # --------------------------------------------------------------------------- adapters in the image
 
 def _registered_adapters(sitecustomize: str) -> set:
-    """Keys of the ``_ADAPTERS`` mapping of a sitecustomize.py (empty if unreadable): ``_ADAPTERS = {...}``
-    or ``dict(name=...)``, ``_ADAPTERS["name"] = ...`` and ``_ADAPTERS.update({...} / name=...)``."""
+    """Adapter names a sitecustomize.py registers (empty if unreadable), in either shape of the hook:
+    keys of an ``_ADAPTERS`` mapping (``_ADAPTERS = {...}`` or ``dict(name=...)``, ``_ADAPTERS["name"] = ...``,
+    ``_ADAPTERS.update(...)``), and adapter modules the hook's loader imports from the ``adapter`` package
+    (``from adapter import name``, ``from adapter.name import ...``, ``import adapter.name``,
+    ``importlib.import_module("adapter.name")``), as a finder/loader hook does."""
     import ast
     try:
         with open(sitecustomize, encoding="utf-8") as fh:
@@ -530,6 +560,15 @@ def _registered_adapters(sitecustomize: str) -> set:
 
     keys = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "adapter":
+            keys |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("adapter."):
+            keys.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            keys |= {a.name.split(".")[1] for a in node.names if a.name.startswith("adapter.")}
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module" \
+                and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("adapter."):
+            keys.add(str(node.args[0].value).split(".")[1])
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
@@ -549,18 +588,43 @@ def _registered_adapters(sitecustomize: str) -> set:
 _IMAGE_CACHE: dict = {}
 
 
-def adapter_in_image(name: str) -> bool:
-    """The adapter NAME is in the container's image: ``$LAB_IMAGE_ROOT/sgl-workspace/adapter/<name>.py``
-    exists and the image's ``sitecustomize.py`` registers it in ``_ADAPTERS``. Without LAB_IMAGE_ROOT
-    (an engine started outside the docker stand-in) every adapter counts as present."""
+def registered_adapters() -> set | None:
+    """THE one place that decides which adapters the image carries: names whose
+    ``$LAB_IMAGE_ROOT/sgl-workspace/adapter/<name>.py`` exists AND that the image's ``sitecustomize.py``
+    registers (see :func:`_registered_adapters`). None without LAB_IMAGE_ROOT (an engine started outside
+    the docker stand-in): every adapter counts as present."""
     root = os.environ.get("LAB_IMAGE_ROOT")
     if root is None:
-        return True
-    if name not in _IMAGE_CACHE:
+        return None
+    if "registered" not in _IMAGE_CACHE:
         adir = os.path.join(root, IMAGE_ADAPTER_DIR)
-        _IMAGE_CACHE[name] = (os.path.isfile(os.path.join(adir, f"{name}.py"))
-                              and name in _registered_adapters(os.path.join(adir, "sitecustomize.py")))
-    return _IMAGE_CACHE[name]
+        names = _registered_adapters(os.path.join(adir, "sitecustomize.py"))
+        _IMAGE_CACHE["registered"] = {n for n in names if os.path.isfile(os.path.join(adir, f"{n}.py"))}
+    return _IMAGE_CACHE["registered"]
+
+
+def adapter_in_image(name: str) -> bool:
+    """The adapter NAME is in the container's image and registered in its import hook."""
+    names = registered_adapters()
+    return names is None or name in names
+
+
+def faults() -> set:
+    """LAB_ENGINE_FAULT as a set of fault names (comma or space separated)."""
+    return {f for f in os.environ.get("LAB_ENGINE_FAULT", "").replace(",", " ").split() if f}
+
+
+def fault(name: str) -> bool:
+    """Fault NAME is set; each fault acts only where the switch it concerns took effect (callers check)."""
+    return name in faults()
+
+
+def prefetch_check_on() -> bool:
+    return adapter_on("engram_prefetch") and os.environ.get("DSV41_ENGRAM_PREFETCH_CHECK", "0").strip() == "1"
+
+
+ARM_ADAPTERS = ("folded_fence", "wo_a_w8", "engram_prefetch", "draft_head_fp8", "draft_tau", "block_verify",
+                "verify_cap")
 
 
 def tau_value() -> float:
@@ -945,6 +1009,8 @@ def print_load_adapters(phase: str) -> None:
     """What the adapters print while the weights load (print(): stdout)."""
     if phase == "target" and adapter_on("wo_a_w8"):
         say(f"[wo_a_w8] fp8 twins for {WO_A_WEIGHTS} wo_a weights, 0 left on bf16")
+        if flag("LAB_ENGINE_NO_SMALL_ROW"):
+            say("[wo_a_w8] einsum bridge armed: fp8 twin for verify/draft rows, gemv left at M=1")
         if flag("DSV41_WO_A_W8_MID") or flag("DSV41_WO_A_W8_DROP"):
             say("[wo_a_w8] mid path armed: 9..192 rows from the fp8 twin")
         if flag("DSV41_WO_A_W8_DROP"):
@@ -996,6 +1062,9 @@ def capture_pass(pass_name: str, args, mem: dict, autotune: Autotune) -> float:
         pace(PHASE[f"capture_{pass_name}"] / len(order))
         raw_err("\r" + tqdm_line(desc(i), i, len(order), time.monotonic() - t0))
     raw_err("\n")
+    if pass_name == "target" and fault("oom_at_boot") and any(adapter_on(a) for a in ARM_ADAPTERS):
+        raise OutOfMemory(f"CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of "
+                          f"{gib(TOTAL_BYTES)} GiB of which {max(begin, 0) / MIB:.2f} MiB is free.")
     if pass_name == "target":
         if adapter_on("verify_cap"):
             say(f"[verify_cap] remap captured into the verify graph for M={args.dspark_block_size + 1}")
@@ -1143,7 +1212,7 @@ def print_fatal(exc: Exception) -> None:
         "                     ^^^^^^^^^^^^^^\n"
         '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 402, in initialize\n'
         "    self.init_memory_pool(\n"
-        f"RuntimeError: {exc}")
+        f"{getattr(exc, 'kind', 'RuntimeError')}: {exc}")
     log_main("Received sigquit from a child process. It usually means the child failed.")
 
 
@@ -1247,6 +1316,8 @@ class Engine:
         self.active = 0
         self.queued = 0
         self.lookups = 0
+        self.requests = 0
+        self.profiling: float | None = None
 
     def all_packed(self) -> bool:
         return self.ranks.all_packed() if self.ranks else False
@@ -1291,6 +1362,18 @@ class Engine:
         code = "def " in low or "code" in low
         vocab = WORDS_CODE if code else WORDS_PROSE
         words = [rng.choice(vocab) for _ in range(n_out)]
+        with self.lock:
+            self.requests += 1
+            number, others = self.requests, self.active
+        if temperature <= 0 and fault("fold_race") and adapter_on("folded_fence"):
+            # a folded result read after the next step overwrote the verify buffer: under concurrency, and
+            # on every other request alone, some committed tokens come from another row
+            if others > 0 or number % 2 == 0:
+                race = random.Random(int.from_bytes(os.urandom(8), "little"))
+                words = [race.choice(vocab) if i % 7 == 3 else w for i, w in enumerate(words)]
+        if fault("nonfinite") and adapter_on("wo_a_w8"):
+            log("Detected errors during sampling! NaN in the logits.")
+            words = ["!"] * n_out
         accept = (0.70 if code else 0.55)
         if adapter_on("draft_tau"):
             accept += 0.02
@@ -1426,6 +1509,21 @@ def make_handler(engine: Engine | None):
 
         def do_POST(self):
             path = self.path.split("?", 1)[0]
+            if engine is not None and path in ("/start_profile", "/stop_profile"):
+                if not self.ready():
+                    self.send_error_obj(503, "The server is not ready yet", "ServiceUnavailableError")
+                elif path == "/start_profile":
+                    engine.profiling = time.monotonic()
+                    self.send_body(200, b"Start profiling.", "text/plain")
+                elif engine.profiling is None:
+                    self.send_error_obj(400, "Profiling is not in progress. Call /start_profile first.",
+                                        "BadRequestError")
+                else:
+                    engine.profiling = None
+                    trace = profile_trace(engine)
+                    log(f"Profiling done. Traces are saved to: {os.path.dirname(trace)}")
+                    self.send_body(200, b"Stop profiling. This will take some time.", "text/plain")
+                return
             if engine is None or path != "/v1/chat/completions":
                 self.send_json(404, {"detail": "Not Found"})
                 return
@@ -1538,6 +1636,38 @@ def uvicorn_started(port: int) -> None:
     log_main(f"INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)")
 
 
+def prefetch_check_loop() -> None:
+    """The prefetch adapter's periodic CHECK line (engine logging, WARNING), every stats period."""
+    period = env_float("LAB_ENGINE_STATS_SECONDS", env_float("DSV41_STATS_SECONDS", 60.0))
+    period = max(period / max(env_float("LAB_ENGINE_SPEED", 1.0), 1e-6), 0.05)
+    counts = "[2, 0]" if fault("prefetch_mismatch") else "[0, 0]"
+    while True:
+        time.sleep(period)
+        log(f"DSV41 Engram prefetch CHECK: gathers differing from the synchronous path per layer = {counts}")
+
+
+def start_periodic(state: dict) -> None:
+    if prefetch_check_on() and state.get("packed"):
+        threading.Thread(target=prefetch_check_loop, daemon=True).start()
+
+
+def profile_trace(engine: Engine) -> str:
+    """Write rank 0's trace of the profiled window (kernel names of what ran); returns its path."""
+    if adapter_on("wo_a_w8") and not fault("g4_not_taken"):
+        mid = flag("DSV41_WO_A_W8_MID") or flag("DSV41_WO_A_W8_DROP")
+        kernels = ["wo_a_fp8_gemv_g4 (target)", "wo_a_fp8_gemv_g4 (draft)"] + (["wo_a_fp8_mid (target)"] if mid else [])
+    else:
+        kernels = ["wo_a_bf16_gemv (target)", "wo_a_bf16_gemv (draft)"]
+    kernels += ["flash_attn_verify", "engram_gather", "moe_b12x_dense"]
+    events = [{"name": k, "ph": "X", "cat": "kernel", "ts": i * 10, "dur": 5, "pid": 0, "tid": 7}
+              for i, k in enumerate(kernels)]
+    out_dir = os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")
+    path = os.path.join(out_dir, f"{int(time.time())}-TP-0.trace.json")
+    write_atomic(host_path(path, load_mounts()) if path.startswith("/") else path,
+                 json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    return path
+
+
 def warmup(engine: Engine) -> None:
     """The launcher's warm-up request, as SGLang logs it."""
     log_main('INFO:     127.0.0.1:41822 - "GET /model_info HTTP/1.1" 200 OK')
@@ -1613,6 +1743,7 @@ def main(argv: list | None = None) -> int:
         except OSError as exc:
             log_main(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
                      f"('{args.host}', {args.port}): {exc.strerror}")
+        start_periodic(state)
         while True:
             time.sleep(3600)
     ranks = RankStates(state["packed"])
@@ -1624,6 +1755,7 @@ def main(argv: list | None = None) -> int:
     warmup(engine)
     engine.ready.set()
     say(f"Ready: API on port {args.port}")
+    start_periodic(state)
     while True:
         time.sleep(3600)
 

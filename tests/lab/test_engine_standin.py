@@ -1132,3 +1132,170 @@ bash -c "${cmd//@WORKER@/$FAKE_HOST}"
         (rootfs,) = [d / "rootfs" for d in images.iterdir() if d.name.startswith(ids[host])]
         assert sorted(p.name for p in (rootfs / "sgl-workspace/adapter").iterdir()) == \
             sorted(p.name for p in (co / "adapter").iterdir())
+
+
+# ------------------------------------------------------------------ experiment stages: switches, faults, evidence
+
+FENCE_LINE = "[folded_fence] folded DSpark results cloned off the persistent verify buffers"
+CHECK_ZERO = "DSV41 Engram prefetch CHECK: gathers differing from the synchronous path per layer = [0, 0]"
+
+
+def hook_image(lab, hook_text: str, files=("folded_fence", "wo_a_w8", "engram_prefetch")) -> Path:
+    """An image rootfs whose import hook is ``hook_text`` and whose adapter dir holds ``files``."""
+    root = lab["tmp"] / f"rootfs-hook-{time.monotonic_ns()}"
+    adir = root / "sgl-workspace" / "adapter"
+    adir.mkdir(parents=True)
+    for name in files:
+        shutil.copy(ADAPTERS / f"{name}.py", adir / f"{name}.py")
+    (adir / "sitecustomize.py").write_text(hook_text)
+    return root
+
+
+FINDER_HOOK = '''
+import importlib, os
+_WRAPPED = {"sglang.srt.models.deepseek_v4": "wo_a_w8"}
+def _exec_module(name):
+    if os.environ.get("DSV41_WO_A_W8", "0") not in ("0", "", "off", "false"):
+        from adapter import wo_a_w8
+        wo_a_w8.install()
+    if os.environ.get("DSV41_FOLDED_FENCE", "0") not in ("0", "", "off", "false"):
+        importlib.import_module("adapter.folded_fence").install()
+'''
+
+
+def test_switch_honoured_only_when_adapter_file_and_registration_are_in_the_image(lab):
+    env = {"DSV41_FOLDED_FENCE": "1", "DSV41_WO_A_W8": "1", "DSV41_ENGRAM_PREFETCH": "1"}
+    # finder/loader shape: wo_a_w8 and folded_fence are imported by the loader; prefetch is not registered
+    root = hook_image(lab, FINDER_HOOK)
+    out = boot_worker(lab, env={**env, "LAB_IMAGE_ROOT": str(root)}, rank=0).text()
+    assert FENCE_LINE in out and "[wo_a_w8] fp8 twins for 43 wo_a weights" in out
+    assert "Engram prefetch" not in out, "registered nowhere in the hook: the switch is ignored"
+    # registered but the file missing from the image: ignored too
+    root = hook_image(lab, FINDER_HOOK, files=("wo_a_w8",))
+    out = boot_worker(lab, env={**env, "LAB_IMAGE_ROOT": str(root)}, rank=0).text()
+    assert FENCE_LINE not in out and "[wo_a_w8] fp8 twins" in out
+
+
+def test_wo_a_bridge_line_without_the_small_row_kernel(lab):
+    out = boot_worker(lab, env={"DSV41_WO_A_W8": "1", "LAB_ENGINE_NO_SMALL_ROW": "1"}).stream("stdout").splitlines()
+    assert out[:2] == ["[wo_a_w8] fp8 twins for 43 wo_a weights, 0 left on bf16",
+                       "[wo_a_w8] einsum bridge armed: fp8 twin for verify/draft rows, gemv left at M=1"]
+
+
+def test_oom_fault_kills_an_armed_boot_and_spares_the_baseline(lab):
+    rc, proc = run_to_exit(lab, engine_argv("worker", 1), env={"DSV41_FOLDED_FENCE": "1",
+                                                               "LAB_ENGINE_FAULT": "oom_at_boot"})
+    err = proc.stream("stderr")
+    assert rc == 1 and re.search(r"^torch\.OutOfMemoryError: CUDA out of memory\. Tried to allocate 1\.50 GiB",
+                                 err, re.M)
+    assert "Capture target verify CUDA graph end." not in err
+    assert boot_worker(lab, env={"LAB_ENGINE_FAULT": "oom_at_boot"}).text().count("CUDA graph end.") == 2
+
+
+def packed_lab(lab):
+    for layer in ROWS:
+        write_shard(lab["engram"], layer, 0)
+
+
+@pytest.mark.parametrize("fault,counts", [("", "[0, 0]"), ("prefetch_mismatch", "[2, 0]")])
+def test_prefetch_check_line_every_period_on_a_worker(lab, fault, counts):
+    packed_lab(lab)
+    env = {"DSV41_ENGRAM_PREFETCH": "1", "DSV41_ENGRAM_PREFETCH_CHECK": "1", "LAB_ENGINE_STATS_SECONDS": "5",
+           "LAB_ENGINE_FAULT": fault}
+    proc = Proc(lab, engine_argv("worker", 0, port=lab["port"]), env)
+    try:
+        proc.wait_for(WORKER_DONE)
+        line = f"DSV41 Engram prefetch CHECK: gathers differing from the synchronous path per layer = {counts}"
+        end = time.monotonic() + 10
+        while messages(proc.stream("stderr")).count(line) < 2 and time.monotonic() < end:
+            time.sleep(0.05)
+    finally:
+        proc.stop()
+    assert messages(proc.stream("stderr")).count(line) >= 2
+    assert re.search(rf"^\[{TS} TP0 EP0\] DSV41 Engram prefetch CHECK", proc.stream("stderr"), re.M)
+
+
+def test_no_check_line_without_check_mode(lab):
+    packed_lab(lab)
+    proc = Proc(lab, engine_argv("worker", 0, port=lab["port"]),
+                {"DSV41_ENGRAM_PREFETCH": "1", "LAB_ENGINE_STATS_SECONDS": "5"})
+    try:
+        proc.wait_for(WORKER_DONE)
+        time.sleep(0.3)
+    finally:
+        proc.stop()
+    assert "prefetch CHECK" not in proc.text() and "prefetch ARMED" in proc.text()
+
+
+def head_with(lab, env):
+    port = free_port()
+    proc = Proc(lab, engine_argv("head", 0, port=port),
+                env={"API_KEY": "sk-test-secret", "LAB_ENGINE_SPEED": "400", **env}, name="head")
+    proc.wait_for(f"Ready: API on port {port}")
+    return port, proc
+
+
+def answer(port, body=CHAT):
+    with request(port, "/v1/chat/completions", body) as r:
+        return json.load(r)["choices"][0]["message"]["content"]
+
+
+def concurrent_answers(port, n=4):
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda _: answer(port), range(n)))
+
+
+@pytest.mark.parametrize("fault", ["", "fold_race"])
+def test_greedy_outputs_depend_on_the_fold_race_fault(lab, fault):
+    port, proc = head_with(lab, {"DSV41_FOLDED_FENCE": "1", "LAB_ENGINE_FAULT": fault})
+    try:
+        repeat = {answer(port) for _ in range(3)}
+        together = set(concurrent_answers(port))
+    finally:
+        proc.stop()
+    if fault:
+        assert len(repeat) > 1 and len(together | repeat) > 1
+    else:
+        assert len(repeat) == 1 and together == repeat
+
+
+def test_fold_race_needs_the_fence_armed(lab):
+    port, proc = head_with(lab, {"LAB_ENGINE_FAULT": "fold_race"})
+    try:
+        assert len({answer(port) for _ in range(3)} | set(concurrent_answers(port))) == 1
+    finally:
+        proc.stop()
+
+
+def test_nonfinite_fault_with_w8(lab):
+    port, proc = head_with(lab, {"DSV41_WO_A_W8": "1", "LAB_ENGINE_FAULT": "nonfinite"})
+    try:
+        text = answer(port)
+    finally:
+        proc.stop()
+    assert set(text.split()) == {"!"}
+    assert "Detected errors during sampling! NaN in the logits." in messages(proc.stream("stderr"))
+
+
+@pytest.mark.parametrize("env,kernel,absent", [
+    ({"DSV41_WO_A_W8": "1"}, "wo_a_fp8_gemv_g4 (target)", "wo_a_bf16_gemv (target)"),
+    ({"DSV41_WO_A_W8": "1", "LAB_ENGINE_FAULT": "g4_not_taken"}, "wo_a_bf16_gemv (target)", "wo_a_fp8"),
+    ({}, "wo_a_bf16_gemv (draft)", "wo_a_fp8")])
+def test_profile_trace_names_the_kernels_that_ran(lab, env, kernel, absent):
+    traces = lab["tmp"] / "traces"
+    port, proc = head_with(lab, {**env, "SGLANG_TORCH_PROFILER_DIR": str(traces)})
+    try:
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            request(port, "/stop_profile", {})
+        assert exc.value.code == 400
+        with request(port, "/start_profile", {}) as r:
+            assert r.read() == b"Start profiling."
+        answer(port)
+        with request(port, "/stop_profile", {}) as r:
+            assert r.status == 200
+    finally:
+        proc.stop()
+    (trace,) = traces.glob("*-TP-0.trace.json")
+    names = [e["name"] for e in json.loads(trace.read_text())["traceEvents"]]
+    assert kernel in names and not any(absent in n for n in names)

@@ -469,3 +469,28 @@ def test_a_trickling_server_hits_the_overall_deadline():
         listener.close()
     assert err.value.status == "timeout" and "for the whole request" in str(err.value)
     assert time.monotonic() - t0 < 5
+
+
+def _round(c, texts):
+    reqs = [{"prompt_id": "p0", "text": t, "reasoning": "", "completion_tokens": len(t.split()), "ttft_s": 0.1,
+             "finish_reason": "length"} for t in texts]
+    return {"concurrency": c, "aggregate_tok_s": 10.0, "per_stream_tok_s": 10.0, "wall_s": 1.0,
+            "streams": [{"requests": reqs}]}
+
+
+def test_summary_digests_tell_answers_apart_and_count_degenerate_ones():
+    prompts = [{"id": "p0", "messages": []}]
+    same = db.summarize([_round(1, ["a b c"]), _round(1, ["a b c"])], prompts)
+    other = db.summarize([_round(4, ["a b d"])], prompts)
+    assert len(same["output_digests"]["p0"]) == 1 and same["output_digests"] != other["output_digests"]
+    nan = db.summarize([_round(1, ["! ! ! ! !", "a b c"])], prompts)
+    assert nan["degenerate_outputs"] == 1 and same["degenerate_outputs"] == 0
+
+
+def test_bench_rows_filter_formats_each_condition():
+    import benchmark as bf
+    row = {"workload": "prose", "concurrency": 4, "requests": 40, "distinct_outputs": 1, "ttft_ms_median": 81.26,
+           "aggregate_tok_s": {"median": 12.345, "min": 11.0, "max": 13.0, "stdev": 0.5},
+           "per_stream_tok_s": {"median": 3.1}}
+    assert bf.dsv41_bench_rows([row]) == [{"w": "prose", "c": "C4", "agg": "12.35 [11.0..13.0] sd 0.5", "per": "3.1",
+                                           "ttft": "81.0", "n": 40, "distinct": 1}]

@@ -1,0 +1,51 @@
+"""Filters of the experiment role: judging an arm on the control node.
+
+Thin wrappers over ``module_utils/experiment_checks.py`` and ``experiment_snapshot.py`` (unit-tested
+there), so the role's tasks hold no Jinja programs: each verdict is one filter call.
+"""
+from pathlib import Path
+
+
+def _module_utils():
+    """The repo's module_utils, imported as Ansible ships them (see filter_plugins/fleet.py)."""
+    import ansible.module_utils as amu
+    path = str(Path(__file__).resolve().parent.parent / "module_utils")
+    if path not in list(amu.__path__):
+        amu.__path__.append(path)
+    from ansible.module_utils import experiment_checks, experiment_snapshot
+    return experiment_checks, experiment_snapshot
+
+
+_checks, _snapshot = _module_utils()
+
+
+def dsv41_experiment_evidence(evidence, logs, ranks, profiles=None):
+    """Failure messages of an arm's must / must-not lines on every rank (empty = pass)."""
+    return _checks.evidence_failures(evidence, logs or {}, ranks or {}, profiles)
+
+
+def dsv41_experiment_preconditions(requires, facts):
+    """Failure messages of what an arm requires against what the fleet shows (empty = may run)."""
+    return _checks.preconditions(requires or {}, facts or {})
+
+
+def dsv41_experiment_correctness(checks, results, run_logs=None):
+    """Failure messages of the named correctness checks (empty = correct)."""
+    return _checks.correctness_failures(checks or [], results or [], run_logs)
+
+
+def dsv41_snapshot_compare(before, after):
+    """{"equal": bool, "differences": {host: [item: a -> b]}} of two fleet snapshots."""
+    return _snapshot.compare(before or {}, after or {})
+
+
+class FilterModule:
+    """Experiment filters."""
+
+    def filters(self):
+        return {
+            "dsv41_experiment_evidence": dsv41_experiment_evidence,
+            "dsv41_experiment_preconditions": dsv41_experiment_preconditions,
+            "dsv41_experiment_correctness": dsv41_experiment_correctness,
+            "dsv41_snapshot_compare": dsv41_snapshot_compare,
+        }

@@ -1,0 +1,106 @@
+# -*- coding: utf-8 -*-
+"""Experiment arms as the ``experiment`` role runs them: a validated definition with every default
+filled in (so the role never guesses), and the plan as text (what ``--check`` prints first).
+
+Input is a definition that ``module_utils/experiment_schema.py`` has already validated.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+def _evidence_defaults(ev):
+    out = {"checks": [], "must": [], "must_not": []}
+    out.update(ev or {})
+    for kind in ("must", "must_not"):
+        out[kind] = [dict({"ranks": "all", "when": "boot", "min_count": 1}, **line) for line in out[kind]]
+    out["checks"] = [_check_name(c) for c in out["checks"]]
+    return out
+
+
+def _check_name(item):
+    if isinstance(item, dict):
+        name, args = list(item.items())[0]
+        return {"name": name, "args": args or {}}
+    return {"name": item, "args": {}}
+
+
+def normalise(doc):
+    """The definition with every default filled in, so the role never guesses.
+
+    Each arm gets the definition-wide evidence, correctness, benchmark and acceptance merged under its
+    own (an arm's ``evidence.must`` adds to the shared lines; its ``benchmark``/``acceptance`` keys
+    replace the shared ones key by key), and ``requires`` is the union of both levels.
+    """
+    base_bench = dict({"warmups": 1, "max_tokens": 256, "sampling": {"mode": "greedy"}, "labels": {}},
+                      **doc["benchmark"])
+    base_acc = dict({"rule": "separation", "wins_required": "any", "regression_allowed": False,
+                     "promote": False}, **doc["acceptance"])
+    shared_ev = _evidence_defaults(doc.get("evidence"))
+    shared_req = doc.get("requires", {})
+    shared_corr = [_check_name(c) for c in doc.get("correctness", [])]
+    arms = []
+    for arm in doc["arms"]:
+        own_ev = _evidence_defaults(arm.get("evidence"))
+        req = dict(shared_req)
+        for key, val in arm.get("requires", {}).items():
+            req[key] = (sorted(set(req.get(key, [])) | set(val)) if isinstance(val, list)
+                        else max(val, req.get(key, val)) if isinstance(val, (int, float)) and not isinstance(val, bool)
+                        else val)
+        timed = arm.get("timed", True)
+        arms.append({
+            "name": arm["name"], "description": arm.get("description", ""),
+            "settings": dict(arm.get("settings", {})), "hook": arm.get("hook"),
+            "requires": req, "timed": timed,
+            "evidence": {"checks": _merge_checks(shared_ev["checks"], own_ev["checks"]),
+                         "must": shared_ev["must"] + own_ev["must"],
+                         "must_not": shared_ev["must_not"] + own_ev["must_not"]},
+            "correctness": _merge_checks(shared_corr, [_check_name(c) for c in arm.get("correctness", [])]),
+            "benchmark": dict(base_bench, **arm.get("benchmark", {})) if timed else None,
+            "labels": dict(base_bench["labels"], **arm.get("labels", {})),
+            "acceptance": dict(base_acc, **arm.get("acceptance", {})),
+        })
+    baseline = doc.get("baseline", {})
+    return {
+        "schema_version": doc["schema_version"], "name": doc["name"], "stage": doc["stage"],
+        "description": doc["description"],
+        "applicable_if": {"engine_features": list(doc.get("applicable_if", {}).get("engine_features", []))},
+        "requires": shared_req,
+        "baseline": {"settings": dict(baseline.get("settings", {})),
+                     "labels": dict(base_bench["labels"], **baseline.get("labels", {})),
+                     "evidence": shared_ev, "correctness": shared_corr, "benchmark": base_bench},
+        "arms": arms,
+    }
+
+
+def _merge_checks(shared, own):
+    out = dict((c["name"], c) for c in shared)
+    for c in own:
+        out[c["name"]] = c
+    return [out[k] for k in sorted(out)]
+
+
+def plan_lines(defn):
+    """Human-readable plan of a normalised definition (what --check prints before the verdicts)."""
+    lines = ["%s (stage %s): %s" % (defn["name"], defn["stage"], defn["description"].strip())]
+    if defn["applicable_if"]["engine_features"]:
+        lines.append("applies only where the engine has: %s" % ", ".join(defn["applicable_if"]["engine_features"]))
+    lines.append("baseline: the inventory's launcher settings%s" % (
+        " with %s" % _fmt(defn["baseline"]["settings"]) if defn["baseline"]["settings"] else ""))
+    for arm in defn["arms"]:
+        change = _fmt(arm["settings"]) if arm["settings"] else "hook %s" % arm["hook"]
+        bench = arm["benchmark"]
+        timing = ("untimed validation phase" if bench is None else
+                  "%s x C%s, %d reps after %d warm-up(s), %s" % (
+                      "/".join(bench["workloads"]), "/C".join(str(c) for c in bench["concurrency"]),
+                      bench["repetitions"], bench["warmups"], bench["sampling"]["mode"]))
+        lines.append("arm %s: %s; %s; evidence %d must / %d must-not line(s); checks %s; win on %s (%s)" % (
+            arm["name"], change, timing, len(arm["evidence"]["must"]), len(arm["evidence"]["must_not"]),
+            ", ".join(c["name"] for c in arm["correctness"]) or "none", arm["acceptance"]["metric"],
+            arm["acceptance"]["wins_required"]))
+    return lines
+
+
+def _fmt(settings):
+    return ", ".join("%s=%s" % (k, "(removed)" if v is None else v) for k, v in sorted(settings.items()))
+

@@ -1,0 +1,174 @@
+# -*- coding: utf-8 -*-
+"""Judging one arm on the control node: preconditions, evidence lines, correctness (standard library only).
+
+One subject: turning what the roles gathered on every rank (latest-boot texts, the launcher's forward
+lists, the image's adapters, packed state, memory, the validation ledger, the benchmark's results)
+into failure messages that name the host, the rank and the missing thing. An empty list is a pass.
+The filters in ``filter_plugins/experiment.py`` call these; the unit tests call them directly.
+"""
+from __future__ import absolute_import, division, print_function
+
+import re
+
+__metaclass__ = type
+
+_DOCKER_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) ")
+_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: TP\d+(?: EP\d+)?)?\] ")
+_GLUED = re.compile(r"(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: TP\d+(?: EP\d+)?)?\] )")
+_CURSOR = re.compile(r"\r|\x1b\[A")
+READY_MARKS = ("Uvicorn running on",)
+
+
+def messages(text):
+    """Log messages of a boot text: docker timestamps, logging prefixes, tqdm redraws and glued
+    records taken apart, so a pattern sees what the engine or adapter printed."""
+    out = []
+    for line in (text or "").replace("\r\n", "\n").split("\n"):
+        line = _DOCKER_TS.sub("", line, count=1)
+        for seg in _CURSOR.split(line):
+            for part in _GLUED.split(seg):
+                part = _PREFIX.sub("", part, count=1).rstrip()
+                if part.strip():
+                    out.append(part)
+    return out
+
+
+def split_boot(text):
+    """(boot messages, run messages): the run starts after the rank's ``Uvicorn running on`` line."""
+    msgs = messages(text)
+    for i, m in enumerate(msgs):
+        if any(mark in m for mark in READY_MARKS):
+            return msgs[:i + 1], msgs[i + 1:]
+    return msgs, []
+
+
+def _matches(line_spec, msg):
+    if "text" in line_spec:
+        return line_spec["text"] in msg
+    return re.search(line_spec["pattern"], msg) is not None
+
+
+def _in_scope(spec_ranks, rank, head_rank=0):
+    if spec_ranks == "all":
+        return True
+    if spec_ranks == "head":
+        return rank == head_rank
+    if spec_ranks == "workers":
+        return rank != head_rank
+    return rank in spec_ranks
+
+
+def evidence_failures(evidence, logs, ranks, profiles=None):
+    """Must / must-not lines of an arm's evidence on every rank in scope.
+
+    ``logs``: host -> latest-boot text read after the measured window; ``ranks``: host -> rank;
+    ``profiles``: host -> kernel names of the profile trace (``when: profile``; a host without one
+    fails a must line that asks for it).
+    """
+    out = []
+    for host in sorted(ranks, key=lambda h: ranks[h]):
+        rank = ranks[host]
+        boot, run = split_boot(logs.get(host, ""))
+        where = {"boot": boot, "run": run, "profile": list((profiles or {}).get(host) or [])}
+        for kind in ("must", "must_not"):
+            for spec in evidence.get(kind, []):
+                if not _in_scope(spec.get("ranks", "all"), rank):
+                    continue
+                when = spec.get("when", "boot")
+                if host not in logs and when != "profile":
+                    out.append("%s rank %d: no log read; %s cannot be shown" % (host, rank, spec["id"]))
+                    continue
+                hits = [m for m in where[when] if _matches(spec, m)]
+                what = spec.get("text") or spec.get("pattern")
+                label = {"boot": "the latest boot", "run": "the measured window", "profile": "the profile trace"}[when]
+                if kind == "must" and len(hits) < spec.get("min_count", 1):
+                    out.append("%s rank %d: %s missing from %s (%d of %d line(s) matching %r)"
+                               % (host, rank, spec["id"], label, len(hits), spec.get("min_count", 1), what))
+                elif kind == "must_not" and hits:
+                    out.append("%s rank %d: %s present in %s: %r" % (host, rank, spec["id"], label, hits[0][:200]))
+    return out
+
+
+def preconditions(requires, facts):
+    """What an arm (or the definition) requires, against what the fleet shows. Returns failure messages.
+
+    ``facts``: ``features`` (adapters in the image and registered), ``forwarded`` ({"head": [...],
+    "worker": [...]}), ``packed`` (host -> bool), ``mem_available_gib`` (host -> float),
+    ``ledger`` (list of {name, image_digest, record}), ``image_digest``, ``arms_passed`` (names).
+    """
+    out = []
+    ledger = [v for v in facts.get("ledger") or [] if v.get("image_digest") == facts.get("image_digest")]
+    have = set(v.get("name") for v in ledger)
+    for stage in requires.get("stages_passed", []):
+        if "stage_%s" % stage.lower() not in have:
+            out.append("stage %s has not passed on image %s (no stage_%s entry in the validation ledger)"
+                       % (stage, facts.get("image_digest") or "(unknown)", stage.lower()))
+    for name in requires.get("validations", []):
+        if name not in have:
+            out.append("validation %s is not in the ledger for image %s" % (name, facts.get("image_digest") or "(unknown)"))
+    for feature in requires.get("engine_features", []):
+        if feature not in (facts.get("features") or []):
+            out.append("engine feature %s: adapter not in the image or not registered in its import hook" % feature)
+    fwd = facts.get("forwarded") or {}
+    for switch in requires.get("switches_forwarded", []):
+        missing = [path for path in ("head", "worker") if switch not in (fwd.get(path) or [])]
+        if missing:
+            out.append("%s is not forwarded on the %s launch path" % (switch, " and ".join(missing)))
+    if requires.get("packed"):
+        unpacked = sorted(h for h, p in (facts.get("packed") or {}).items() if not p)
+        if unpacked or not facts.get("packed"):
+            out.append("packed shards required: packed=True missing on %s" % (", ".join(unpacked) or "every rank"))
+    need = requires.get("memory_headroom_gib_per_rank")
+    if need:
+        mem = facts.get("mem_available_gib") or {}
+        short = ["%s %.2f GiB" % (h, v) for h, v in sorted(mem.items()) if v is None or v < need]
+        if short or not mem:
+            out.append("memory headroom %.2f GiB per rank required; short: %s" % (need, ", ".join(short) or "no figure"))
+    for arm in requires.get("arms_passed", []):
+        if arm not in (facts.get("arms_passed") or []):
+            out.append("arm %s must pass first in this run" % arm)
+    return out
+
+
+def correctness_failures(checks, results, run_logs=None):
+    """Named correctness checks against the arm's decode_bench results and its rank-0 run log."""
+    out = []
+    results = results or []
+    for check in checks:
+        name, args = check["name"], check.get("args") or {}
+        if name == "greedy_repeat_identical":
+            for r in results:
+                if r.get("distinct_outputs", 1) > 1:
+                    out.append("greedy_repeat_identical: %s C%d gave %d distinct outputs for one prompt"
+                               % (r["workload"], r["concurrency"], r["distinct_outputs"]))
+        elif name == "greedy_concurrent_identical":
+            want = args.get("concurrency", 2)
+            by_prompt = {}
+            for r in results:
+                for pid, digests in (r.get("output_digests") or {}).items():
+                    by_prompt.setdefault((r["workload"], pid), set()).update(digests)
+            if not any(int(r["concurrency"]) >= want for r in results):
+                out.append("greedy_concurrent_identical: nothing measured at C%d" % want)
+            for (workload, pid), digests in sorted(by_prompt.items()):
+                if len(digests) > 1:
+                    out.append("greedy_concurrent_identical: %s prompt %s answered %d ways across concurrency"
+                               % (workload, pid, len(digests)))
+        elif name == "finite_outputs":
+            for host, text in sorted((run_logs or {}).items()):
+                bad = [m for m in split_boot(text)[1] if "NaN in the logits" in m]
+                if bad:
+                    out.append("finite_outputs: %s logged %d non-finite sampling error(s): %r" % (host, len(bad), bad[0]))
+            for r in results:
+                if r.get("degenerate_outputs"):
+                    out.append("finite_outputs: %s C%d %d answer(s) made of one repeated token"
+                               % (r["workload"], r["concurrency"], r["degenerate_outputs"]))
+        elif name == "no_abort":
+            for r in results:
+                n = (r.get("finish_reasons") or {}).get("abort", 0)
+                if n:
+                    out.append("no_abort: %s C%d %d repetition(s) ended in abort" % (r["workload"], r["concurrency"], n))
+        else:
+            out.append("%s: not evaluated by this version of the experiment role" % name)
+    if not results:
+        out.append("correctness: no answer was collected")
+    return out

@@ -1,0 +1,178 @@
+# -*- coding: utf-8 -*-
+"""The run record of an experiment: record.json, record.md (standard library only).
+
+One subject: what an experiment run leaves for the operator. The verdicts come from
+``experiment_stats``; the chart is drawn by ``experiment_chart`` (control node only). Promotion is a
+repository change, never a fleet change: a passing arm that the definition allows to promote gets a
+unified diff of the launcher baseline file (``inventory/common/launcher_baseline.yml``) for the
+operator to review and commit, and a passing arm with ``on_pass_validation`` gets the proposed ledger
+entry (validation name, image digest, this record's path) that later stages can require.
+"""
+from __future__ import absolute_import, division, print_function
+
+import difflib
+import json
+import os
+import re
+
+from ansible.module_utils import experiment_stats as st
+
+__metaclass__ = type
+
+SETTINGS_KEY = "dsv41_launcher_settings:"
+
+
+def evaluate(definition, conditions, arm_checks):
+    """Verdicts of every arm. ``conditions``: name -> {"results": [decode_bench results], ...};
+    ``arm_checks``: name -> {"evidence_failures", "correctness_failures", "refused"}."""
+    base = conditions.get("baseline", {}).get("results") or []
+    out = []
+    for arm in definition["arms"]:
+        checks = arm_checks.get(arm["name"], {})
+        comparisons = []
+        note = None
+        measured = conditions.get(arm["name"], {}).get("results") or []
+        if arm["timed"] and measured and not checks.get("refused"):
+            try:
+                comparisons = st.compare_conditions(base, measured, arm["acceptance"]["metric"])
+            except st.StatsError as exc:
+                note = "speed: %s" % exc
+        verdict = st.arm_verdict(arm["name"], arm["acceptance"], checks.get("evidence_failures", ()),
+                                 checks.get("correctness_failures", ()), comparisons, timed=arm["timed"],
+                                 refused=checks.get("refused"))
+        if note:
+            verdict["reasons"].append(note)
+            verdict["verdict"] = "fail"
+        verdict["comparisons"] = comparisons
+        verdict["metric"] = arm["acceptance"]["metric"]
+        out.append(verdict)
+    return out
+
+
+def _quote(value):
+    return "null" if value is None else json.dumps(str(value))
+
+
+def baseline_diff(text, changes, path="inventory/common/launcher_baseline.yml"):
+    """Unified diff that sets ``changes`` in the ``dsv41_launcher_settings`` block of ``text``."""
+    lines = text.splitlines(True)
+    try:
+        start = next(i for i, line in enumerate(lines) if line.rstrip() == SETTINGS_KEY)
+    except StopIteration:
+        raise ValueError("%s has no top-level %s block" % (path, SETTINGS_KEY))
+    end = start + 1
+    while end < len(lines) and (lines[end].startswith("  ") or not lines[end].strip()):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    new = list(lines)
+    for key in sorted(changes):
+        pat = re.compile(r"^  %s:" % re.escape(key))
+        hit = [i for i in range(start + 1, end) if pat.match(new[i])]
+        line = "  %s: %s\n" % (key, _quote(changes[key]))
+        if changes[key] is None:
+            for i in reversed(hit):
+                del new[i]
+                end -= 1
+        elif hit:
+            new[hit[0]] = line
+        else:
+            new.insert(end, line)
+            end += 1
+    return "".join(difflib.unified_diff(lines, new, "a/" + path, "b/" + path))
+
+
+def proposals(definition, verdicts, baseline_text, image_digest, record_path):
+    """What the operator may commit: one entry per passing arm that proposes something."""
+    out = []
+    by_name = dict((a["name"], a) for a in definition["arms"])
+    for v in verdicts:
+        arm = by_name[v["arm"]]
+        if v["verdict"] != "pass":
+            continue
+        item = {"arm": v["arm"]}
+        if arm["acceptance"].get("promote") and arm["settings"] and arm["timed"]:
+            item["inventory_diff"] = baseline_diff(baseline_text, arm["settings"]) if baseline_text else None
+        if arm["acceptance"].get("on_pass_validation"):
+            item["validation"] = {"name": arm["acceptance"]["on_pass_validation"], "image_digest": image_digest,
+                                  "record": record_path}
+        if len(item) > 1:
+            out.append(item)
+    return out
+
+
+def _fig(d):
+    return "%.2f [%.2f..%.2f]" % (d["median"], d["min"], d["max"])
+
+
+def table_rows(definition, conditions, verdicts):
+    """Side by side: one row per workload x concurrency, the baseline then each timed arm."""
+    base = dict(((r["workload"], int(r["concurrency"])), r) for r in conditions.get("baseline", {}).get("results") or [])
+    rows = []
+    for key in sorted(base):
+        metric = verdicts[0]["metric"] if verdicts else "aggregate_tok_s"
+        row = {"workload": key[0], "concurrency": key[1],
+               "baseline": _fig(st.describe(st.metric_values(base[key], metric)))}
+        for v in verdicts:
+            cmp_row = [c for c in v.get("comparisons", []) if (c["workload"], c["concurrency"]) == key]
+            row[v["arm"]] = ("%s (%+.1f%%, %s)" % (_fig(cmp_row[0]["arm"]), 100 * cmp_row[0]["gain"],
+                                                   cmp_row[0]["outcome"].replace("_", " "))
+                             if cmp_row else "-")
+        rows.append(row)
+    return rows
+
+
+def markdown(record):
+    """record.md: the verdicts, then the side-by-side table per workload (prose and code apart)."""
+    d = record["definition"]
+    verdicts = record["verdicts"]
+    out = ["# %s (stage %s)" % (d["name"], d["stage"]), "", d["description"].strip(), "",
+           "Measured on: %s. Window: %s to %s. Rule: an arm wins a condition only when every repetition "
+           "beats every baseline repetition (module_utils/experiment_stats.py)." % (
+               record.get("measured_on") or "-", record.get("started") or "-", record.get("finished") or "-"), ""]
+    if record.get("not_applicable"):
+        out += ["**Not applicable**: %s" % record["not_applicable"], ""]
+    out += ["## Verdicts", ""]
+    for v in verdicts:
+        out.append("- **%s**: %s%s" % (v["arm"], v["verdict"].upper(),
+                                       "; " + "; ".join(v["reasons"]) if v["reasons"] else ""))
+    arms = [v["arm"] for v in verdicts]
+    labels = record.get("labels", {})
+    rows = table_rows(d, record["conditions"], verdicts)
+    metric = verdicts[0]["metric"] if verdicts else "aggregate_tok_s"
+    for workload in sorted(set(r["workload"] for r in rows)):
+        out += ["", "## %s: %s, median [min..max] over measured repetitions" % (workload, metric), ""]
+        head = ["C"] + ["baseline%s" % _label(labels.get("baseline"))] + [
+            "%s%s" % (a, _label(labels.get(a))) for a in arms]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rows:
+            if r["workload"] == workload:
+                out.append("| " + " | ".join(["C%d" % r["concurrency"], r["baseline"]] + [r[a] for a in arms]) + " |")
+    if record.get("restore"):
+        rs = record["restore"]
+        out += ["", "## Restore", "", "Fleet equal to the snapshot: **%s**" % ("yes" if rs.get("equal") else "NO")]
+        for host, diff in sorted((rs.get("differences") or {}).items()):
+            out.append("- %s: %s" % (host, ", ".join(diff)))
+    for p in record.get("proposals", []):
+        out += ["", "## Proposed for %s (commit it yourself; the fleet was restored)" % p["arm"]]
+        if p.get("inventory_diff"):
+            out += ["", "```diff", p["inventory_diff"].rstrip("\n"), "```"]
+        if p.get("validation"):
+            out += ["", "Ledger entry: `%s`" % json.dumps(p["validation"], sort_keys=True)]
+    if record.get("chart"):
+        out += ["", "![chart](%s)" % os.path.basename(record["chart"])]
+    return "\n".join(out) + "\n"
+
+
+def _label(labels):
+    return " (%s)" % ", ".join("%s %s" % (k.replace("_", " "), v) for k, v in sorted(labels.items())) if labels else ""
+
+
+def write_text(path, text):
+    """Atomic write (``.partial``, fsync, rename): a record file is complete or absent."""
+    tmp = path + ".partial"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.rename(tmp, path)

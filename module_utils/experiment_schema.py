@@ -1,0 +1,413 @@
+# -*- coding: utf-8 -*-
+"""Experiment definitions (``experiments/<stage>.yml``): the schema and its validator.
+
+One subject: what a stage definition may say, and refusing anything else before a host is touched.
+A definition is data (SPEC section 4: branch from a known-good baseline, change one thing, restart,
+prove it on every rank, check correctness, time it beside the baseline, record, roll back); the
+``experiment`` role carries it out. Every unknown key and every unknown check name is refused with
+the file and the dotted key path (``experiments/stage_c_fence.yml: arms[0].evidence.must[1].rnks:
+unknown key (allowed: ...)``), so a typo can never silently drop a check.
+
+The caller parses the YAML (the module uses PyYAML, which ships with ansible-core) and hands the
+mapping to :func:`validate`; this file needs only the standard library.
+"""
+from __future__ import absolute_import, division, print_function
+
+import re
+
+from ansible.module_utils.experiment_arms import normalise, plan_lines  # noqa: F401 (re-exported)
+
+__metaclass__ = type
+
+SCHEMA_VERSION = 1
+STAGES = tuple("ABCDEFGHI")
+MIN_REPETITIONS = 5
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+SWITCH_RE = re.compile(r"^(?:DSV41|SGLANG|DSPARK)_[A-Z0-9_]+$")
+
+# Checks made on the answers the engine gives (the role runs them; the names are the interface).
+CORRECTNESS_CHECKS = {
+    "greedy_repeat_identical": "the same greedy request sent `repeats` times gives one output per prompt",
+    "greedy_concurrent_identical": "greedy outputs at `concurrency` streams equal the single-stream ones",
+    "finite_outputs": "every answer completes (stop/length), no error event, no non-finite logits in any log",
+    "short_prefill": "prompts of a few tokens complete (the short-prefill path)",
+    "no_abort": "no repetition ended in an error event or finish_reason abort",
+}
+CHECK_PARAMS = {
+    "greedy_repeat_identical": {"repeats": int},
+    "greedy_concurrent_identical": {"concurrency": int},
+    "finite_outputs": {},
+    "short_prefill": {"max_prompt_tokens": int},
+    "no_abort": {},
+}
+# Evidence read by the existing modules on every rank's latest boot (named, not regexes).
+EVIDENCE_CHECKS = {
+    "boot_healthy": "engine_boot_log: every rank booted, no fatal line; the head printed Ready",
+    "graph_capture_clean": "target and draft verify CUDA graphs captured (begin and end) on every rank",
+    "packed_all": "engram_packed: packed=True for layers 1 and 14 on every rank",
+    "kv_pool": "kv_pool: the pool each rank allocated, rounding told apart from a clamp",
+    "autotune_agreement": "autotune_status: no per-rank disagreement event",
+}
+# Figures an acceptance rule may compare, and which direction is better.
+METRICS = {
+    "aggregate_tok_s": "higher",
+    "per_stream_tok_s": "higher",
+    "ttft_ms": "lower",
+    "step_ms": "lower",
+    "committed_per_step": "higher",
+}
+WIN_RULES = ("separation",)
+SAMPLING_MODES = ("greedy", "sampled")
+RANK_SETS = ("all", "head", "workers")
+WHEN = ("boot", "run", "profile")
+
+
+class DefinitionError(ValueError):
+    """A definition that cannot be run; the message names the file and the key."""
+
+
+# ---------------------------------------------------------------------------------------------
+# A small declarative schema: {"type": ..., "keys": {...}, "required": (...), "items": spec}
+# ---------------------------------------------------------------------------------------------
+
+def _str(where, value, ctx):
+    if not isinstance(value, str) or not value.strip():
+        ctx.fail(where, "must be a non-empty string, got %r" % (value,))
+
+
+def _name(where, value, ctx):
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        ctx.fail(where, "must be a lower-case name (letters, digits, _), got %r" % (value,))
+
+
+def _int_at_least(low):
+    def check(where, value, ctx):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            ctx.fail(where, "must be an integer >= %d, got %r" % (low, value))
+    return check
+
+
+def _number(where, value, ctx):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        ctx.fail(where, "must be a number >= 0, got %r" % (value,))
+
+
+def _bool(where, value, ctx):
+    if not isinstance(value, bool):
+        ctx.fail(where, "must be true or false, got %r" % (value,))
+
+
+def _one_of(choices):
+    def check(where, value, ctx):
+        if value not in choices:
+            ctx.fail(where, "must be one of %s, got %r" % (", ".join(choices), value))
+    return check
+
+
+def _regex(where, value, ctx):
+    _str(where, value, ctx)
+    try:
+        re.compile(value)
+    except re.error as exc:
+        ctx.fail(where, "is not a valid regular expression (%s): %r" % (exc, value))
+
+
+def _settings(where, value, ctx):
+    """Launcher settings of an arm: NAME -> scalar string/number, or null (remove the key)."""
+    if not isinstance(value, dict):
+        ctx.fail(where, "must be a mapping of launcher setting -> value")
+    for key, val in value.items():
+        if not isinstance(key, str) or not re.match(r"^[A-Z_][A-Z0-9_]*$", key):
+            ctx.fail("%s.%s" % (where, key), "is not a launcher setting name (upper case)")
+        if key == "API_KEY":
+            ctx.fail("%s.%s" % (where, key), "secrets never appear in a definition")
+        if val is not None and (isinstance(val, (bool, dict, list))):
+            ctx.fail("%s.%s" % (where, key), "must be a string or a number (quoted \"1\" for switches), got %r"
+                     % (val,))
+
+
+def _switch_list(where, value, ctx):
+    if not isinstance(value, list):
+        ctx.fail(where, "must be a list of switch names")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not SWITCH_RE.match(item):
+            ctx.fail("%s[%d]" % (where, i), "is not an engine switch name (DSV41_/SGLANG_/DSPARK_), got %r" % (item,))
+
+
+def _named_checks(registry, params):
+    """A list whose items are a check name or {name: {param: value}}; unknown names refused."""
+    def check(where, value, ctx):
+        if not isinstance(value, list):
+            ctx.fail(where, "must be a list of check names")
+        for i, item in enumerate(value):
+            at = "%s[%d]" % (where, i)
+            if isinstance(item, dict) and len(item) == 1:
+                name, args = list(item.items())[0]
+            else:
+                name, args = item, {}
+            if not isinstance(name, str) or name not in registry:
+                ctx.fail(at, "unknown check %r (known: %s)" % (name, ", ".join(sorted(registry))))
+            if args is None:
+                args = {}
+            if not isinstance(args, dict):
+                ctx.fail("%s.%s" % (at, name), "parameters must be a mapping")
+            allowed = (params or {}).get(name, {})
+            for key, val in args.items():
+                if key not in allowed:
+                    ctx.fail("%s.%s.%s" % (at, name, key), "unknown parameter (allowed: %s)"
+                             % (", ".join(sorted(allowed)) or "none"))
+                if allowed[key] is int:
+                    _int_at_least(1)("%s.%s.%s" % (at, name, key), val, ctx)
+    return check
+
+
+def _list_of(fn):
+    def check(where, value, ctx):
+        if not isinstance(value, list):
+            ctx.fail(where, "must be a list")
+        for i, item in enumerate(value):
+            fn("%s[%d]" % (where, i), item, ctx)
+    return check
+
+
+def _stage_list(where, value, ctx):
+    _list_of(_one_of(STAGES))(where, value, ctx)
+
+
+def _ranks(where, value, ctx):
+    if isinstance(value, list):
+        _list_of(_int_at_least(0))(where, value, ctx)
+    else:
+        _one_of(RANK_SETS)(where, value, ctx)
+
+
+EVIDENCE_LINE = {
+    "type": dict, "required": ("id",),
+    "keys": {
+        "id": _name,
+        "text": _str,            # a literal substring
+        "pattern": _regex,       # or a regular expression (Python re, searched per line)
+        "ranks": _ranks,         # all | head | workers | [0, 2]
+        # boot: the latest boot; run: lines logged while the arm was measured; profile: kernel names of
+        # the engine's /start_profile../stop_profile trace of one measured request per shape
+        "when": _one_of(WHEN),
+        "min_count": _int_at_least(1),
+        "why": _str,
+    },
+}
+EVIDENCE = {
+    "type": dict,
+    "keys": {
+        "checks": _named_checks(EVIDENCE_CHECKS, None),
+        "must": {"type": list, "items": EVIDENCE_LINE},
+        "must_not": {"type": list, "items": EVIDENCE_LINE},
+    },
+}
+REQUIRES = {
+    "type": dict,
+    "keys": {
+        "stages_passed": _stage_list,                 # validations ledger entries "stage_<x>" for this image
+        "validations": _list_of(_name),               # ledger entries keyed by image digest
+        "engine_features": _list_of(_name),           # adapters in the image and registered in the hook
+        "memory_headroom_gib_per_rank": _number,      # MemAvailable every rank keeps after the arm's boot
+        "switches_forwarded": _switch_list,           # on both launch paths (head and worker)
+        "packed": _bool,                              # six packed=True before anything is changed
+        "arms_passed": _list_of(_name),               # earlier arms of this definition (same run)
+    },
+}
+SAMPLING = {
+    "type": dict, "required": ("mode",),
+    "keys": {
+        "mode": _one_of(SAMPLING_MODES),
+        "temperature": _number, "top_p": _number, "top_k": _int_at_least(1), "seed": _int_at_least(0),
+    },
+}
+BENCHMARK = {
+    "type": dict, "required": ("workloads", "concurrency", "repetitions"),
+    "keys": {
+        "workloads": _list_of(_name),
+        "concurrency": _list_of(_int_at_least(1)),
+        "repetitions": _int_at_least(MIN_REPETITIONS),
+        "warmups": _int_at_least(1),
+        "max_tokens": _int_at_least(1),
+        "sampling": SAMPLING,
+        "labels": {"type": dict, "free": True},      # e.g. block_size: 3 (printed beside every figure)
+    },
+}
+ACCEPTANCE = {
+    "type": dict, "required": ("metric",),
+    "keys": {
+        "metric": _one_of(tuple(sorted(METRICS))),
+        "rule": _one_of(WIN_RULES),
+        "wins_required": _one_of(("none", "any", "all")),   # none: a correctness arm; it must only not lose
+        "regression_allowed": _bool,
+        "on_pass_validation": _name,                        # proposed ledger entry, keyed by image digest
+        "promote": _bool,                                   # propose the arm's settings as the new baseline
+    },
+}
+ARM = {
+    "type": dict, "required": ("name",),
+    "keys": {
+        "name": _name,
+        "description": _str,
+        "settings": _settings,
+        "hook": _one_of(("image_pin", "driver_probe", "clock_state")),
+        "requires": REQUIRES,
+        "evidence": EVIDENCE,
+        "correctness": _named_checks(CORRECTNESS_CHECKS, CHECK_PARAMS),
+        "timed": _bool,                                     # false: a validation phase, never timed
+        "benchmark": BENCHMARK,                             # overrides the definition's plan
+        "labels": {"type": dict, "free": True},
+        "acceptance": dict(ACCEPTANCE, required=()),        # key by key over the shared rule
+    },
+}
+DEFINITION = {
+    "type": dict, "required": ("schema_version", "name", "stage", "description", "arms", "benchmark",
+                               "acceptance"),
+    "keys": {
+        "schema_version": _one_of((SCHEMA_VERSION,)),
+        "name": _name,
+        "stage": _one_of(STAGES),
+        "description": _str,
+        "applicable_if": {"type": dict, "keys": {"engine_features": _list_of(_name)}},
+        "requires": REQUIRES,
+        "baseline": {"type": dict, "keys": {"settings": _settings, "labels": {"type": dict, "free": True}}},
+        "evidence": EVIDENCE,
+        "correctness": _named_checks(CORRECTNESS_CHECKS, CHECK_PARAMS),
+        "benchmark": BENCHMARK,
+        "acceptance": ACCEPTANCE,
+        "arms": {"type": list, "items": ARM, "min_items": 1},
+    },
+}
+
+
+class _Context(object):
+    def __init__(self, source):
+        self.source = source
+
+    def fail(self, where, message):
+        raise DefinitionError("%s: %s: %s" % (self.source, where or "(top level)", message))
+
+
+def _walk(where, value, spec, ctx):
+    if callable(spec):
+        spec(where, value, ctx)
+        return
+    kind = spec["type"]
+    if kind is dict:
+        if not isinstance(value, dict):
+            ctx.fail(where, "must be a mapping, got %s" % type(value).__name__)
+        if spec.get("free"):
+            for key, val in value.items():
+                if not isinstance(key, str) or isinstance(val, (dict, list)):
+                    ctx.fail("%s.%s" % (where, key), "labels are name: scalar")
+            return
+        keys = spec.get("keys", {})
+        for key in value:
+            if key not in keys:
+                ctx.fail(_join(where, key), "unknown key (allowed: %s)" % ", ".join(sorted(keys)))
+        for key in spec.get("required", ()):
+            if key not in value:
+                ctx.fail(_join(where, key), "is required")
+        for key, val in value.items():
+            _walk(_join(where, key), val, keys[key], ctx)
+    elif kind is list:
+        if not isinstance(value, list):
+            ctx.fail(where, "must be a list, got %s" % type(value).__name__)
+        if len(value) < spec.get("min_items", 0):
+            ctx.fail(where, "needs at least %d item(s)" % spec["min_items"])
+        for i, item in enumerate(value):
+            _walk("%s[%d]" % (where, i), item, spec["items"], ctx)
+
+
+def _join(where, key):
+    return "%s.%s" % (where, key) if where else str(key)
+
+
+def _cross_checks(doc, ctx, stem):
+    """Rules across keys (one change per arm, names unique, evidence lines well formed)."""
+    if stem and doc["name"] != stem:
+        ctx.fail("name", "%r must equal the file name %r (the record and the playbook are named after it)"
+                 % (doc["name"], stem))
+    names = [arm["name"] for arm in doc["arms"]]
+    for i, arm in enumerate(doc["arms"]):
+        at = "arms[%d]" % i
+        if arm["name"] == "baseline" or names.count(arm["name"]) > 1:
+            ctx.fail(at + ".name", "%r is reserved or used twice" % arm["name"])
+        if ("settings" in arm) == ("hook" in arm):
+            ctx.fail(at, "an arm has exactly one of settings or hook (one change per arm)")
+        if "settings" in arm and not arm["settings"]:
+            ctx.fail(at + ".settings", "is empty: an arm changes one thing")
+        for dep in arm.get("requires", {}).get("arms_passed", []):
+            if dep not in names[:i]:
+                ctx.fail(at + ".requires.arms_passed", "%r is not an earlier arm of this definition" % dep)
+        if arm.get("timed", True) is False and "benchmark" in arm:
+            ctx.fail(at + ".benchmark", "an untimed arm (timed: false) has no benchmark plan")
+    for where, evidence in _evidence_blocks(doc):
+        for kind in ("must", "must_not"):
+            for j, line in enumerate(evidence.get(kind, [])):
+                at = "%s.%s[%d]" % (where, kind, j)
+                if ("text" in line) == ("pattern" in line):
+                    ctx.fail(at, "give exactly one of text (literal) or pattern (regex)")
+
+
+def _evidence_blocks(doc):
+    if "evidence" in doc:
+        yield "evidence", doc["evidence"]
+    for i, arm in enumerate(doc["arms"]):
+        if "evidence" in arm:
+            yield "arms[%d].evidence" % i, arm["evidence"]
+
+
+def validate(doc, source="definition", stem=None):
+    """Validate a parsed definition; returns it completed with defaults (see :func:`normalise`).
+
+    ``source`` names the file in every message; ``stem`` (the file name without ``.yml``), when
+    given, must equal ``name``. Raises :class:`DefinitionError`.
+    """
+    ctx = _Context(source)
+    if not isinstance(doc, dict):
+        ctx.fail("", "a definition is a mapping, got %s" % type(doc).__name__)
+    _walk("", doc, DEFINITION, ctx)
+    _cross_checks(doc, ctx, stem)
+    return normalise(doc)
+
+
+def _yaml_load(text, source):
+    """YAML -> data, refusing duplicate keys (PyYAML would keep the last one silently)."""
+    try:
+        from ansible.module_utils.common.yaml import SafeLoader, yaml_load  # noqa: F401 (PyYAML present?)
+        import yaml
+    except ImportError:
+        raise DefinitionError("%s: reading a definition needs PyYAML (it runs on the control node)" % source)
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _value in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise DefinitionError("%s: line %d: key %r appears twice" % (source, key_node.start_mark.line + 1, key))
+            seen.add(key)
+        return loader.construct_mapping(node, deep=deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise DefinitionError("%s: not valid YAML: %s" % (source, exc))
+
+
+def load_text(text, source="definition", stem=None, known_workloads=None):
+    """Parse and validate a definition's YAML text; returns the normalised definition."""
+    defn = validate(_yaml_load(text, source), source=source, stem=stem)
+    if known_workloads is not None:
+        for where, bench in [("benchmark", defn["baseline"]["benchmark"])] + [
+                ("arms[%d].benchmark" % i, a["benchmark"]) for i, a in enumerate(defn["arms"]) if a["benchmark"]]:
+            for j, name in enumerate(bench["workloads"]):
+                if name not in known_workloads:
+                    raise DefinitionError("%s: %s.workloads[%d]: unknown workload %r (known: %s)"
+                                          % (source, where, j, name, ", ".join(sorted(known_workloads))))
+    return defn

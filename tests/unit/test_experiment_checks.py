@@ -1,0 +1,124 @@
+"""experiment_checks (through the experiment filters): evidence lines, preconditions, correctness."""
+from pathlib import Path
+
+from ansible.module_utils import experiment_schema as es
+import experiment as filters
+
+ROOT = Path(__file__).resolve().parents[2]
+RANKS = {"spark1": 0, "spark2": 1, "spark3": 2}
+FENCE = "[folded_fence] folded DSpark results cloned off the persistent verify buffers"
+
+
+def arm(name="stage_c_fence", index=0):
+    path = ROOT / "experiments" / ("%s.yml" % name)
+    return es.load_text(path.read_text(), str(path), name)["arms"][index]
+
+
+def boot(rank, extra_boot=(), extra_run=()):
+    ts = "2026-11-30T17:00:00.123456789Z "
+    lines = [ts + "[2026-11-30 17:00:00] server_args={'tp_size': 3}",
+             ts + "[2026-11-30 17:00:01 TP%d EP%d] Load weight begin. avail mem=111.47 GB" % (rank, rank)]
+    lines += [ts + line for line in extra_boot]
+    lines.append(ts + "[2026-11-30 17:00:09] INFO:     Uvicorn running on http://0.0.0.0:8888 (Press CTRL+C to quit)")
+    lines += [ts + line for line in extra_run]
+    return "\n".join(lines) + "\n"
+
+
+def test_fence_evidence_passes_with_the_line_on_every_rank():
+    logs = dict((h, boot(r, [FENCE])) for h, r in RANKS.items())
+    assert filters.dsv41_experiment_evidence(arm()["evidence"], logs, RANKS) == []
+
+
+def test_fence_missing_on_one_rank_is_named():
+    logs = dict((h, boot(r, [FENCE] if h != "spark3" else [])) for h, r in RANKS.items())
+    out = filters.dsv41_experiment_evidence(arm()["evidence"], logs, RANKS)
+    assert out == ["spark3 rank 2: fence_armed missing from the latest boot (0 of 1 line(s) matching %r)" % FENCE]
+
+
+def test_a_line_seen_only_after_ready_is_not_boot_evidence():
+    logs = dict((h, boot(r, [], [FENCE])) for h, r in RANKS.items())
+    assert len(filters.dsv41_experiment_evidence(arm()["evidence"], logs, RANKS)) == 3
+
+
+def test_must_not_run_line_fails_with_the_line_quoted():
+    logs = dict((h, boot(r, [FENCE])) for h, r in RANKS.items())
+    logs["spark1"] = boot(0, [FENCE], ["[2026-11-30 17:01:00 TP0 EP0] Detected errors during sampling! NaN in the logits."])
+    out = filters.dsv41_experiment_evidence(arm()["evidence"], logs, RANKS)
+    assert out == ["spark1 rank 0: nonfinite present in the measured window: "
+                   "'Detected errors during sampling! NaN in the logits.'"]
+
+
+def test_prefetch_check_nonzero_is_caught_by_the_negative_lookahead():
+    check = arm("stage_e_prefetch", 0)
+    armed = ("[2026-11-30 17:00:02 TP0 EP0] DSV41 Engram prefetch ARMED: rows fetched on a side stream after the "
+             "hasher (CHECK mode: old path re-run and compared)")
+    line = "[2026-11-30 17:02:00 TP0 EP0] DSV41 Engram prefetch CHECK: gathers differing from the synchronous path per layer = %s"
+    good = dict((h, boot(r, [armed], [line % "[0, 0]"])) for h, r in RANKS.items())
+    assert filters.dsv41_experiment_evidence(check["evidence"], good, RANKS) == []
+    bad = dict(good, spark2=boot(1, [armed], [line % "[0, 0]", line % "[2, 0]"]))
+    out = filters.dsv41_experiment_evidence(check["evidence"], bad, RANKS)
+    assert len(out) == 1 and out[0].startswith("spark2 rank 1: check_nonzero present in the measured window")
+    minus = dict(good, spark3=boot(2, [armed], [line % "[-1, 0]"]))
+    assert any("check_zero missing" in m or "check_nonzero" in m
+               for m in filters.dsv41_experiment_evidence(check["evidence"], minus, RANKS))
+
+
+def test_profile_evidence_reads_the_kernel_names():
+    w8 = arm("stage_d_wo_a", 0)
+    twins = "[wo_a_w8] fp8 twins for 43 wo_a weights, 0 left on bf16"
+    logs = dict((h, boot(r, [twins])) for h, r in RANKS.items())
+    taken = dict((h, ["wo_a_fp8_gemv_g4 (target)", "wo_a_fp8_gemv_g4 (draft)"]) for h in RANKS)
+    assert filters.dsv41_experiment_evidence(w8["evidence"], logs, RANKS, taken) == []
+    not_taken = dict((h, ["wo_a_bf16_gemv (target)", "wo_a_bf16_gemv (draft)"]) for h in RANKS)
+    out = filters.dsv41_experiment_evidence(w8["evidence"], logs, RANKS, not_taken)
+    assert len(out) == 6 and out[0].startswith("spark1 rank 0: w8_kernel_target missing from the profile trace")
+
+
+def test_preconditions_name_every_missing_thing():
+    req = dict(arm()["requires"], stages_passed=["A"], packed=True)
+    facts = {"features": [], "forwarded": {"head": ["DSV41_FOLDED_FENCE"], "worker": []},
+             "packed": {"spark1": True, "spark2": False, "spark3": True},
+             "mem_available_gib": {"spark1": 0.3, "spark2": 7.5, "spark3": 4.1}, "ledger": [], "image_digest": "sha256:ab"}
+    out = filters.dsv41_experiment_preconditions(req, facts)
+    assert out == [
+        "stage A has not passed on image sha256:ab (no stage_a entry in the validation ledger)",
+        "engine feature folded_fence: adapter not in the image or not registered in its import hook",
+        "DSV41_FOLDED_FENCE is not forwarded on the worker launch path",
+        "packed shards required: packed=True missing on spark2",
+        "memory headroom 0.50 GiB per rank required; short: spark1 0.30 GiB"]
+
+
+def test_preconditions_met():
+    facts = {"features": ["folded_fence"], "forwarded": {"head": ["DSV41_FOLDED_FENCE"], "worker": ["DSV41_FOLDED_FENCE"]},
+             "packed": dict((h, True) for h in RANKS), "mem_available_gib": dict((h, 3.0) for h in RANKS),
+             "ledger": [{"name": "stage_a", "image_digest": "sha256:ab"}], "image_digest": "sha256:ab"}
+    assert filters.dsv41_experiment_preconditions(dict(arm()["requires"], stages_passed=["A"], packed=True), facts) == []
+    assert filters.dsv41_experiment_preconditions({"validations": ["wo_a_w8"]}, facts) == [
+        "validation wo_a_w8 is not in the ledger for image sha256:ab"]
+    other = dict(facts, image_digest="sha256:cd")
+    assert filters.dsv41_experiment_preconditions({"stages_passed": ["A"]}, other)[0].startswith("stage A has not passed")
+
+
+def res(c, digests, distinct=1, **extra):
+    return dict({"workload": "prose", "concurrency": c, "distinct_outputs": distinct,
+                 "output_digests": {"p0": digests}, "finish_reasons": {"length": 5}}, **extra)
+
+
+def test_correctness_checks_repeat_concurrency_finite_and_abort():
+    checks = arm()["correctness"]
+    good = [res(1, ["aa"]), res(4, ["aa"])]
+    assert filters.dsv41_experiment_correctness(checks, good, {}) == []
+    raced = [res(1, ["aa", "bb"], distinct=2), res(4, ["cc"])]
+    out = filters.dsv41_experiment_correctness(checks, raced, {})
+    assert "greedy_repeat_identical: prose C1 gave 2 distinct outputs for one prompt" in out
+    assert "greedy_concurrent_identical: prose prompt p0 answered 3 ways across concurrency" in out
+    nan = filters.dsv41_experiment_correctness(checks, [res(1, ["aa"], degenerate_outputs=5), res(4, ["aa"])],
+                                               {"spark1": boot(0, [], ["Detected errors during sampling! NaN in the logits."])})
+    assert nan[0].startswith("finite_outputs: spark1 logged 1 non-finite") and "one repeated token" in nan[1]
+    aborted = [res(1, ["aa"], finish_reasons={"abort": 1}), res(4, ["aa"])]
+    assert filters.dsv41_experiment_correctness(checks, aborted) == ["no_abort: prose C1 1 repetition(s) ended in abort"]
+    assert filters.dsv41_experiment_correctness(checks, []) [-1] == "correctness: no answer was collected"
+
+
+def test_snapshot_compare_filter():
+    assert filters.dsv41_snapshot_compare({"a": {"x": 1}}, {"a": {"x": 1}})["equal"] is True

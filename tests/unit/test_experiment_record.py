@@ -1,0 +1,136 @@
+"""experiment_record / experiment_snapshot / experiment_chart and the experiment_record module."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ansible.module_utils import experiment_record as er
+from ansible.module_utils import experiment_schema as es
+from ansible.module_utils import experiment_snapshot as snap
+from modrun import run_main
+import experiment_record
+
+ROOT = Path(__file__).resolve().parents[2]
+BASELINE_FILE = ROOT / "inventory" / "common" / "launcher_baseline.yml"
+
+
+def definition(name="stage_c_fence"):
+    path = ROOT / "experiments" / ("%s.yml" % name)
+    return es.load_text(path.read_text(), str(path), name)
+
+
+def res(workload, c, values):
+    return {"workload": workload, "concurrency": c, "aggregate_tok_s": {"rounds": list(values)}}
+
+
+BASE = [100.0, 102.0, 98.0, 101.0, 99.0]
+
+
+def conditions(arm_values):
+    return {"baseline": {"results": [res("prose", 1, BASE), res("code", 1, BASE)], "labels": {"block_size": 3}},
+            "fence": {"results": [res("prose", 1, arm_values), res("code", 1, arm_values)],
+                      "labels": {"block_size": 3}}}
+
+
+def test_evaluate_passes_a_correct_fence_that_does_not_lose():
+    v = er.evaluate(definition(), conditions([100, 101, 99, 100, 102]), {})
+    assert v[0]["verdict"] == "pass" and len(v[0]["comparisons"]) == 2
+
+
+def test_evaluate_fails_on_evidence_whatever_the_speed():
+    v = er.evaluate(definition(), conditions([130] * 5),
+                    {"fence": {"evidence_failures": ["spark3 rank 2: fence_armed missing from the latest boot"]}})
+    assert v[0]["verdict"] == "fail"
+    assert v[0]["reasons"] == ["evidence: spark3 rank 2: fence_armed missing from the latest boot"]
+
+
+def test_evaluate_fails_when_the_baseline_lacks_a_condition():
+    conds = conditions([100] * 5)
+    conds["baseline"]["results"] = conds["baseline"]["results"][:1]
+    v = er.evaluate(definition(), conds, {})
+    assert v[0]["verdict"] == "fail" and "baseline has no prose C1" in v[0]["reasons"][-1] or \
+        "baseline has no" in v[0]["reasons"][-1]
+
+
+def test_baseline_diff_adds_a_key_to_the_settings_block_only():
+    diff = er.baseline_diff(BASELINE_FILE.read_text(), {"DSV41_FOLDED_FENCE": "1"})
+    assert diff.startswith("--- a/inventory/common/launcher_baseline.yml\n+++ b/inventory/common/launcher_baseline.yml")
+    added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added == ['+  DSV41_FOLDED_FENCE: "1"']
+
+
+def test_baseline_diff_replaces_an_existing_value():
+    diff = er.baseline_diff(BASELINE_FILE.read_text(), {"DSPARK_BLOCK_SIZE": 5})
+    assert "-  DSPARK_BLOCK_SIZE: 3\n+  DSPARK_BLOCK_SIZE: \"5\"" in diff
+
+
+def test_baseline_diff_applies_with_git(tmp_path):
+    target = tmp_path / "inventory" / "common" / "launcher_baseline.yml"
+    target.parent.mkdir(parents=True)
+    target.write_text(BASELINE_FILE.read_text())
+    patch = tmp_path / "p.diff"
+    patch.write_text(er.baseline_diff(target.read_text(), {"DSV41_FOLDED_FENCE": "1"}))
+    subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, check=True)
+    assert 'DSV41_FOLDED_FENCE: "1"' in target.read_text()
+
+
+def test_proposals_only_for_passing_arms_and_validation_keyed_by_digest():
+    d = definition("stage_d_wo_a")
+    verdicts = [{"arm": "w8", "verdict": "pass"}, {"arm": "mid", "verdict": "fail"}]
+    props = er.proposals(d, verdicts, BASELINE_FILE.read_text(), "sha256:abc", "records/x/record.json")
+    assert props == [{"arm": "w8", "validation": {"name": "wo_a_w8", "image_digest": "sha256:abc",
+                                                  "record": "records/x/record.json"}}]
+
+
+def test_snapshot_compare_names_every_differing_item():
+    before = {"spark1": {"env_sha256": "a" * 64, "adapters": {"wo_a_w8.py": "1"}}, "spark2": {"image_id": "x"}}
+    after = {"spark1": {"env_sha256": "b" * 64, "adapters": {"wo_a_w8.py": "1"}}, "spark2": {"image_id": "x"}}
+    out = snap.compare(before, after)
+    assert out["equal"] is False and list(out["differences"]) == ["spark1"]
+    assert out["differences"]["spark1"][0].startswith("env_sha256: aaaa")
+    assert snap.compare(before, json.loads(json.dumps(before))) == {"equal": True, "differences": {}}
+
+
+def test_markdown_has_side_by_side_rows_per_workload():
+    d = definition()
+    conds = conditions([100, 101, 99, 100, 102])
+    record = {"definition": d, "conditions": conds, "labels": {"baseline": {"block_size": 3}},
+              "verdicts": er.evaluate(d, conds, {}), "measured_on": "lab output"}
+    text = er.markdown(record)
+    assert "## prose: aggregate_tok_s" in text and "## code: aggregate_tok_s" in text
+    assert "| C | baseline (block size 3) | fence |" in text
+    assert "| C1 | 100.00 [98.00..102.00] | 100.00 [99.00..102.00] (+0.0%, no difference) |" in text
+    assert "- **fence**: PASS" in text
+
+
+def test_module_writes_json_markdown_and_a_png(monkeypatch, capsys, tmp_path):
+    d = definition()
+    snapshot = {"spark1": {"env_sha256": "1"}}
+    out = run_main(monkeypatch, capsys, experiment_record.main, {
+        "dest": str(tmp_path / "rec"), "definition": d, "conditions": conditions([110, 111, 112, 113, 114]),
+        "snapshot": snapshot, "restored": snapshot, "baseline_file": str(BASELINE_FILE),
+        "image_digest": "sha256:feed", "measured_on": "lab output"})
+    assert not out.get("failed"), out.get("msg")
+    assert out["passed"] is True and out["restore"]["equal"] is True
+    assert out["verdicts"][0]["wins"] == ["code C1 +12.0%", "prose C1 +12.0%"]
+    png = (tmp_path / "rec" / "chart.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    rec = json.loads((tmp_path / "rec" / "record.json").read_text())
+    assert rec["proposals"][0]["inventory_diff"].count('+  DSV41_FOLDED_FENCE: "1"') == 1
+    assert "![chart](chart.png)" in (tmp_path / "rec" / "record.md").read_text()
+
+
+def test_module_fails_the_run_when_the_restore_differs(monkeypatch, capsys, tmp_path):
+    out = run_main(monkeypatch, capsys, experiment_record.main, {
+        "dest": str(tmp_path / "rec"), "definition": definition(), "conditions": conditions([100] * 5),
+        "snapshot": {"spark1": {"env_sha256": "1"}}, "restored": {"spark1": {"env_sha256": "2"}}, "chart": False})
+    assert out["passed"] is False and out["restore"]["differences"] == {"spark1": ["env_sha256: 1 -> 2"]}
+    assert "Fleet equal to the snapshot: **NO**" in "\n".join(out["table"])
+
+
+def test_module_check_mode_writes_nothing(monkeypatch, capsys, tmp_path):
+    out = run_main(monkeypatch, capsys, experiment_record.main, {
+        "dest": str(tmp_path / "rec"), "definition": definition(), "conditions": conditions([100] * 5),
+        "_ansible_check_mode": True})
+    assert out["files"] == [] and not (tmp_path / "rec").exists()

@@ -1,0 +1,198 @@
+"""experiment_schema / experiment_definition: the stage definitions load, and anything unknown is refused
+naming the file and the key."""
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible.module_utils import experiment_schema as es
+from modrun import run_main
+import experiment_definition
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFS = sorted((ROOT / "experiments").glob("*.yml"))
+WORKLOADS = sorted(p.stem for p in (ROOT / "roles" / "benchmark" / "files" / "prompts").glob("*.json"))
+
+
+def load(path):
+    return yaml.safe_load(path.read_text())
+
+
+def stage_c():
+    return load(ROOT / "experiments" / "stage_c_fence.yml")
+
+
+def refused(doc, source="experiments/x.yml"):
+    with pytest.raises(es.DefinitionError) as exc:
+        es.validate(doc, source=source)
+    return str(exc.value)
+
+
+@pytest.mark.parametrize("path", DEFS, ids=[p.stem for p in DEFS])
+def test_every_stage_definition_is_valid_and_names_its_file(path):
+    defn = es.load_text(path.read_text(), source=str(path), stem=path.stem, known_workloads=WORKLOADS)
+    assert defn["name"] == path.stem
+    assert defn["arms"], path
+    for arm in defn["arms"]:
+        if arm["timed"]:
+            assert arm["benchmark"]["repetitions"] >= 5
+            assert arm["benchmark"]["warmups"] >= 1
+        assert arm["settings"] or arm["hook"]
+
+
+def test_the_three_stages_are_defined():
+    assert {p.stem for p in DEFS} >= {"stage_c_fence", "stage_d_wo_a", "stage_e_prefetch"}
+
+
+def test_stage_c_arm_carries_shared_and_own_evidence():
+    defn = es.validate(stage_c(), source="c.yml")
+    fence = defn["arms"][0]
+    assert fence["settings"] == {"DSV41_FOLDED_FENCE": "1"}
+    ids = [line["id"] for line in fence["evidence"]["must"]]
+    assert ids == ["fence_armed"]
+    assert {line["id"] for line in fence["evidence"]["must_not"]} == {"engine_drifted", "nonfinite"}
+    assert fence["evidence"]["must"][0]["ranks"] == "all" and fence["evidence"]["must"][0]["when"] == "boot"
+    names = [c["name"] for c in fence["correctness"]]
+    assert "greedy_concurrent_identical" in names
+    conc = [c for c in fence["correctness"] if c["name"] == "greedy_concurrent_identical"][0]
+    assert conc["args"] == {"concurrency": 4}
+    assert fence["requires"]["engine_features"] == ["folded_fence"] and "packed" not in fence["requires"]
+    assert defn["applicable_if"]["engine_features"] == ["folded_fence"]
+    assert fence["acceptance"]["wins_required"] == "none"
+
+
+def test_stage_e_check_phase_is_never_timed_and_timing_needs_it():
+    defn = es.load_text((ROOT / "experiments" / "stage_e_prefetch.yml").read_text(), "e.yml")
+    check, timed = defn["arms"]
+    assert check["timed"] is False and check["benchmark"] is None
+    assert timed["requires"]["arms_passed"] == ["prefetch_check"]
+    assert timed["settings"]["DSV41_ENGRAM_PREFETCH_CHECK"] == "0"
+
+
+def test_unknown_top_level_key_is_refused_naming_file_and_key():
+    doc = stage_c()
+    doc["benchmrk"] = {}
+    msg = refused(doc, "experiments/stage_c_fence.yml")
+    assert msg.startswith("experiments/stage_c_fence.yml: benchmrk: unknown key")
+
+
+def test_unknown_nested_key_is_refused_with_its_path():
+    doc = stage_c()
+    doc["arms"][0]["evidence"]["must"][0]["rnks"] = "all"
+    msg = refused(doc)
+    assert "arms[0].evidence.must[0].rnks: unknown key" in msg
+
+
+def test_unknown_correctness_check_is_refused():
+    doc = stage_c()
+    doc["correctness"].append("greedy_identical")
+    msg = refused(doc)
+    assert "correctness[4]: unknown check 'greedy_identical'" in msg
+
+
+def test_unknown_evidence_check_and_unknown_parameter_are_refused():
+    doc = stage_c()
+    doc["evidence"]["checks"].append("pakced_all")
+    assert "evidence.checks[4]: unknown check 'pakced_all'" in refused(doc)
+    doc = stage_c()
+    doc["correctness"][0] = {"greedy_repeat_identical": {"repeat": 3}}
+    assert "correctness[0].greedy_repeat_identical.repeat: unknown parameter" in refused(doc)
+
+
+def test_fewer_than_five_repetitions_is_refused():
+    doc = stage_c()
+    doc["benchmark"]["repetitions"] = 4
+    assert "benchmark.repetitions: must be an integer >= 5" in refused(doc)
+
+
+def test_an_arm_changes_exactly_one_kind_of_thing():
+    doc = stage_c()
+    doc["arms"][0]["hook"] = "clock_state"
+    assert "arms[0]: an arm has exactly one of settings or hook" in refused(doc)
+    doc = stage_c()
+    doc["arms"][0]["settings"] = {}
+    assert "arms[0].settings: is empty" in refused(doc)
+
+
+def test_switch_values_must_be_scalars_and_secrets_are_refused():
+    doc = stage_c()
+    doc["arms"][0]["settings"] = {"DSV41_FOLDED_FENCE": True}
+    assert "arms[0].settings.DSV41_FOLDED_FENCE: must be a string or a number" in refused(doc)
+    doc = stage_c()
+    doc["arms"][0]["settings"] = {"API_KEY": "x"}
+    assert "secrets never appear" in refused(doc)
+
+
+def test_arms_passed_must_name_an_earlier_arm():
+    doc = load(ROOT / "experiments" / "stage_e_prefetch.yml")
+    doc["arms"].reverse()
+    assert "arms[0].requires.arms_passed: 'prefetch_check' is not an earlier arm" in refused(doc)
+
+
+def test_evidence_line_needs_exactly_one_of_text_or_pattern_and_a_valid_regex():
+    doc = stage_c()
+    del doc["arms"][0]["evidence"]["must"][0]["text"]
+    assert "arms[0].evidence.must[0]: give exactly one of text" in refused(doc)
+    doc = stage_c()
+    doc["evidence"]["must_not"][0]["pattern"] = "([unclosed"
+    assert "evidence.must_not[0].pattern: is not a valid regular expression" in refused(doc)
+
+
+def test_name_must_match_the_file():
+    with pytest.raises(es.DefinitionError, match="must equal the file name 'stage_x'"):
+        es.validate(stage_c(), source="stage_x.yml", stem="stage_x")
+
+
+def test_duplicate_yaml_key_is_refused():
+    text = (ROOT / "experiments" / "stage_c_fence.yml").read_text() + "stage: D\n"
+    with pytest.raises(es.DefinitionError, match="key 'stage' appears twice"):
+        es.load_text(text, source="dup.yml")
+
+
+def test_unknown_workload_is_refused_when_the_known_set_is_given():
+    text = (ROOT / "experiments" / "stage_c_fence.yml").read_text().replace("[prose, code]", "[prose, poetry]")
+    with pytest.raises(es.DefinitionError, match="benchmark.workloads.1.: unknown workload 'poetry'"):
+        es.load_text(text, source="c.yml", known_workloads=["prose", "code"])
+
+
+def test_arm_benchmark_overrides_shared_plan_key_by_key():
+    doc = stage_c()
+    doc["arms"][0]["benchmark"] = copy.deepcopy(doc["benchmark"])
+    doc["arms"][0]["benchmark"]["concurrency"] = [2]
+    doc["arms"][0]["labels"] = {"block_size": 5}
+    arm = es.validate(doc, "c.yml")["arms"][0]
+    assert arm["benchmark"]["concurrency"] == [2]
+    assert arm["labels"] == {"block_size": 5}
+
+
+def test_plan_lines_name_each_arm_and_its_change():
+    lines = es.plan_lines(es.validate(stage_c(), "c.yml"))
+    assert any(line.startswith("arm fence: DSV41_FOLDED_FENCE=1;") and "5 reps after 1 warm-up" in line
+               for line in lines)
+
+
+# --------------------------------------------------------------------------- module entry point
+
+def test_module_returns_the_normalised_definition(monkeypatch, capsys):
+    out = run_main(monkeypatch, capsys, experiment_definition.main,
+                   {"path": str(ROOT / "experiments" / "stage_c_fence.yml"), "known_workloads": WORKLOADS})
+    assert not out.get("failed") and out["changed"] is False
+    assert out["definition"]["arms"][0]["name"] == "fence"
+    assert any("DSV41_FOLDED_FENCE=1" in line for line in out["plan"])
+
+
+def test_module_refuses_an_unknown_key_naming_file_and_key(monkeypatch, capsys, tmp_path):
+    doc = stage_c()
+    doc["name"] = "bad"
+    doc["arms"][0]["evidnce"] = {}
+    path = tmp_path / "bad.yml"
+    path.write_text(yaml.safe_dump(doc))
+    out = run_main(monkeypatch, capsys, experiment_definition.main, {"path": str(path)})
+    assert out["failed"]
+    assert out["msg"].startswith("%s: arms[0].evidnce: unknown key" % path)
+
+
+def test_module_names_a_missing_file(monkeypatch, capsys, tmp_path):
+    out = run_main(monkeypatch, capsys, experiment_definition.main, {"path": str(tmp_path / "none.yml")})
+    assert out["failed"] and "none.yml: cannot read the experiment definition" in out["msg"]
