@@ -44,6 +44,9 @@ def dsv41_env_report(result):
     if kept:
         lines.append("kept %d key(s) the inventory does not declare, as they are (list one in "
                      "container_env_remove_keys to remove it): %s" % (len(kept), ", ".join(kept)))
+    stale = result.get("removed_stale") or []
+    if stale:
+        lines.append("removed, written by an earlier run and no longer declared: %s" % ", ".join(stale))
     removed = result.get("removed") or []
     if removed:
         lines.append("removed as listed in container_env_remove_keys: %s" % ", ".join(removed))

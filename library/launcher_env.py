@@ -14,10 +14,13 @@ description:
     I(state=present) it converges the file in place (C(module_utils/envfile_merge.py)); every line
     that sets only keys the settings do not declare is kept verbatim, in place and order, unless
     one of them is listed in I(remove_keys) (or declared as null); those keys are returned as
-    C(kept_undeclared). A declared key whose value differs is written where bash last assigns it,
-    a new one after the last assignment; the managed header is added when missing. A current file
-    that is not data is refused (rewriting it would drop what it sets). Values are written with the
-    project's one writer (C(module_utils/envfile_render.py)); each value is bare when nothing in it is special to bash, else
+    C(kept_undeclared). A key this module wrote in an earlier run (recorded by digest in the record
+    beside the file) that is no longer declared and still holds that value is removed
+    (C(removed_stale)), so overrides stay temporary. A declared key whose value differs is written
+    where bash last assigns it, a new one after the last assignment; the managed header is added
+    when missing. A current file that is not data is refused (rewriting it would drop what it
+    sets). Values are written with the project's one writer (C(module_utils/envfile_render.py));
+    each value is bare when nothing in it is special to bash, else
     single-quoted, so bash sees exactly the declared string and runs nothing; notes become C(#)
     comment lines; C(API_KEY) is written the same way. Keys that are not shell identifiers or are
     the shell's or the loader's own variables (C(BASH_ENV), C(PS4), C(IFS), C(PATH), C(LD_PRELOAD)
@@ -141,6 +144,13 @@ kept_undeclared:
   elements: str
 removed:
   description: Keys of I(remove_keys) (or declared null) whose assignments were removed.
+  returned: when state is present
+  type: list
+  elements: str
+removed_stale:
+  description:
+    - Keys an earlier run of this module wrote that are no longer declared and still hold the value it
+      wrote (an override of an earlier run), removed. A key set or changed by hand is kept instead.
   returned: when state is present
   type: list
   elements: str

@@ -96,6 +96,9 @@ def proposal_yaml(adopted, origin):
         lines.append("  - %s" % _scalar(note))
     if adopted["api_key_var"]:
         lines.append('dsv41_api_key: "{{ %s }}"' % adopted["api_key_var"])
+    else:
+        lines.append("# The .env sets no API_KEY: the converge adds none (set dsv41_api_key and drop this line to add one).")
+        lines.append("container_env_api_key: null")
     lines.append("container_env_remove_keys: []")
     return "\n".join(lines) + "\n"
 

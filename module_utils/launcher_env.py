@@ -161,14 +161,22 @@ def _diff(path, old_env, old_error, new_env, extra_secrets):
             "before_header": path + " (as bash sees it)", "after_header": path + " (as bash will see it)"}
 
 
+def _digest(value):
+    """What the record keeps of a value the role wrote (never the value: it may be a secret)."""
+    return sha256_hex(value.encode("utf-8"))
+
+
 def converge_env(path, settings, api_key=None, notes=(), run_id=None, header=DEFAULT_HEADER, mode=ENV_MODE,
                  base=None, check_mode=False, now=None, remove_keys=()):
     """Converge the .env to ``settings`` in place (:func:`merge_env`); keep its "before" for ``run_id``.
 
     Returns ``{changed, path, changes, diff, backup, backup_created, record, run_id, kept_undeclared,
-    removed, added}``. ``changes``: key-level lines as bash sees the old and the new file (secrets
+    removed, removed_stale, added}``. ``changes``: key-level lines as bash sees the old and the new file (secrets
     redacted), undeclared keys included when their value changes; ``kept_undeclared``: the keys the
-    file sets that the settings do not declare, kept as they are. A current file that is not data
+    file sets that the settings do not declare, kept as they are; ``removed_stale``: keys an earlier
+    converge wrote (recorded as ``managed`` in the record, by digest) that are no longer declared and
+    still hold the value written: the project's own overrides, removed (a key set or changed by hand
+    is kept). A current file that is not data
     is refused (rewriting it would drop what it sets). When the file changes (content, mode), the
     first time in a run its previous state is saved in a 0600 snapshot named for the run and
     recorded (:func:`load_record`); later changes in the same run keep that first "before". Check
@@ -178,16 +186,29 @@ def converge_env(path, settings, api_key=None, notes=(), run_id=None, header=DEF
         raise EnvError("run_id %r must be 1-80 characters of letters, digits, '.', '_' or '-'" % (run_id,))
     old, st = read_env_file(path)
     secrets = [api_key] if api_key else []
+    record = load_record(path)
+    managed = record.get("managed") or {}
+    declared = set(k for k, v in (settings or {}).items() if v is not None) | set([API_KEY] if api_key is not None
+                                                                                 else [])
     try:
-        merged = merge_env(old, settings, api_key, notes, remove_keys, header, base, path)
+        old_env = parse_env(old, base, path) if old is not None else {}
+        # A key this role wrote itself (an override of an earlier run) that is no longer declared and still
+        # holds the value it wrote is the project's, not the operator's: it goes. Every other undeclared
+        # key was set by hand (or adopted) and is kept.
+        stale = [k for k, digest in managed.items() if k in old_env and k not in declared
+                 and k not in (remove_keys or ()) and _digest(old_env[k]) == digest]
+        merged = merge_env(old, settings, api_key, notes, list(remove_keys or ()) + stale, header, base, path)
     except EnvSyntaxError as exc:
         raise EnvError("%s; nothing written: a file that is not data cannot be converged without losing what it "
                        "sets (fix that line, or restore a backup)" % redact_text(str(exc), secrets))
     data = merged["text"].encode("utf-8")
-    old_env = parse_env(old, base, path) if old is not None else {}
     new_env = parse_env(merged["text"], base, path)
+    written = set(merged["rewritten"]) | set(merged["added"])
+    record["managed"] = dict((k, _digest(v)) for k, v in new_env.items() if k in declared and (
+        k in written or managed.get(k) == _digest(v)))
     result = {"path": path, "run_id": run_id, "record": record_path(path), "backup": None,
-              "backup_created": False, "kept_undeclared": merged["kept"], "removed": merged["removed"],
+              "backup_created": False, "kept_undeclared": merged["kept"],
+              "removed": [k for k in merged["removed"] if k not in stale], "removed_stale": stale,
               "added": merged["added"]}
     same = old is not None and old == data and stat.S_IMODE(st.st_mode) == mode
     changes = env_changes(old_env, new_env, secrets)
@@ -198,7 +219,6 @@ def converge_env(path, settings, api_key=None, notes=(), run_id=None, header=DEF
             "mode %04o -> %04o" % (stat.S_IMODE(st.st_mode), mode))]
     result.update(changed=not same, changes=changes if not same else [],
                   diff=_diff(path, old_env, None, new_env, secrets))
-    record = load_record(path)
     entry = record_entry(record, run_id)
     if entry is not None:
         result["backup"] = entry.get("backup")
@@ -223,7 +243,7 @@ def converge_env(path, settings, api_key=None, notes=(), run_id=None, header=DEF
                          uid=st.st_uid, gid=st.st_gid)
             result.update(backup=name, backup_created=True)
         record["runs"].append(entry)
-        save_record(path, record)
+    save_record(path, record)           # the run's "before" (first change) and the keys written now
     try:
         write_atomic(path, data, mode, st.st_uid if st else None, st.st_gid if st else None)
     except OSError as exc:

@@ -35,10 +35,11 @@ def test_null_keys_are_the_removals_in_order():
 def test_report_names_kept_and_removed_keys():
     assert F.dsv41_env_report({"changes": []}) == ["no change: the fleet runs exactly the declared settings"]
     lines = F.dsv41_env_report({"changes": ["A: 1 -> 2"], "kept_undeclared": ["HEAD_IP", "HCA_LIST"],
-                                "removed": ["OLD"]})
+                                "removed": ["OLD"], "removed_stale": ["DSV41_AUTOTUNE_KEEP"]})
     assert lines[0] == "A: 1 -> 2"
     assert lines[1].startswith("kept 2 key(s) the inventory does not declare") and lines[1].endswith("HEAD_IP, HCA_LIST")
-    assert lines[2] == "removed as listed in container_env_remove_keys: OLD"
+    assert lines[2] == "removed, written by an earlier run and no longer declared: DSV41_AUTOTUNE_KEEP"
+    assert lines[3] == "removed as listed in container_env_remove_keys: OLD"
 
 
 def test_filters_are_registered():

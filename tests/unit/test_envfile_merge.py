@@ -179,3 +179,11 @@ def test_module_reads_only_and_refuses_code(monkeypatch, capsys, tmp_path):
     assert res["failed"] and res["msg"].startswith("spark1: %s: line 2" % env) and "hf_x" not in json.dumps(res)
     res = run_main(monkeypatch, capsys, launcher_adopt_module.main, {"path": str(tmp_path / "none")})
     assert res["failed"] and "does not exist" in res["msg"]
+
+
+def test_a_file_without_api_key_gets_none_from_its_proposal():
+    adopted = A.adopt_env("A=1\n", BASE)
+    data = yaml.safe_load(A.proposal_yaml(adopted, "here"))
+    assert data["container_env_api_key"] is None and "dsv41_api_key" not in data
+    assert E.merge_env("A=1\n", data["dsv41_launcher_settings"], api_key=data["container_env_api_key"],
+                       base=BASE)["text"] == HEADER + "A=1\n"

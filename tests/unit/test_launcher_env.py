@@ -538,3 +538,20 @@ def test_changes_show_control_characters_escaped(tmp_path):
     assert res["changes"] == ["A: $'1\\r' -> 1"] and res["kept_undeclared"] == ["B"]
     assert "B=$'x\\r'\n" in res["diff"]["after"]
     assert E.parse_env("A=" + E.shown_word("x'\\\n\x1b\r\t")) == {"A": "x'\\\n\x1b\r\t"}
+
+
+def test_an_override_the_role_wrote_goes_when_no_longer_declared_a_hand_set_key_stays(tmp_path):
+    env = tmp_path / ".env"
+    env.write_text("A=0\nHAND=1\n")
+    first = E.converge_env(str(env), {"A": "0", "KEEP": "1", "EDITED": "1"}, run_id="boot1")
+    assert first["added"] == ["KEEP", "EDITED"] and first["kept_undeclared"] == ["HAND"]
+    record = json.loads((tmp_path / ".env.dsv41-backups.json").read_text())
+    assert sorted(record["managed"]) == ["EDITED", "KEEP"]            # A was the file's own line
+    assert all(len(d) == 64 and int(d, 16) >= 0 for d in record["managed"].values())   # digests, never values
+    env.write_text(env.read_text().replace("EDITED=1", "EDITED=2"))     # changed by hand since
+    back = E.converge_env(str(env), {"A": "0"}, run_id="baseline")
+    assert back["removed_stale"] == ["KEEP"] and back["removed"] == []
+    assert back["changes"] == ["KEEP: 1 -> (unset)"] and back["kept_undeclared"] == ["HAND", "EDITED"]
+    assert env.read_text() == E.render_env({}) + "A=0\nHAND=1\nEDITED=2\n"
+    again = E.converge_env(str(env), {"A": "0"}, run_id="again")
+    assert not again["changed"] and again["removed_stale"] == []
