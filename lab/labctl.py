@@ -367,8 +367,26 @@ def seed(host):
     pexec(host, "python3", "/usr/local/lib/dsv41-lab/seed/host_seed.py", "--host", host)
 
 
+def engine_knobs():
+    """DSV41_LAB_ENGINE_KNOBS (e.g. `LAB_ENGINE_SPEED=10`, space-separated KEY=VALUE) goes into every host's
+    /etc/dsv41-lab/engine.env before the engines start. Unset (the default) writes nothing: the lab
+    answers in real time. `make test` sets it so decode benchmarks of the test suite do not sleep out the
+    real latency model (ratios are unchanged; every figure is lab output either way)."""
+    knobs = os.environ.get("DSV41_LAB_ENGINE_KNOBS", "").split()
+    bad = [k for k in knobs if "=" not in k or not k.startswith("LAB_ENGINE_")]
+    if bad:
+        raise SystemExit(f"[lab] DSV41_LAB_ENGINE_KNOBS: expected LAB_ENGINE_*=VALUE words, got {' '.join(bad)}")
+    if not knobs:
+        return
+    text = "# lab knobs of the engine stand-in, from DSV41_LAB_ENGINE_KNOBS (lab/labctl.py)\n" + "\n".join(knobs) + "\n"
+    for host in HOSTS:
+        pexec(host, "bash", "-c", 'mkdir -p /etc/dsv41-lab && printf "%s" "$1" > /etc/dsv41-lab/engine.env', "knobs", text)
+    log(f"engine knobs: {' '.join(knobs)}")
+
+
 def serve():
     """Start the engines through the lab launcher, as the operator would: workers first, then the head."""
+    engine_knobs()
     pexec("spark1", "/home/mia/dsv41-3x-spark/start.sh", "serve", user="mia")
 
 
