@@ -34,6 +34,11 @@ def dsv41_experiment_correctness(checks, results, run_logs=None):
     return _checks.correctness_failures(checks or [], results or [], run_logs)
 
 
+def dsv41_experiment_fatal_lines(tails, ranks):
+    """Fatal lines of each rank's latest boot, "host rank r: line" (why a condition did not come up)."""
+    return _checks.fatal_lines(tails or {}, ranks or {})
+
+
 def dsv41_snapshot_compare(before, after):
     """{"equal": bool, "differences": {host: [item: a -> b]}} of two fleet snapshots."""
     return _snapshot.compare(before or {}, after or {})
@@ -47,5 +52,6 @@ class FilterModule:
             "dsv41_experiment_evidence": dsv41_experiment_evidence,
             "dsv41_experiment_preconditions": dsv41_experiment_preconditions,
             "dsv41_experiment_correctness": dsv41_experiment_correctness,
+            "dsv41_experiment_fatal_lines": dsv41_experiment_fatal_lines,
             "dsv41_snapshot_compare": dsv41_snapshot_compare,
         }

@@ -172,3 +172,18 @@ def correctness_failures(checks, results, run_logs=None):
     if not results:
         out.append("correctness: no answer was collected")
     return out
+
+
+FATAL_RE = re.compile(r"(Error|Exception|retrieval failed|engine drifted|Not enough memory)")
+
+
+def fatal_lines(tails, ranks):
+    """Each rank's own fatal lines (a traceback's last line, an Engram abort, a drifted symbol), named by
+    host and rank, from the end of its latest boot: why a condition did not come up."""
+    out = []
+    for host in sorted(tails, key=lambda h: ranks.get(h, 0)):
+        for msg in messages(tails[host]):
+            line = "%s rank %s: %s" % (host, ranks.get(host, "?"), msg.strip()[:300])
+            if FATAL_RE.search(msg) and line not in out and not msg.lstrip().startswith(("File ", "^")):
+                out.append(line)
+    return out

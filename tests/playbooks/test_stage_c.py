@@ -44,6 +44,18 @@ def fleet_state():
     return out
 
 
+def lab_definition(tmp_path):
+    """Stage C's definition with regression allowed: on a shared lab machine the stand-in's timings move with
+    the load of other work, so a noise 'loss' must not decide these tests; evidence, correctness and the
+    restore do (the speed rule itself is unit-tested in tests/unit/test_experiment_stats.py)."""
+    doc = yaml.safe_load((ROOT / "experiments" / "stage_c_fence.yml").read_text())
+    doc["acceptance"]["regression_allowed"] = True
+    path = tmp_path / "def" / "stage_c_fence.yml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(doc))
+    return "experiment_definition_file=%s" % path
+
+
 def record(root):
     (run,) = [p for p in root.iterdir() if p.is_dir()]
     return run, json.loads((run / "record.json").read_text())
@@ -53,6 +65,7 @@ def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path):
     before = fleet_state()
     rc, out = playbook("stage_c_fence.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path)
     assert rc == 0, out[-3000:]
+    out = " ".join(out.split())  # the result callback wraps long lines
     assert "arm fence: DSV41_FOLDED_FENCE=1; prose/code x C1/C4, 5 reps after 1 warm-up(s), greedy" in out
     assert "fence: []" in out, "the fence arm's precondition verdict (no failure)"
     assert "mem_available_gib:" in out and "spark2: 7.55" in out
@@ -62,8 +75,9 @@ def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path):
 
 def test_stage_c_passes_and_the_fleet_ends_equal_to_its_snapshot(tmp_path, fast_engine):
     before = fleet_state()
-    rc, out = playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", "experiment_record_root=%s" % tmp_path)
-    run, rec = record(tmp_path)
+    rc, out = playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", lab_definition(tmp_path),
+                       "-e", "experiment_record_root=%s" % (tmp_path / "rec"))
+    run, rec = record(tmp_path / "rec")
     assert rc == 0, out[-4000:]
     (verdict,) = rec["verdicts"]
     assert verdict["arm"] == "fence" and verdict["verdict"] == "pass", verdict
@@ -82,12 +96,14 @@ def test_stage_c_passes_and_the_fleet_ends_equal_to_its_snapshot(tmp_path, fast_
 def test_fold_race_fails_the_fence_for_its_greedy_answers_and_restores(tmp_path, fast_engine):
     fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="fold_race")
     before = fleet_state()
-    rc, out = playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", "experiment_record_root=%s" % tmp_path)
-    _, rec = record(tmp_path)
+    rc, out = playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", lab_definition(tmp_path),
+                       "-e", "experiment_record_root=%s" % (tmp_path / "rec"))
+    _, rec = record(tmp_path / "rec")
     assert rc != 0
     (verdict,) = rec["verdicts"]
     assert verdict["verdict"] == "fail"
     assert any(r.startswith("correctness: greedy_repeat_identical:") for r in verdict["reasons"]), verdict["reasons"]
+    assert any(r.startswith("correctness: greedy_concurrent_identical:") for r in verdict["reasons"])
     assert rec["arm_checks"]["baseline"]["correctness_failures"] == [], "the race needs the fence armed"
     assert rec["restore"]["equal"] is True and rec["proposals"] == []
     assert fleet_state() == before

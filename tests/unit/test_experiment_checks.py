@@ -122,3 +122,12 @@ def test_correctness_checks_repeat_concurrency_finite_and_abort():
 
 def test_snapshot_compare_filter():
     assert filters.dsv41_snapshot_compare({"a": {"x": 1}}, {"a": {"x": 1}})["equal"] is True
+
+
+def test_fatal_lines_name_host_and_rank():
+    tail = ("[2026-11-30 18:16:18 TP0 EP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 3015, in run\n'
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB.\n"
+            "[2026-11-30 18:16:19] Received sigquit from a child process. It usually means the child failed.\n")
+    out = filters.dsv41_experiment_fatal_lines({"spark1": tail, "spark2": boot(1)}, RANKS)
+    assert out == ["spark1 rank 0: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB."]
