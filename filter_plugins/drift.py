@@ -30,6 +30,21 @@ def dsv41_drift_env_split(settings, api_key=None):
     return {"public": public, "secrets": secrets}
 
 
+def dsv41_drift_handoff(config, path):
+    """Write ``config`` as JSON to ``path`` on the control node (created 0600, never through a link)
+    and return the path: the drift runner's private hand-off of the notifier settings, the token among
+    them, which must reach neither a host nor the event log. A filter, not a copy task, because it runs
+    in the controller's templating (a copy task costs a module run; the check is timed against a ping)."""
+    import json
+    import os
+    if not path or not os.path.isabs(str(path)):
+        raise ValueError("dsv41_drift_handoff: %r is not an absolute path" % (path,))
+    fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(config, handle)
+    return str(path)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"dsv41_drift_env_split": dsv41_drift_env_split}
+        return {"dsv41_drift_env_split": dsv41_drift_env_split, "dsv41_drift_handoff": dsv41_drift_handoff}

@@ -224,29 +224,57 @@ def desktop_snapshot(run):
             "display_manager": dm["unit"] if dm["active"] else None}
 
 
-def snapshot(p, run, run_command):
-    """The whole snapshot of one host. ``run(args) -> (rc, out, err)`` (rc None: no such executable),
-    ``run_command`` is ``AnsibleModule.run_command`` (the engine-log reader's interface)."""
-    errors = []
+def _image_chain(errors, run, p):
+    """Container -> its image -> the adapters inside that image (each step needs the previous one)."""
     docker = p["docker_bin"]
-    out = {"host": p["host_label"], "errors": errors}
-    out["clock"] = _probe(errors, "clock_lock", clock_snapshot, run, p)
-    if p["env_path"]:
-        out["env"] = _probe(errors, "env", env_snapshot, p["env_path"], p["env_settings"], p["env_secrets"])
-    out["adapters"] = _probe(errors, "adapters", adapters_snapshot, p)
-    out["container"] = _probe(errors, "engine", container_snapshot, run, docker, p["container"])
+    out = {"container": _probe(errors, "engine", container_snapshot, run, docker, p["container"])}
     ref = (out["container"] or {}).get("image_id") or p["image"]
     out["image"] = _probe(errors, "image", image_snapshot, run, docker, ref)
     if p["adapters_enabled"] and (out["image"] or {}).get("id"):
         out["image_adapters"] = _probe(errors, "adapters", image_hashes, run, docker, out["image"]["id"],
                                        p["adapters_image_dir"], adapter_files(p))
+    return out
+
+
+def snapshot(p, run, run_command):
+    """The whole snapshot of one host. ``run(args) -> (rc, out, err)`` (rc None: no such executable),
+    ``run_command`` is ``AnsibleModule.run_command`` (the engine-log reader's interface).
+
+    The probes that wait on commands (docker, journalctl, systemctl) run in threads: the check is one
+    round trip per host and is timed against a ping (bench/bench_drift.py)."""
+    import threading
+    errors = []
+    docker = p["docker_bin"]
+    out = {"host": p["host_label"], "errors": errors}
+    boot_errors = []
+    jobs = {
+        "chain": lambda: _image_chain(errors, run, p),
+        "boot": lambda: _probe(boot_errors, "engine", boot_snapshot, run_command, p),
+        "clock": lambda: _probe(errors, "clock_lock", clock_snapshot, run, p),
+        "containers": lambda: _probe(errors, "containers", containers_snapshot, run, docker, p["serving_prefix"]),
+        "desktop": lambda: _probe(errors, "desktop", desktop_snapshot, run),
+    }
+    results = {}
+
+    def work(name):
+        results[name] = jobs[name]()
+    threads = [threading.Thread(target=work, args=(name,)) for name in jobs]
+    for t in threads:
+        t.start()
+    if p["env_path"]:
+        out["env"] = _probe(errors, "env", env_snapshot, p["env_path"], p["env_settings"], p["env_secrets"])
+    out["adapters"] = _probe(errors, "adapters", adapters_snapshot, p)
+    out["memory"] = _probe(errors, "memory", memory_snapshot, p["meminfo"])
+    for t in threads:
+        t.join()
+    out.update(results["chain"])
+    out["clock"], out["containers"], out["desktop"] = results["clock"], results["containers"], results["desktop"]
     if (out["container"] or {}).get("state") not in (None, "absent"):
-        out["boot"] = _probe(errors, "engine", boot_snapshot, run_command, p)
+        out["boot"] = results["boot"]  # no container, no log: the engine finding says so
+        errors.extend(boot_errors)
     dest = (out["container"] or {}).get("engram_source") or p["engram_dir"]
     out["shards"] = _probe(errors, "shards", shards_snapshot, p, dest)
-    out["memory"] = _probe(errors, "memory", memory_snapshot, p["meminfo"])
-    out["containers"] = _probe(errors, "containers", containers_snapshot, run, docker, p["serving_prefix"])
-    out["desktop"] = _probe(errors, "desktop", desktop_snapshot, run)
+    errors.sort(key=lambda e: (e["area"], e["message"]))
     secrets = [v for v in (p["env_secrets"] or {}).values() if v]
     return mask_strings(out, secrets) if secrets else out
 
