@@ -61,7 +61,8 @@ def exec_start(unit_text):
     return out
 
 
-def clock_snapshot(run, p, unit_dir=UNIT_DIR):
+def clock_snapshot(run, p, unit_dir=None):
+    unit_dir = unit_dir or UNIT_DIR
     unit_path = os.path.join(unit_dir, p["clock_unit"])
     text = None
     if os.path.exists(unit_path):
