@@ -83,8 +83,8 @@ lab-status:
 status: lab-ensure ## fleet status on the lab (read-only)
 	$(BIN)/ansible-playbook fleet_status.yml
 
-drift: lab-ensure ## read-only drift check of the lab against the repo
-	$(BIN)/ansible-playbook drift.yml --check --diff
+drift: lab-ensure ## read-only drift check of the lab (exit 0 none, 2 drift, 3 unreachable; records/drift/)
+	$(PY) bin/fleet-drift
 
 demo: lab-up ## bring the lab up and run the main job on it (stage A in check mode)
 	$(BIN)/ansible-playbook fleet_status.yml
@@ -125,3 +125,4 @@ bench: setup ## benchmarks (ratios against a baseline in the same run)
 	$(PY) bench/bench_plan.py
 	$(PY) bench/bench_pack.py
 	$(PY) bench/bench_engram_packed.py
+	$(PY) bench/bench_drift.py

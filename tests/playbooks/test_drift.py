@@ -1,17 +1,96 @@
-"""drift.yml refuses to run without --check, and names what moved away from the declaration."""
+"""Scheduled drift checks on the lab (issue 14 acceptance): bin/fleet-drift over playbooks/drift.yml.
+
+One converge for the whole module (site.yml, the adapters, stage A on the small checkpoint so every
+rank has its shards and a packed boot, and a stage record to compare the image with), then every
+hand-made change is made, checked, reverted and checked again on that same state. A webhook on
+127.0.0.1 counts the notifier's calls. Nothing is written into the tree: records go to tmp_path.
+"""
 import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from labhelpers import changed_tasks, lab, playbook, recap, sh
+from labhelpers import LAB_INVENTORY, MINI_CHECKPOINT, ROOT, env, lab, playbook, sh
+
+API_KEY = "sk-lab-0000000000000000000000000000"   # the lab inventory's value (not a secret there)
+NEW_KEY = "sk-by-hand-7d1e2f3a4b5c6d7e8f90"
+TOKEN = "notify-token-5f0c9a7e3d21"
+HEAD_DIR = "/home/mia/dsv41-3x-spark"
+SHARD = "/home/zurih/dsv41-3x-spark/engram/engram-l14-r1of3.bin"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    rc, out = playbook("site.yml")  # converge once: from here on the fleet is what the repo declares
-    assert rc == 0, out[-3000:]
-    yield
+class Hook(object):
+    """The notifier's endpoint: records each POST (body and Authorization header)."""
+
+    def __init__(self):
+        calls = self.calls = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                calls.append({"auth": self.headers.get("Authorization"), "body": json.loads(body)})
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/drift" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture(scope="module")
+def hook():
+    h = Hook()
+    yield h
+    h.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def lab_run(tmp_path_factory, hook):
+    """Converged lab + an inventory layer (small checkpoint, notifier) + a records directory."""
+    tmp = tmp_path_factory.mktemp("drift")
+    inv = tmp / "inv"
+    (inv / "group_vars").mkdir(parents=True)
+    (inv / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
+    (inv / "group_vars" / "dsv41_ranks.yml").write_text(
+        f"---\ndsv41_checkpoint_dir: {MINI_CHECKPOINT}\ndrift_notify_webhook: {hook.url}\n"
+        f"drift_notify_token: {TOKEN}\ndrift_retention_runs: 6\n")
+    records = tmp / "records"
+    adapters_play = tmp / "adapters.yml"
+    adapters_play.write_text("---\n- name: Validate\n  hosts: dsv41_ranks\n  gather_facts: false\n  roles: [preflight]\n"
+                             "- name: Adapters\n  hosts: dsv41_ranks\n  gather_facts: false\n  roles: [adapters]\n")
+    lab("reset")  # the seed state: drift findings below are ours alone
+    invs = (LAB_INVENTORY, inv)
+    for args in (("site.yml",), (str(adapters_play),),
+                 ("stage_a_pack.yml", "-e", "maintenance_window=true", "-e", f"run_record_root={records}",
+                  "-e", f"engine_log_dir={tmp / 'boot-logs'}", "-e", f"benchmark_fetch_dir={tmp / 'bench'}")):
+        rc, out = playbook(*args, inventories=invs)
+        assert rc == 0, out[-4000:]
+    return {"inv": inv, "records": records, "tmp": tmp}
+
+
+def drift(lab_run, *extra, environ=None):
+    cmd = [sys.executable, str(ROOT / "bin" / "fleet-drift"), "-i", str(LAB_INVENTORY), "-i", str(lab_run["inv"]),
+           "--records", str(lab_run["records"])]
+    res = subprocess.run(cmd + list(extra), cwd=ROOT, env=dict(env(), **(environ or {})), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    run_dir = sorted(p for p in (lab_run["records"] / "drift").iterdir() if p.is_dir())[-1]
+    report = json.loads((run_dir / "drift.json").read_text())
+    return res.returncode, res.stdout, run_dir, report
+
+
+def secrets_in(run_dir, *values):
+    """Files of the run directory (runner artifacts included) holding any of ``values``."""
+    hits = []
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            hits += [(str(path), v) for v in values if v.encode() in data]
+    return hits
 
 
 def test_refuses_without_check_mode():
@@ -19,20 +98,103 @@ def test_refuses_without_check_mode():
     assert rc != 0 and "drift.yml only reports; run it with --check" in out
 
 
-def test_no_drift_after_a_converge():
-    rc, out = playbook("drift.yml", "--check")
-    assert rc == 0, out[-3000:]
-    assert all(c["changed"] == 0 for c in recap(out).values()), recap(out)
+def test_converged_fleet_has_no_drift(lab_run, hook):
+    rc, out, run_dir, report = drift(lab_run)
+    assert rc == 0, out
+    assert report["findings"] == [] and set(report["hosts"]) == {"spark1", "spark2", "spark3"}
+    assert "**No drift**" in (run_dir / "summary.md").read_text()
+    assert report["accepted"] and all(f["accepted"] for f in report["accepted"])  # known, with the reason
+    assert hook.calls == []  # nothing changed: nothing to notify
+    assert (run_dir / "artifacts" / "playbook" / "job_events").is_dir()  # the runner's private data dir
 
 
-def test_manual_changes_show_as_drift_and_are_left_alone():
-    sh("spark2", "sudo -n nvidia-smi -rgc", user="zurih")  # through sudo: the journal shows who reset the clocks
-    sh("spark1", "sed -i 's/^MAX_RUNNING_REQUESTS=4$/MAX_RUNNING_REQUESTS=6/' /home/mia/dsv41-3x-spark/.env")
-    rc, out = playbook("drift.yml", "--check", "--diff")
-    assert rc == 0, out[-3000:]
-    assert recap(out)["spark2"]["changed"] >= 1
-    assert "Re-apply the lock when it drifted from the inventory (e.g. a manual -rgc)" in " ".join(changed_tasks(out))
-    assert "MAX_RUNNING_REQUESTS: 6 -> 4" in out
-    # read-only: the drift is still there afterwards
-    assert json.loads(sh("spark2", "cat /var/lib/lab-nvidia/state.json"))["locked_clocks"] is None  # lab-only record
-    assert "MAX_RUNNING_REQUESTS=6" in sh("spark1", "cat /home/mia/dsv41-3x-spark/.env")
+def _env_edit():
+    sh("spark1", f"cp {HEAD_DIR}/.env /tmp/drift-env.bak && sed -i 's/^MAX_RUNNING_REQUESTS=4$/MAX_RUNNING_REQUESTS=6/' "
+       f"{HEAD_DIR}/.env", user="mia")
+
+
+def _api_key_edit():
+    sh("spark1", f"cp {HEAD_DIR}/.env /tmp/drift-env.bak && sed -i 's/^API_KEY=.*/API_KEY={NEW_KEY}/' {HEAD_DIR}/.env",
+       user="mia")
+
+
+def _env_revert():
+    sh("spark1", f"cp /tmp/drift-env.bak {HEAD_DIR}/.env", user="mia")
+
+
+CHANGES = [
+    # (name, make, revert, (host, area, item), actual)
+    ("env key", _env_edit, _env_revert, ("spark1", "env", "MAX_RUNNING_REQUESTS"), "6"),
+    ("API key", _api_key_edit, _env_revert, ("spark1", "env", "API_KEY"), "changed"),
+    ("adapter file",
+     lambda: sh("spark1", f"echo '# edited by hand' >> {HEAD_DIR}/adapter/draft_tau.py", user="mia"),
+     lambda: sh("spark1", f"sed -i '$d' {HEAD_DIR}/adapter/draft_tau.py", user="mia"),
+     ("spark1", "adapters", "draft_tau.py"), None),
+    ("clock reset",
+     lambda: sh("spark2", "sudo -n nvidia-smi -rgc", user="zurih"),
+     lambda: sh("spark2", "systemctl restart nvidia-clock-lock.service"),  # what clock_lock re-applies
+     ("spark2", "clock_lock", "applied lock"), None),
+    ("shard deleted",
+     lambda: sh("spark2", f"mv {SHARD} /tmp/drift-shard.bin"),
+     lambda: sh("spark2", f"mv /tmp/drift-shard.bin {SHARD}"),
+     ("spark2", "shards", "layer 14 shard"), "missing"),
+    ("unknown container",
+     lambda: sh("spark3", "docker run -d --name by-hand busybox:latest sleep 3600"),
+     lambda: sh("spark3", "docker rm -f by-hand"),
+     ("spark3", "containers", "by-hand"), None),
+]
+
+
+@pytest.mark.parametrize("name,make,revert,where,actual", CHANGES, ids=[c[0] for c in CHANGES])
+def test_a_hand_made_change_is_one_finding_then_resolved(lab_run, hook, name, make, revert, where, actual):
+    calls = len(hook.calls)
+    make()
+    try:
+        rc, out, run_dir, report = drift(lab_run)
+        assert rc == 2, out
+        assert [(f["host"], f["area"], f["item"]) for f in report["findings"]] == [where], report["findings"]
+        f = report["findings"][0]
+        assert f["new"] and f["since"] and f["class"] in ("drift", "degradation", "unmanaged")
+        if actual is not None:
+            assert f["actual"] == actual
+        host_, area, item = where  # the printed table names it
+        assert any(line.startswith(host_ + " ") and f" {area} " in line and f" {item} " in line for line in out.splitlines())
+        assert secrets_in(run_dir, API_KEY, NEW_KEY, TOKEN) == []
+        assert len(hook.calls) == calls + 1 and hook.calls[-1]["auth"] == f"Bearer {TOKEN}"
+        assert [(x["host"], x["area"], x["item"]) for x in hook.calls[-1]["body"]["findings"]] == [where]
+        if name == "env key":
+            # read-only: the change is still there, and an unchanged repeat notifies nobody
+            assert "MAX_RUNNING_REQUESTS=6" in sh("spark1", f"cat {HEAD_DIR}/.env")
+            rc, out, run_dir, report = drift(lab_run)
+            assert rc == 2 and not report["findings"][0]["new"] and report["findings"][0]["since"] == f["since"]
+            assert len(hook.calls) == calls + 1
+    finally:
+        revert()
+    rc, out, run_dir, report = drift(lab_run)
+    assert rc == 0, out
+    assert [(x["host"], x["area"], x["item"]) for x in report["resolved"]] == [where]
+    assert "resolved: " + " ".join(where) in (run_dir / "summary.md").read_text()
+    assert len(hook.calls) == calls + 2 and hook.calls[-1]["body"]["findings"] == []
+    assert secrets_in(run_dir, API_KEY, NEW_KEY, TOKEN) == []
+
+
+def test_unreachable_host_exit_3_and_the_others_reported(lab_run, tmp_path, hook):
+    calls = len(hook.calls)
+    sh("spark2", "systemctl stop ssh.service")
+    try:
+        # A fresh ssh control directory: a master connection kept from an earlier run would still reach it.
+        rc, out, run_dir, report = drift(lab_run, environ={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp")})
+    finally:
+        sh("spark2", "systemctl start ssh.service")
+    assert rc == 3, out
+    assert report["hosts"] == {"spark1": "checked", "spark2": "UNREACHABLE", "spark3": "checked"}
+    assert [(f["host"], f["area"], f["class"]) for f in report["findings"]] == [("spark2", "host", "probe")]
+    assert len(hook.calls) == calls + 1
+    rc, out, run_dir, report = drift(lab_run)
+    assert rc == 0, out
+    assert len(hook.calls) == calls + 2
+
+
+def test_retention_keeps_the_last_runs(lab_run):
+    runs = [p for p in (lab_run["records"] / "drift").iterdir() if p.is_dir()]
+    assert 1 <= len(runs) <= 6  # drift_retention_runs: 6 in this inventory layer

@@ -1,0 +1,189 @@
+"""History, retention, notifier and report of the drift check (module_utils/drift_history.py,
+drift_notify.py, drift_report.py) and the runner's event reading (bin/fleet-drift)."""
+import importlib.machinery
+import importlib.util
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from ansible.module_utils import drift_compare as dc
+from ansible.module_utils import drift_history as dh
+from ansible.module_utils import drift_notify as dn
+from ansible.module_utils import drift_report as dr
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def f(host, item, cls="drift", actual="6"):
+    return dc.finding(host, "env", item, "4", actual, cls)
+
+
+def report(run, findings, resolved=(), code=None):
+    return {"run": run, "started": run, "exit_code": dc.exit_code(findings) if code is None else code,
+            "inventory": "lab", "hosts": {"spark1": "checked"}, "findings": list(findings), "accepted": [],
+            "resolved": list(resolved), "previous_run": None}
+
+
+def write_run(root, name, rep):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "drift.json").write_text(json.dumps(rep))
+    return d
+
+
+def test_since_is_carried_over_and_new_resolved_are_named():
+    prev = {"findings": [dict(f("spark1", "A"), since="T0"), dict(f("spark2", "B"), since="T0")], "accepted": []}
+    now, resolved = dh.apply_history([f("spark1", "A", actual="7"), f("spark1", "C")], prev, "T1", ["spark1", "spark2"])
+    assert [(x["item"], x["since"], x["new"]) for x in now] == [("A", "T0", False), ("C", "T1", True)]
+    assert [(x["host"], x["item"], x["since"], x["resolved_at"]) for x in resolved] == [("spark2", "B", "T0", "T1")]
+
+
+def test_an_unchecked_host_resolves_nothing():
+    prev = {"findings": [dict(f("spark2", "B"), since="T0")]}
+    _, resolved = dh.apply_history([], prev, "T1", ["spark1"])
+    assert resolved == []
+
+
+def test_previous_report_is_the_newest_earlier_readable_run(tmp_path):
+    write_run(tmp_path, "20261130T100000Z", report("20261130T100000Z", []))
+    write_run(tmp_path, "20261130T110000Z", report("20261130T110000Z", [f("spark1", "A")]))
+    (tmp_path / "20261130T113000Z").mkdir()          # an interrupted run: no drift.json
+    current = tmp_path / "20261130T120000Z"
+    current.mkdir()
+    assert dh.previous_report(str(tmp_path), str(current))["run"] == "20261130T110000Z"
+    assert dh.previous_report(str(tmp_path / "none"), str(current)) is None
+
+
+def test_retention_keeps_the_last_n_runs_and_the_current_one(tmp_path):
+    names = ["20261130T1%d0000Z" % i for i in range(6)]
+    for n in names:
+        write_run(tmp_path, n, report(n, []))
+    (tmp_path / "not-a-run").mkdir()
+    removed = dh.prune(str(tmp_path), 3, str(tmp_path / names[-1]))
+    assert [Path(p).name for p in removed] == names[:3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == names[3:] + ["not-a-run"]
+    assert dh.prune(str(tmp_path), 0, str(tmp_path / names[-1])) and [p.name for p in tmp_path.iterdir()
+                                                                      if p.name != "not-a-run"] == [names[-1]]
+
+
+def test_notification_only_when_the_set_changes():
+    a, b = f("spark1", "A"), f("spark1", "B")
+    assert not dh.notify_needed([], None)                  # a clean first run says nothing
+    assert dh.notify_needed([a], None)
+    prev = {"notified_signature": dh.signature([a, b])}
+    assert not dh.notify_needed([b, dict(a, actual="9")], prev)   # same findings, another value
+    assert dh.notify_needed([a], prev)
+    assert dh.carried_signature([a], prev, False) == prev["notified_signature"]  # retried next run
+    assert dh.carried_signature([a], prev, True) == dh.signature([a])
+
+
+def test_latest_stage_record(tmp_path):
+    for name, image in (("20261130T100000Z-stage_a", "sha256:old"), ("20261130T110000Z-stage_b-boot1", "sha256:new")):
+        (tmp_path / name / "nodes").mkdir(parents=True)
+        (tmp_path / name / "nodes" / "spark1.json").write_text(json.dumps({"image_id": image}))
+    (tmp_path / "drift").mkdir()
+    rec = dh.latest_stage_record(str(tmp_path), "spark1")
+    assert rec["image_id"] == "sha256:new" and rec["stage"] == "stage_b-boot1 20261130T110000Z"
+    assert dh.latest_stage_record(str(tmp_path), "spark9") is None
+
+
+class Hook(object):
+    def __init__(self, status=204):
+        calls = self.calls = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                calls.append((self.headers.get("Authorization"), json.loads(body)))
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/hook" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def hook():
+    h = Hook()
+    yield h
+    h.server.shutdown()
+
+
+def test_webhook_gets_the_findings_and_the_token_as_bearer(hook):
+    rep = report("R1", [f("spark1", "A")])
+    out = dn.notify({"notify_webhook": hook.url, "notify_token": "tok-123456789"}, rep, True)
+    assert out["sent"] and out["ok"] and out["how"] == ["webhook"]
+    assert hook.calls[0][0] == "Bearer tok-123456789" and hook.calls[0][1]["findings"][0]["item"] == "A"
+    assert dn.notify({"notify_webhook": hook.url}, rep, False)["sent"] is False and len(hook.calls) == 1
+
+
+def test_webhook_failure_is_reported_without_the_token():
+    h = Hook(status=500)
+    try:
+        out = dn.notify({"notify_webhook": h.url, "notify_token": "tok-123456789"}, report("R", []), True)
+    finally:
+        h.server.shutdown()
+    assert out["sent"] and not out["ok"] and "HTTP 500" in out["text"] and "tok-123456789" not in out["text"]
+
+
+def test_command_gets_the_report_on_stdin_and_the_token_in_its_environment(tmp_path):
+    script = tmp_path / "notify.py"
+    script.write_text("import json, os, sys\nd = json.load(sys.stdin)\n"
+                      "open(sys.argv[1], 'w').write(json.dumps([d['run'], os.environ['DRIFT_NOTIFY_TOKEN']]))\n")
+    out_file = tmp_path / "got.json"
+    res = dn.notify({"notify_command": [sys.executable, str(script), str(out_file)], "notify_token": "tok-abcdefgh"},
+                    report("R7", []), True)
+    assert res["ok"] and json.loads(out_file.read_text()) == ["R7", "tok-abcdefgh"]
+    bad = dn.notify({"notify_command": [sys.executable, "-c", "import sys; print('tok-abcdefgh boom'); sys.exit(3)"],
+                     "notify_token": "tok-abcdefgh"}, report("R8", []), True)
+    assert not bad["ok"] and "exited 3" in bad["text"] and "tok-abcdefgh" not in bad["text"]
+    assert dn.notify({}, report("R9", []), True) == {"configured": False, "sent": False, "ok": True, "how": None,
+                                                      "text": "not configured (drift_notify_command / drift_notify_webhook)"}
+
+
+def test_report_files_say_the_verdict_and_hide_secret_values(tmp_path):
+    rep = report("R1", [dict(f("spark1", "A", actual="x sk-live-123456789 y"), since="T0", new=True)],
+                 resolved=[dict(f("spark1", "B"), since="T-1")])
+    rep.update(notification={"text": "webhook sent"}, accepted=[])
+    dr.write_report(str(tmp_path), rep, ["sk-live-123456789"])
+    summary = (tmp_path / "summary.md").read_text()
+    assert "**Drift found**: 1 open finding(s)." in summary and "- resolved: spark1 env B (since T-1)" in summary
+    assert "- new: spark1 env A" in summary and "Exit code 2 (drift found)" in summary
+    for name in ("summary.md", "drift.json"):
+        assert "sk-live-123456789" not in (tmp_path / name).read_text()
+    data = json.loads((tmp_path / "drift.json").read_text())
+    assert [set(x) >= {"host", "area", "item", "expected", "actual", "since", "class"} for x in data["findings"]] == [True]
+    assert dr.table([]) == ["no findings"]
+    assert dr.table(data["findings"])[0].split() == ["host", "class", "area", "item", "expected", "actual", "since"]
+
+
+def load_runner():
+    loader = importlib.machinery.SourceFileLoader("fleet_drift", str(ROOT / "bin" / "fleet-drift"))
+    spec = importlib.util.spec_from_loader("fleet_drift", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_runner_reads_snapshots_unreachable_hosts_and_failures_from_events():
+    runner = load_runner()
+    events = [
+        {"event": "runner_on_ok", "event_data": {"host": "spark1", "task_action": "fleet_snapshot",
+                                                 "res": {"snapshot": {"host": "spark1"}, "declared": {"is_head": True}}}},
+        {"event": "runner_on_ok", "event_data": {"host": "spark1", "task_action": "ansible.builtin.set_fact", "res": {}}},
+        {"event": "runner_on_unreachable", "event_data": {"host": "spark2", "res": {"msg": "ssh: connect\n refused"}}},
+        {"event": "runner_on_failed", "event_data": {"host": "spark3", "task": "Snapshot", "res": {"msg": "boom"}}},
+        {"event": "runner_on_failed", "event_data": {"host": "spark3", "task": "x", "ignore_errors": True, "res": {}}},
+        {"event": "playbook_on_stats", "event_data": {"processed": {"spark1": 1, "spark2": 1, "spark3": 1}}},
+    ]
+    snaps, dark, failed, stats = runner.collect(events)
+    assert snaps == {"spark1": ({"host": "spark1"}, {"is_head": True})}
+    assert dark == {"spark2": "ssh: connect refused"} and failed == [("spark3", "Snapshot", "boom")]
+    assert set(stats["processed"]) == {"spark1", "spark2", "spark3"}
