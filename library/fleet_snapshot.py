@@ -20,8 +20,8 @@ description:
   - Secrets never leave the host. C(.env) values under a secret name come back as C((secret)) when they
     equal the declared value and C((secret changed)) otherwise; declared secret values are masked
     (C(***)) inside every other returned string.
-  - Logic in C(module_utils/drift_snapshot.py), on the project's parsers (clock_lock, engine_log,
-    engram_format, contention, launcher, launcher_env, secret_rule).
+  - Logic in C(module_utils/drift_snapshot.py), on the project's parsers (clock_lock, engine_log_source,
+    pack_plan, docker_ps, contention, meminfo, launcher, launcher_env, secret_rule).
 options:
   host_label:
     description: Name of this host in the result and messages.
@@ -160,7 +160,7 @@ declared:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import contention, drift_snapshot
+from ansible.module_utils import drift_snapshot, probe_runner
 
 
 def main():
@@ -197,7 +197,7 @@ def main():
     if p["tp_size"] < 1 or not 0 <= p["rank"] < p["tp_size"]:
         module.fail_json(msg="%s: rank %d is outside 0..%d for tp_size %d"
                          % (p["host_label"], p["rank"], p["tp_size"] - 1, p["tp_size"]))
-    snap = drift_snapshot.snapshot(p, contention.make_runner(module), module.run_command)
+    snap = drift_snapshot.snapshot(p, probe_runner.make_runner(module), module.run_command)
     module.exit_json(changed=False, snapshot=snap, declared=p["declared"])
 
 

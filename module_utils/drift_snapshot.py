@@ -3,8 +3,8 @@
 
 Used by the ``fleet_snapshot`` module; the comparison with the inventory happens on the control node
 (``module_utils/drift_compare.py``). Nothing here parses anything itself: the journal verdict on the
-clock lock is ``clock_lock.gather``, the engine's latest boot ``engine_log.read_boot``, shards
-``engram_format.plan``, containers, the desktop and meminfo ``contention``, the ``.env`` and its
+clock lock is ``clock_lock.gather``, the engine's latest boot ``engine_log_source.read_boot``, shards
+``pack_plan.plan``, containers ``docker_ps``, the desktop ``contention``, MemAvailable ``meminfo``, the ``.env`` and its
 declared form ``launcher_env``, the import hook ``launcher``, secrets ``secret_rule``.
 
 Every probe is independent: one that fails is recorded in ``errors`` ({area, message}) and the
@@ -19,7 +19,8 @@ from __future__ import absolute_import, division, print_function
 import hashlib
 import os
 
-from ansible.module_utils import clock_lock, contention, engine_log, engram_format, launcher, launcher_env, secret_rule
+from ansible.module_utils import (clock_lock, contention, docker_ps, engine_log_source, launcher, launcher_env, meminfo,
+                                  pack_plan, secret_rule)
 
 SECRET_SAME = "(secret)"
 SECRET_CHANGED = "(secret changed)"
@@ -181,7 +182,7 @@ def image_snapshot(run, docker, ref):
 
 # -- the engine's latest boot, shards, memory, containers, desktop -------------------------------
 def boot_snapshot(run_command, p):
-    facts = engine_log.read_boot(run_command, container=p["container"], docker=p["docker_bin"])
+    facts = engine_log_source.read_boot(run_command, container=p["container"], docker=p["docker_bin"])
     sargs = facts.server_args or {}
     pool = facts.pool or {}
     a = facts.autotune
@@ -201,21 +202,21 @@ def boot_snapshot(run_command, p):
 
 
 def shards_snapshot(p, dest):
-    res = engram_format.plan(p["checkpoint"], dest, p["rank"], p["tp_size"], layers=p["layers"])
+    res = pack_plan.plan(p["checkpoint"], dest, p["rank"], p["tp_size"], layers=p["layers"])
     return {"dest": dest, "shards": [{"layer": s["layer"], "path": s["path"], "state": s["state"],
                                       "stale_reason": s.get("stale_reason")} for s in res["shards"]]}
 
 
 def memory_snapshot(path="/proc/meminfo"):
     with open(path) as handle:
-        return {"mem_available_bytes": contention.parse_meminfo(handle.read()).get("MemAvailable")}
+        return {"mem_available_bytes": meminfo.parse_meminfo(handle.read()).get("MemAvailable")}
 
 
 def containers_snapshot(run, docker, serving_prefix):
-    rc, out, err = run([docker, "ps", "-a", "--no-trunc", "--format", contention.DOCKER_FORMAT])
+    rc, out, err = run([docker, "ps", "-a", "--no-trunc", "--format", docker_ps.DOCKER_FORMAT])
     if rc != 0:
         raise RuntimeError("%s ps exited %s: %s" % (docker, rc, (err or out or "").strip()[-300:]))
-    rows = contention.container_records(contention.parse_ps(out), {}, None, serving_prefix)
+    rows = docker_ps.container_records(docker_ps.parse_ps(out), {}, None, serving_prefix)
     return [{"name": r["name"], "state": r["state"], "serving": r["serving"], "image": r["image"]} for r in rows]
 
 
