@@ -30,7 +30,8 @@ so tests can turn them on without changing the launcher; the environment wins ov
   LAB_IMAGE_ROOT=<dir>     the container image's rootfs (set by the docker stand-in). An adapter (autotune_keep
                            and the seven local ones) takes effect only if its switch is on AND
                            <dir>/sgl-workspace/adapter/<name>.py exists AND that directory's sitecustomize.py
-                           has "<name>" as a key of _ADAPTERS; otherwise the switch is silently ignored.
+                           reaches install_<name>(...) in this environment (its finder inserted: DSV41_SOURCE
+                           set; the call's gates hold); otherwise the switch is silently ignored.
                            Unset: the switch alone decides (tests).
   LAB_ENGINE_DRIFT=<sym>   with the retention adapter armed: its hook symbol is "gone" -> boot fails
   LAB_ENGINE_DRIFT_FILE    (default /etc/dsv41-lab/engine_drift) first word = <sym>, same effect
@@ -506,44 +507,43 @@ def check_shard(host_file: str, layer: int, lo: int, hi: int, n: int) -> bool:
 # --------------------------------------------------------------------------- adapters in the image
 
 def _registered_adapters(sitecustomize: str) -> set:
-    """Keys of the ``_ADAPTERS`` mapping of a sitecustomize.py (empty if unreadable): ``_ADAPTERS = {...}``
-    or ``dict(name=...)``, ``_ADAPTERS["name"] = ...`` and ``_ADAPTERS.update({...} / name=...)``."""
+    """Adapters the image's import hook installs in THIS container's environment (empty if unreadable).
+
+    The hook (the real family's shape) inserts its finder into ``sys.meta_path`` only under its
+    condition (``DSV41_SOURCE`` set) and calls ``install_<name>(module)`` in the loader of a wrapped
+    engine module, under conditions on the environment (a switch gate, ``DSV41_LAUNCHER == "tp4"``), or
+    none. Each condition that reads only ``os`` is evaluated here as the hook would evaluate it; the
+    loader's dispatch on the module name (and anything else) counts as true."""
     import ast
     try:
         with open(sitecustomize, encoding="utf-8") as fh:
             tree = ast.parse(fh.read(), filename=sitecustomize)
     except (OSError, SyntaxError, ValueError):
         return set()
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
-    def is_mapping(node):
-        return isinstance(node, ast.Name) and node.id == "_ADAPTERS"
+    def holds(node):
+        child, cur = node, parents.get(node)
+        while cur is not None:
+            if isinstance(cur, ast.If) and child is not cur.test \
+                    and not {n.id for n in ast.walk(cur.test) if isinstance(n, ast.Name)} - {"os"}:
+                try:
+                    ok = bool(eval(compile(ast.Expression(cur.test), "<gate>", "eval"),  # noqa: S307 - lab hook
+                                   {"os": os, "__builtins__": {}}))
+                except Exception:  # noqa: BLE001 - a condition the stand-in cannot evaluate: not installed
+                    ok = False
+                if ok != (child in cur.body):
+                    return False
+            child, cur = cur, parents.get(cur)
+        return True
 
-    def keys_of(value):
-        if isinstance(value, ast.Dict):
-            return {k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
-            out = {kw.arg for kw in value.keywords if kw.arg}
-            for arg in value.args:
-                out |= keys_of(arg)
-            return out
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+    if not any(n.func.attr in ("insert", "append") and isinstance(n.func.value, ast.Attribute)
+               and n.func.value.attr == "meta_path" and holds(n) for n in calls):
         return set()
-
-    keys = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if is_mapping(t):
-                    keys |= keys_of(node.value)
-                elif isinstance(t, ast.Subscript) and is_mapping(t.value) and isinstance(t.slice, ast.Constant) \
-                        and isinstance(t.slice.value, str):
-                    keys.add(t.slice.value)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update" \
-                and is_mapping(node.func.value):
-            keys |= {kw.arg for kw in node.keywords if kw.arg}
-            for arg in node.args:
-                keys |= keys_of(arg)
-    return keys
+    return {n.func.id[len("install_"):] for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id.startswith("install_")
+            and holds(n)}
 
 
 _IMAGE_CACHE: dict = {}
@@ -551,7 +551,7 @@ _IMAGE_CACHE: dict = {}
 
 def adapter_in_image(name: str) -> bool:
     """The adapter NAME is in the container's image: ``$LAB_IMAGE_ROOT/sgl-workspace/adapter/<name>.py``
-    exists and the image's ``sitecustomize.py`` registers it in ``_ADAPTERS``. Without LAB_IMAGE_ROOT
+    exists and the image's ``sitecustomize.py`` installs it in this environment. Without LAB_IMAGE_ROOT
     (an engine started outside the docker stand-in) every adapter counts as present."""
     root = os.environ.get("LAB_IMAGE_ROOT")
     if root is None:
@@ -691,7 +691,10 @@ class Autotune:
         self.valid = False
         self.seconds = 0.0
         if self.keep:
-            self.fp = launch_fingerprint(sys.argv[1:])
+            argv = sys.argv[1:]
+            if argv[:1] == ["run"]:   # the image's entrypoint: the server's argv is built from the env
+                argv = run_entrypoint_args(argv[1:])
+            self.fp = launch_fingerprint(argv)
             self.sidecar = self.host_file + ".launch"
             if self.existed and os.path.exists(self.sidecar):
                 with open(self.sidecar, encoding="utf-8") as fh:
@@ -913,7 +916,28 @@ def server_args_line(args) -> str:
 
 # --------------------------------------------------------------------------- boot
 
+# The image's ``run`` entrypoint (``docker run ... IMAGE run``, as the real launchers start it): the engine's
+# arguments come from the container's environment. Empty or unset values leave the engine's default.
+RUN_ENV_ARGS = (("TP_SIZE", "--tp-size"), ("EP_SIZE", "--ep-size"), ("MODEL_PATH", "--model-path"),
+                ("PORT", "--port"), ("MAX_RUNNING_REQUESTS", "--max-running-requests"),
+                ("CHUNKED_PREFILL_SIZE", "--chunked-prefill-size"), ("MAX_TOTAL_TOKENS", "--max-total-tokens"),
+                ("MEM_FRACTION_STATIC", "--mem-fraction-static"), ("MOE_RUNNER_BACKEND", "--moe-runner-backend"),
+                ("DIST_INIT_ADDR", "--dist-init-addr"))
+
+
+def run_entrypoint_args(rest: list) -> list:
+    rank = (os.environ.get("NODE_RANK") or "0").strip()
+    argv = ["--role", "head" if rank == "0" else "worker", "--rank", rank]
+    for var, flag in RUN_ENV_ARGS:
+        value = os.environ.get(var, "").strip()
+        if value:
+            argv += [flag, value]
+    return argv + list(rest)
+
+
 def parse_args(argv: list):
+    if argv and argv[0] == "run":
+        argv = run_entrypoint_args(argv[1:])
     p = argparse.ArgumentParser(prog="dsv41_engine", add_help=True)
     p.add_argument("--role", choices=("head", "worker"), default="head")
     p.add_argument("--rank", type=int, default=0)

@@ -547,27 +547,23 @@ def test_retention_drift_file(lab):
 
 def image_root(lab, *, keep_file: bool, registered: bool) -> Path:
     """An image rootfs as the docker stand-in builds it: sgl-workspace/adapter/ with the seven local
-    adapters + sitecustomize.py, optionally autotune_keep.py and its _ADAPTERS entry (stage B's edit)."""
+    adapters + sitecustomize.py, optionally autotune_keep.py and the hook that installs it (stage B's edit)."""
     root = lab["tmp"] / f"rootfs-{int(keep_file)}{int(registered)}"
     adir = root / "sgl-workspace" / "adapter"
     adir.mkdir(parents=True)
     for f in ADAPTERS.glob("*.py"):
         if f.name != "autotune_keep.py" or keep_file:
             shutil.copy(f, adir / f.name)
-    text = REPORT_HOOK.read_text()
-    if registered:
-        entry = '    "wo_a_w8": "DSV41_WO_A_W8",\n'
-        assert entry in text
-        text = text.replace(entry, entry + '    "autotune_keep": "DSV41_AUTOTUNE_KEEP",\n')
-        text += ('\nif _on("DSV41_AUTOTUNE_KEEP"):\n    from adapter import autotune_keep\n'
-                 '    _install("autotune_keep", autotune_keep)\n')
+    # registered: the ported hook (stage B's edit: the autotune module wrapped, install_autotune_keep gated)
+    text = (ADAPTERS / "sitecustomize.py").read_text() if registered else REPORT_HOOK.read_text()
     (adir / "sitecustomize.py").write_text(text)
     return root
 
 
 @pytest.mark.parametrize("keep_file,registered", [(False, False), (True, False), (False, True)])
 def test_retention_switch_ignored_when_adapter_not_in_image(lab, keep_file, registered):
-    env = {"DSV41_AUTOTUNE_KEEP": "1", "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=keep_file, registered=registered)),
+    env = {"DSV41_AUTOTUNE_KEEP": "1", "DSV41_SOURCE": "/sgl-workspace",
+           "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=keep_file, registered=registered)),
            "LAB_ENGINE_DRIFT": "flashinfer_autotune_context"}  # drift is moot without the adapter
     first = boot_worker(lab, env=env, rank=0)
     second = boot_worker(lab, env=env, rank=0)
@@ -580,7 +576,11 @@ def test_retention_switch_ignored_when_adapter_not_in_image(lab, keep_file, regi
 
 
 def test_retention_armed_when_adapter_in_image(lab):
-    env = {"DSV41_AUTOTUNE_KEEP": "1", "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=True, registered=True))}
+    env = {"DSV41_AUTOTUNE_KEEP": "1", "DSV41_SOURCE": "/sgl-workspace",
+           "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=True, registered=True))}
+    # without DSV41_SOURCE the hook inserts no finder: nothing is installed, whatever the switch
+    unsourced = boot_worker(lab, env={k: v for k, v in env.items() if k != "DSV41_SOURCE"}, rank=0)
+    assert "[autotune_keep]" not in unsourced.text()
     first = boot_worker(lab, env=env, rank=0)
     assert first.stream("stdout").startswith("[autotune_keep] armed\n")
     assert first.stream("stdout").count("[autotune_keep] tuned and saved") == 2
@@ -887,59 +887,6 @@ def checkout(tmp_path):
     return d
 
 
-def test_start_sh_syntax():
-    assert subprocess.run(["bash", "-n", str(START_SH)]).returncode == 0
-
-
-def parse_block(name: str) -> list:
-    text = START_SH.read_text()
-    m = re.search(rf"^{name}=\(\n(.*?)^\)", text, re.S | re.M)
-    assert m, name
-    return [w for line in m.group(1).splitlines() for w in line.split("#")[0].split()]
-
-
-def test_forward_lists_reproduce_report_gap():
-    head, worker = parse_block("HEAD_FORWARD"), parse_block("WORKER_FORWARD")
-    common = ["DSV41_AUTOTUNE_KEEP", "DSV41_FOLDED_FENCE", "DSV41_WO_A_W8", "DSV41_WO_A_W8_MID",
-              "DSV41_WO_A_W8_DROP", "DSV41_ENGRAM_PREFETCH", "DSV41_DRAFT_HEAD_FP8", "DSV41_BLOCK_VERIFY",
-              "DSPARK_BLOCK_SIZE", "DSV41_VERIFY_CAP", "DSV41_DRAFT_TAU", "DSV41_CACHE_GIB", "DSV41_CACHE_WAYS",
-              "DSV41_ENGRAM_DRM_NODE", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", "DSV41_MOE_DENSE_ROUTING",
-              "PYTORCH_CUDA_ALLOC_CONF", "DSV41_SHARED_PAD_K", "DSPARK_SPS_TABLE", "OFFLOAD_MODE"]
-    for lst in (head, worker):
-        assert set(common) <= set(lst)
-        assert "SGLANG_DSPARK_FOLDED_SAMPLING" not in lst and "DSV41_ENGRAM_PREFETCH_CHECK" not in lst
-    assert "API_KEY" in head and "API_KEY" not in worker
-    assert START_SH.read_text().count("HEAD_FORWARD=(") == 1
-    assert START_SH.read_text().count("WORKER_FORWARD=(") == 1
-
-
-def test_worker_engram_override_and_defaults(checkout):
-    lib = "START_SH_LIB_ONLY=1 source ./start.sh; "
-    r = bash(lib + 'worker_engram_var spark-2.lab; worker_engram_dir spark2; worker_engram_dir spark3; '
-             'echo "$ENGRAM_DIR|$DSV41_AUTOTUNE_KEEP|$DSV41_WO_A_W8"',
-             checkout, env={"WORKER_ENGRAM_DIR_SPARK2": "/data/engram", "DSV41_WO_A_W8": "1"})
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["WORKER_ENGRAM_DIR_SPARK_2_LAB", "/data/engram",
-                                     "/home/zurih/dsv41-3x-spark/engram", "/home/mia/dsv41-engram|0|1"]
-
-
-def test_worker_run_command_quoting(checkout):
-    r = bash("START_SH_LIB_ONLY=1 source ./start.sh; worker_run_command spark3 2", checkout,
-             env={"DSV41_VERIFY_CAP": "conf:0.1 x'y", "SGLANG_DSPARK_FOLDED_SAMPLING": "2",
-                  "DSV41_ENGRAM_PREFETCH_CHECK": "1"})
-    assert r.returncode == 0, r.stderr
-    cmd = r.stdout.strip()
-    assert cmd.startswith("docker rm -f dsv41-worker >/dev/null 2>&1 || true; docker run -d --name dsv41-worker "
-                          "--network host -v /home/zurih/dsv41-3x-spark/engram:/engram "
-                          "-v /srv/models:/srv/models:ro -v /home/zurih/.cache:/root/.cache")
-    assert "FOLDED_SAMPLING" not in cmd and "PREFETCH_CHECK" not in cmd and "API_KEY" not in cmd
-    assert "--role worker --rank 2 --tp-size 3" in cmd and "--max-total-tokens 750000" in cmd
-    # the quoted value survives a shell round trip
-    rt = bash(f"set -- {cmd.split('; ', 1)[1]}; for a; do echo \"$a\"; done", checkout)
-    assert "DSV41_VERIFY_CAP=conf:0.1 x'y" in rt.stdout.splitlines()
-    assert "DSV41_AUTOTUNE_KEEP=0" in rt.stdout.splitlines()
-
-
 # docker logs as the real docker returns them: the engine's logging on stderr, its print() lines on stdout.
 # The head's log shows its readiness line from the READY_AFTER-th call on (a boot that takes a few rounds).
 FAKE_DOCKER = r"""#!/usr/bin/env bash
@@ -975,19 +922,13 @@ def serve_env(tmp_path, **extra):
             "LAB_LAUNCHER_KNOBS": str(tmp_path / "no-launcher.env"), "LAB_SERVE_POLL_SECONDS": "0", **extra}
 
 
-def test_serve_order_and_forwarding_with_fakes(checkout, tmp_path):
+def test_serve_saves_the_latest_boot_and_status_reads_the_mounts(checkout, tmp_path):
     env = serve_env(tmp_path)
     calls = tmp_path / "calls.txt"
     r = bash("./start.sh serve", checkout, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    lines = calls.read_text().splitlines()
-    runs = [l for l in lines if " docker run " in l and not l.startswith("ssh ")]
-    assert len(runs) == 3
-    assert "--rank 1" in runs[0] and "--rank 2" in runs[1] and "--role head --rank 0" in runs[2]
-    assert "-e API_KEY " in runs[2] and "sk-lab" not in runs[2]  # value via env, not argv
-    assert "API_KEY-ENV=sk-lab-0000000000000000000000000000" in lines
-    assert "-e DSV41_CACHE_GIB=0" in runs[0] and "-e DSV41_AUTOTUNE_KEEP" in runs[2]
-    assert any(l.startswith("ssh -o BatchMode=yes -o ConnectTimeout=10 zurih@spark2 ") for l in lines)
+    runs = [l for l in calls.read_text().splitlines() if " docker run " in l and not l.startswith("ssh ")]
+    assert len(runs) == 3 and "NODE_RANK=1" in runs[0] and "NODE_RANK=2" in runs[1] and "NODE_RANK=0" in runs[2]
     # the saved log: the latest boot (from the last marker MESSAGE, not the echoed request), both streams
     saved = (checkout / "logs" / "dsv41.log").read_text()
     assert saved.splitlines()[0] == "[2026-01-01 00:00:02] server_args={'new': 1}"
