@@ -9,10 +9,8 @@ functions after the engine module has executed: some inside a switch gate
 adapter then reads its switch itself), some only on the TP4 launcher (``DSV41_LAUNCHER=tp4``). One
 adapter may hook several modules. Parsed with :mod:`ast`, never executed, so formatting does not matter.
 
-* :func:`read_hook` -> ``{"finder": {...}, "installs": [...], "adapters": {...}}``.
-* :func:`arming` -> whether a declared switch (and value) arms an adapter on the TP3 launcher.
-* :func:`hook_problems` -> one message per expected adapter the hook would not arm.
-
+:func:`read_hook` gives the structure, :func:`arming` whether a declared switch (and value) arms an
+adapter on the TP3 launcher, :func:`hook_problems` one message per expected adapter it would not arm.
 Standard library only: Ansible ships this file to the target host next to the module.
 """
 from __future__ import absolute_import, division, print_function
@@ -253,17 +251,14 @@ def _install_name(call):
 
 
 def read_hook(text, source="sitecustomize.py"):
-    """The hook's structure.
+    """The hook's structure (raises :class:`HookError` when the text is not Python).
 
-    ``finder``: ``{"class", "modules" (wrapped engine module names, in order), "gate" (variables the
-    finder's insertion into sys.meta_path depends on; None when the hook never inserts it)}``.
-    ``installs``: one entry per ``install_*`` call in a function or method: ``function``, ``adapter``
-    (the name after ``install_``), ``line``, ``modules`` (the wrapped modules whose branch it is in; all
-    of them when no module test encloses it), ``gate`` (switch variables of its enclosing conditions,
-    ``DSV41_LAUNCHER`` excluded), ``tp4_only`` (an enclosing condition holds only with DSV41_LAUNCHER=tp4).
+    ``finder``: ``class``, ``modules`` (wrapped engine modules, in order), ``gate`` (variables its insertion
+    into sys.meta_path depends on; None: never inserted). ``installs``: per ``install_*`` call, ``function``,
+    ``adapter``, ``line``, ``modules`` (the wrapped modules whose branch it is in; all when no module test
+    encloses it), ``gate`` (switch variables around it, DSV41_LAUNCHER excluded), ``tp4_only``.
     ``adapters``: per adapter, ``modules``, ``gates``, ``ungated`` (some call has no switch gate),
-    ``tp4_only`` (every call is TP4-only), ``unwrapped`` (modules named by its branches the finder
-    does not wrap). Raises :class:`HookError` when the text is not Python.
+    ``tp4_only`` (every call is), ``unwrapped`` (modules its branches name that the finder does not wrap).
     """
     try:
         tree = ast.parse(str(text), filename=source)
@@ -299,7 +294,8 @@ def read_hook(text, source="sitecustomize.py"):
             if LAUNCHER_VAR in env:
                 on4 = _Env({LAUNCHER_VAR: "tp4"}, assigns, funcs).truth(test)
                 on3 = _Env({}, assigns, funcs).truth(test)
-                on4, on3 = (on4, on3) if positive else (_neg(on4), _neg(on3))
+                if not positive:
+                    on4, on3 = [v if v is _UNKNOWN else not v for v in (on4, on3)]
                 if on4 is True and on3 is False:
                     tp4 = True
             gate.extend(v for v in env if v != LAUNCHER_VAR and v not in gate)
@@ -322,10 +318,6 @@ def read_hook(text, source="sitecustomize.py"):
         a["lines"].append(inst["line"])
     hook = {"finder": finder, "installs": installs, "adapters": adapters, "_assigns": assigns, "_funcs": funcs}
     return hook
-
-
-def _neg(v):
-    return v if v is _UNKNOWN else not v
 
 
 def public(hook):
@@ -369,6 +361,9 @@ def arming(hook, adapter, switch, value="1", launcher="tp3", adapter_reads_switc
         if adapter_reads_switch is False:
             return {"arms": False, "reason": "install_%s runs on every boot and %s.py never reads %s: the switch "
                                              "does not control it" % (adapter, adapter, switch)}
+        if adapter_reads_switch is None:
+            return {"arms": None, "reason": "install_%s runs on every boot; whether %s controls it is up to %s.py, "
+                                            "which was not read" % (adapter, switch, adapter)}
         return {"arms": True, "reason": "installed on every boot; the adapter reads %s itself" % switch}
     if any(ok is True for ok, _ in verdicts):
         return {"arms": True, "reason": "install_%s runs when %s=%s" % (adapter, switch, value)}

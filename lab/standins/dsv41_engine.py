@@ -83,6 +83,8 @@ Boot of rank r (new build; * = rank 0 only, H = head only; E = stderr, O = stdou
   O [folded_fence] folded DSpark results cloned off the persistent verify buffers
   E Capture target verify CUDA graph end. elapsed=S s, mem usage=U GB, avail mem=X GB.
   E Capture draft verify CUDA graph begin. ... / the same bar + autotune pass / ... end. ...
+  E DSPARK_SPS_TABLE=<path> not found; staying on the verify-all schedule   (rank 0; DSPARK_SPS_TABLE set and
+                                                  no table at that container path; "loaded: ..." when there is)
   E DSpark draft proposal (greedy only) folded into the draft cuda graph.  or (greedy + sampling) or the AUTO
         "DSpark folded sampling disabled: ..." line                                      (*)
   E max_total_num_tokens=M, chunked_prefill_size=C, max_prefill_tokens=16384, max_running_requests=R,
@@ -1037,6 +1039,22 @@ def capture_pass(pass_name: str, args, mem: dict, autotune: Autotune) -> float:
     return elapsed
 
 
+def sps_table_line() -> str | None:
+    """``DSPARK_SPS_TABLE`` (ragged verify schedule) judged by its effect: the engine reads the table at the
+    path it names inside the container (a mount, else the image's own files); a missing table leaves the
+    verify-all schedule. None when the variable is unset or empty."""
+    path = os.environ.get("DSPARK_SPS_TABLE", "").strip()
+    if not path:
+        return None
+    mounts = load_mounts()
+    covered = any(d.rstrip("/") and (path == d.rstrip("/") or path.startswith(d.rstrip("/") + "/")) for d in mounts)
+    root = os.environ.get("LAB_IMAGE_ROOT")
+    where = host_path(path, mounts) if covered else (os.path.join(root, path.lstrip("/")) if root else path)
+    if not os.path.isfile(where):
+        return f"DSPARK_SPS_TABLE={path} not found; staying on the verify-all schedule"
+    return f"DSPARK_SPS_TABLE={path} loaded: ragged verify schedule in use"
+
+
 def folded_sampling_line(mem: dict) -> str:
     mode = os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip()
     if mode == "0":
@@ -1145,6 +1163,8 @@ def boot(args, t_start: float) -> dict:
     graph_seconds += capture_pass("draft", args, mem, autotune)
     pace(PHASE["scheduler_ready"])
     if args.rank == 0:
+        if sps_table_line():
+            log(sps_table_line())
         log(folded_sampling_line(mem))
         log(f"max_total_num_tokens={mem['allocated']}, chunked_prefill_size={args.chunked_prefill_size}, "
             f"max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={args.max_running_requests}, "

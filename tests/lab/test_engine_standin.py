@@ -1073,3 +1073,33 @@ bash -c "${cmd//@WORKER@/$FAKE_HOST}"
         (rootfs,) = [d / "rootfs" for d in images.iterdir() if d.name.startswith(ids[host])]
         assert sorted(p.name for p in (rootfs / "sgl-workspace/adapter").iterdir()) == \
             sorted(p.name for p in (co / "adapter").iterdir())
+
+
+def test_sps_table_judged_by_its_effect(lab, tmp_path):
+    """A DSPARK_SPS_TABLE naming no file leaves the verify-all schedule; a table at that container path is read."""
+    state = tmp_path / "state"
+    state.mkdir()
+    mounts = {**lab["mounts"], "/state": str(state)}
+    env = {"DSPARK_SPS_TABLE": "/state/dspark_sps.json", "LAB_MOUNTS": json.dumps(mounts)}
+    missing = messages(boot_worker(lab, env=env, rank=0).stream("stderr"))
+    assert "DSPARK_SPS_TABLE=/state/dspark_sps.json not found; staying on the verify-all schedule" in missing
+    (state / "dspark_sps.json").write_text("{}")
+    present = messages(boot_worker(lab, env=env, rank=0).stream("stderr"))
+    assert "DSPARK_SPS_TABLE=/state/dspark_sps.json loaded: ragged verify schedule in use" in present
+    assert not any("DSPARK_SPS_TABLE" in m for m in messages(boot_worker(lab, rank=0).stream("stderr")))
+
+
+def test_run_entrypoint_takes_the_settings_from_the_environment(lab):
+    """`docker run ... IMAGE run`: the image's entrypoint builds the engine's arguments from -e variables."""
+    env = {"NODE_RANK": "2", "TP_SIZE": "3", "EP_SIZE": "3", "MAX_TOTAL_TOKENS": "750000", "MEM_FRACTION_STATIC": "0.95",
+           "CHUNKED_PREFILL_SIZE": "2048", "MAX_RUNNING_REQUESTS": "4", "DIST_INIT_ADDR": "192.168.100.11:20000",
+           "PORT": str(lab["port"]), "MODEL_PATH": "/srv/models/DeepSeek-V4.1-Flash", "MOE_RUNNER_BACKEND": ""}
+    proc = Proc(lab, ["run"], env)
+    try:
+        proc.wait_for(WORKER_DONE)
+    finally:
+        proc.stop()
+    marker = next(m for m in messages(proc.stream("stderr")) if m.startswith("server_args={"))
+    for field in ("'node_rank': 2", "'chunked_prefill_size': 2048", "'max_total_tokens': 750000",
+                  "'dist_init_addr': '192.168.100.11:20000'", "'moe_runner_backend': 'auto'"):
+        assert field in marker, field

@@ -122,6 +122,7 @@ def test_tp4_only_and_gates_by_value():
     for off in ("0", "", "off", "false"):
         assert H.arming(hook, "verify_cap", "DSV41_VERIFY_CAP", off)["arms"] is False
     # ungated: installed whatever the value, so the adapter's own reading of the switch decides
+    assert H.arming(hook, "draft_tau", "DSV41_DRAFT_TAU", "1")["arms"] is None, "the adapter file was not read"
     assert H.arming(hook, "draft_tau", "DSV41_DRAFT_TAU", "1", adapter_reads_switch=False) == {
         "arms": False, "reason": "install_draft_tau runs on every boot and draft_tau.py never reads DSV41_DRAFT_TAU: "
                                  "the switch does not control it"}
@@ -215,11 +216,14 @@ def test_reader_predicts_what_the_hook_installs(sandbox, env):
     predicted = []
     if "DSV41_SOURCE" in env:
         for adapter, info in hook["adapters"].items():
-            switch = info["gates"][0] if info["gates"] else None
-            verdict = H.arming(hook, adapter, switch or "UNUSED", env.get(switch, "0") if switch else "0",
-                               launcher=env.get("DSV41_LAUNCHER", "tp3"))
+            if info["ungated"]:     # installed on every boot (the stub adapters here read no switch)
+                verdict = H.arming(hook, adapter, "UNUSED", "0", adapter_reads_switch=True,
+                                   launcher=env.get("DSV41_LAUNCHER", "tp3"))
+            else:
+                switch = info["gates"][0]
+                verdict = H.arming(hook, adapter, switch, env.get(switch, "0"), launcher=env.get("DSV41_LAUNCHER", "tp3"))
             if verdict["arms"]:
-                predicted += [adapter] * 1
+                predicted.append(adapter)
     assert sorted(set(installed)) == sorted(predicted)
     if "DSV41_VERIFY_CAP" in env and "DSV41_SOURCE" in env:
         assert installed.count("verify_cap") == 5, "the cap hooks five modules"
@@ -294,8 +298,11 @@ def test_image_problems():
 
 
 def test_registry_lines():
-    result = run_module(adapter_registry.main, {"path": str(REPORT_HOOK), "expected": {"draft_tau": "DSV41_DRAFT_TAU",
-                                                                                       "wo_a_w8": "DSV41_WO_A_W8"}})
+    expected = {"draft_tau": "DSV41_DRAFT_TAU", "wo_a_w8": "DSV41_WO_A_W8"}
+    unread = run_module(adapter_registry.main, {"path": str(REPORT_HOOK), "expected": expected})
+    assert unread["failed"] and unread["adapters"]["draft_tau"]["arms"] is None, "no draft_tau.py beside that hook"
+    result = run_module(adapter_registry.main, {"path": str(REPORT_HOOK), "expected": expected,
+                                                "adapter_dir": str(ADAPTERS)})
     assert F.adapters_registry_lines(result, {"wo_a_w8": "DSV41_WO_A_W8", "draft_tau": "DSV41_DRAFT_TAU"}) == [
         "finder: 6 wrapped engine module(s), inserted only when DSV41_SOURCE is set",
         "draft_tau: modules sglang.srt.speculative.dspark_components.dspark_draft; gate none (an ungated call too); "
