@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible.module_utils import import_hook as H
-from ckpt_factory import run_module
+from modrun import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "library"))
@@ -232,8 +232,8 @@ def test_reader_predicts_what_the_hook_installs(sandbox, env):
 # ----------------------------------------------------------------------------------- the module
 
 
-def test_module_reports_per_adapter():
-    result = run_module(adapter_registry.main, {"path": str(PORTED_HOOK), "expected": dict(
+def test_module_reports_per_adapter(monkeypatch, capsys):
+    result = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(PORTED_HOOK), "expected": dict(
         SEVEN, autotune_keep="DSV41_AUTOTUNE_KEEP"), "values": {"DSV41_VERIFY_CAP": "conf:0.1"}})
     assert not result.get("failed"), result
     cap = result["adapters"]["verify_cap"]
@@ -247,28 +247,28 @@ def test_module_reports_per_adapter():
                for i in result["installs"])
 
 
-def test_module_enabled_adapter_missing_is_named():
-    result = run_module(adapter_registry.main, {"path": str(REPORT_HOOK), "host_label": "spark2",
+def test_module_enabled_adapter_missing_is_named(monkeypatch, capsys):
+    result = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(REPORT_HOOK), "host_label": "spark2",
                                                 "expected": {"autotune_keep": "DSV41_AUTOTUNE_KEEP"}})
     assert result["failed"] and result["missing"] == ["autotune_keep"]
     assert result["msg"] == ("spark2: %s: adapter autotune_keep is not registered (no install_autotune_keep call "
                              "in the loader of any wrapped module)" % REPORT_HOOK)
 
 
-def test_module_ungated_adapter_that_ignores_its_switch(tmp_path):
+def test_module_ungated_adapter_that_ignores_its_switch(monkeypatch, capsys, tmp_path):
     (tmp_path / "sitecustomize.py").write_text(REPORT_HOOK.read_text())
     (tmp_path / "draft_tau.py").write_text("def install():\n    pass\n")
-    result = run_module(adapter_registry.main, {"path": str(tmp_path / "sitecustomize.py"), "host_label": "spark1",
+    result = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(tmp_path / "sitecustomize.py"), "host_label": "spark1",
                                                 "expected": {"draft_tau": "DSV41_DRAFT_TAU"}})
     assert result["failed"] and "draft_tau.py never reads DSV41_DRAFT_TAU" in result["msg"]
     assert result["adapters"]["draft_tau"]["arms"] is False
 
 
-def test_module_unreadable_hook_fails_naming_it(tmp_path):
-    result = run_module(adapter_registry.main, {"path": str(tmp_path / "nope.py")}, check_mode=True)
+def test_module_unreadable_hook_fails_naming_it(monkeypatch, capsys, tmp_path):
+    result = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(tmp_path / "nope.py"), "_ansible_check_mode": True})
     assert result["failed"] and "nope.py" in result["msg"]
     (tmp_path / "bad.py").write_text("def (:\n")
-    result = run_module(adapter_registry.main, {"path": str(tmp_path / "bad.py"), "host_label": "spark3"})
+    result = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(tmp_path / "bad.py"), "host_label": "spark3"})
     assert result["failed"] and result["msg"].startswith("spark3: cannot read the import hook %s: %s: not valid Python"
                                                          % (tmp_path / "bad.py", tmp_path / "bad.py"))
 
@@ -297,11 +297,11 @@ def test_image_problems():
         "/sgl-workspace/adapter/c.py: missing in the image"]
 
 
-def test_registry_lines():
+def test_registry_lines(monkeypatch, capsys):
     expected = {"draft_tau": "DSV41_DRAFT_TAU", "wo_a_w8": "DSV41_WO_A_W8"}
-    unread = run_module(adapter_registry.main, {"path": str(REPORT_HOOK), "expected": expected})
+    unread = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(REPORT_HOOK), "expected": expected})
     assert unread["failed"] and unread["adapters"]["draft_tau"]["arms"] is None, "no draft_tau.py beside that hook"
-    result = run_module(adapter_registry.main, {"path": str(REPORT_HOOK), "expected": expected,
+    result = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(REPORT_HOOK), "expected": expected,
                                                 "adapter_dir": str(ADAPTERS)})
     assert F.adapters_registry_lines(result, {"wo_a_w8": "DSV41_WO_A_W8", "draft_tau": "DSV41_DRAFT_TAU"}) == [
         "finder: 6 wrapped engine module(s), inserted only when DSV41_SOURCE is set",
