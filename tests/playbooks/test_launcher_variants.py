@@ -64,11 +64,13 @@ def test_variant_serves_and_the_containers_get_the_env(variant):
         assert env["DSV41_SOURCE"] == "/sgl-workspace"
         assert "SGLANG_DSPARK_FOLDED_SAMPLING" not in env and "DSV41_ENGRAM_PREFETCH_CHECK" not in env
         assert mounts["/engram"] == ENGRAM[host]
-    # the engine read its settings from that environment: the fence adapter (in the seeded image) is armed
-    # on every rank, the retention adapter (not in the seeded image) is silently ignored
+    # the engine read its settings from that environment: the fence adapter (in every image) is armed, the
+    # retention adapter only where the image carries it and its hook installs it (after stage B), else ignored
     for host in ("spark1", "spark2", "spark3"):
         logs = sh(host, f"docker logs {CONTAINER[host]} 2>&1")
         boot = logs[logs.rfind("server_args="):]
-        assert "[autotune_keep]" not in boot, host
-    assert "[folded_fence] folded DSpark results cloned off the persistent verify buffers" in \
-        sh("spark1", "docker logs dsv41-head 2>&1")
+        image = sh(host, "docker run --rm --entrypoint ls dsv41-sglang:tp3 /sgl-workspace/adapter").split()
+        hook = sh(host, "docker run --rm --entrypoint cat dsv41-sglang:tp3 /sgl-workspace/adapter/sitecustomize.py")
+        keep = "autotune_keep.py" in image and "install_autotune_keep(module)" in hook
+        assert ("[autotune_keep] armed" in boot) is keep, (host, keep)
+        assert "[folded_fence] folded DSpark results cloned off the persistent verify buffers" in boot, host
