@@ -42,7 +42,8 @@ def adapters_image_problems(stdout_lines, files, manifest, image_dir):
         if name not in seen:
             out.append("%s/%s: missing in the image" % (image_dir, name))
         elif seen[name] != (manifest or {}).get(name):
-            out.append("%s/%s: sha256 %s, manifest expects %s" % (image_dir, name, seen[name], (manifest or {}).get(name)))
+            out.append("%s/%s: sha256 %s, manifest expects %s"
+                       % (image_dir, name, seen[name], (manifest or {}).get(name)))
     return out
 
 
@@ -60,7 +61,8 @@ def adapters_registry_lines(registry, expected):
         if a.get("ungated"):
             gates += " (an ungated call too)"
         out.append("%s: modules %s; gate %s%s; %s=%s arms it: %s (%s)" % (
-            name, ", ".join(a.get("modules") or []) or "none", gates, "; TP4 launcher only" if a.get("tp4_only") else "",
+            name, ", ".join(a.get("modules") or []) or "none", gates,
+            "; TP4 launcher only" if a.get("tp4_only") else "",
             a.get("switch", expected[name]), a.get("value", "1"),
             {True: "yes", False: "no", None: "unknown"}[a.get("arms")], a.get("reason", "")))
     return out

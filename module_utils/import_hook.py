@@ -38,7 +38,8 @@ def _str(node):
 
 def _strings(node):
     """The string constants of a tuple/list/set/frozenset(...) literal, else None."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("frozenset", "set", "tuple") \
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in ("frozenset", "set", "tuple") \
             and len(node.args) == 1:
         node = node.args[0]
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):

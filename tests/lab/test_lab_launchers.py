@@ -111,7 +111,8 @@ def test_workers_first_then_head_each_with_the_declared_values(tmp_path, variant
         assert env["DSPARK_SPS_TABLE"] == "/state/dspark_sps.json", "a script-side default"
         assert env["DSV41_SOURCE"] == "/sgl-workspace" and env["DIST_INIT_ADDR"] == "192.168.100.11:20000"
         assert "SGLANG_DSPARK_FOLDED_SAMPLING" not in env and "DSV41_ENGRAM_PREFETCH_CHECK" not in env
-        assert mounts["/engram"] == ("/home/mia/dsv41-engram" if host == "spark1" else "/home/zurih/dsv41-3x-spark/engram")
+        want = "/home/mia/dsv41-engram" if host == "spark1" else "/home/zurih/dsv41-3x-spark/engram"
+        assert mounts["/engram"] == want, host
     head_run = next(c for c in calls if c.get("argv", [])[:2] == ["run", "-d"] and c["host"] == "spark1")
     assert "sk-lab-0000000000000000000000000000" not in " ".join(head_run["argv"]), "the head takes it from the env"
     ssh = [c["ssh"] for c in calls if "ssh" in c]

@@ -221,7 +221,8 @@ def test_reader_predicts_what_the_hook_installs(sandbox, env):
                                    launcher=env.get("DSV41_LAUNCHER", "tp3"))
             else:
                 switch = info["gates"][0]
-                verdict = H.arming(hook, adapter, switch, env.get(switch, "0"), launcher=env.get("DSV41_LAUNCHER", "tp3"))
+                verdict = H.arming(hook, adapter, switch, env.get(switch, "0"),
+                                   launcher=env.get("DSV41_LAUNCHER", "tp3"))
             if verdict["arms"]:
                 predicted.append(adapter)
     assert sorted(set(installed)) == sorted(predicted)
@@ -258,17 +259,20 @@ def test_module_enabled_adapter_missing_is_named(monkeypatch, capsys):
 def test_module_ungated_adapter_that_ignores_its_switch(monkeypatch, capsys, tmp_path):
     (tmp_path / "sitecustomize.py").write_text(REPORT_HOOK.read_text())
     (tmp_path / "draft_tau.py").write_text("def install():\n    pass\n")
-    result = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(tmp_path / "sitecustomize.py"), "host_label": "spark1",
-                                                "expected": {"draft_tau": "DSV41_DRAFT_TAU"}})
+    result = run_main(monkeypatch, capsys, adapter_registry.main,
+                      {"path": str(tmp_path / "sitecustomize.py"), "host_label": "spark1",
+                       "expected": {"draft_tau": "DSV41_DRAFT_TAU"}})
     assert result["failed"] and "draft_tau.py never reads DSV41_DRAFT_TAU" in result["msg"]
     assert result["adapters"]["draft_tau"]["arms"] is False
 
 
 def test_module_unreadable_hook_fails_naming_it(monkeypatch, capsys, tmp_path):
-    result = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(tmp_path / "nope.py"), "_ansible_check_mode": True})
+    result = run_main(monkeypatch, capsys, adapter_registry.main,
+                      {"path": str(tmp_path / "nope.py"), "_ansible_check_mode": True})
     assert result["failed"] and "nope.py" in result["msg"]
     (tmp_path / "bad.py").write_text("def (:\n")
-    result = run_main(monkeypatch, capsys, adapter_registry.main, {"path": str(tmp_path / "bad.py"), "host_label": "spark3"})
+    result = run_main(monkeypatch, capsys, adapter_registry.main,
+                      {"path": str(tmp_path / "bad.py"), "host_label": "spark3"})
     assert result["failed"] and result["msg"].startswith("spark3: cannot read the import hook %s: %s: not valid Python"
                                                          % (tmp_path / "bad.py", tmp_path / "bad.py"))
 
