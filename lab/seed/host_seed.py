@@ -13,11 +13,13 @@ What it creates (SPEC sections 1 and 5):
              /var/lib/lab-nvidia (0755 root); clocks locked 0,2200; nvidia-clock-lock.service;
              the per-rank autotune cache under ~/.cache/sglang/flashinfer/autotune/0.6.18/sm121/<hash>/;
              the serving container record (dsv41-head / dsv41-worker, exited; the launcher's
-             ``serve`` replaces it with a running one); the launcher start.sh in the checkout
+             ``serve`` replaces it with a running one); the launcher start.sh in the checkout (the
+             variant of --launcher-variant, default explicit; recorded in /etc/dsv41-lab/launcher.variant)
   all hosts  the checkout's adapter/ (lab/seed/adapters: the seven local adapters + sitecustomize.py,
              0644, login user; written only when absent); the engine image dsv41-sglang:tp3 built
              from that checkout (/var/lib/lab-docker/images/<id>/rootfs/sgl-workspace/adapter/)
-  spark1     /home/mia/dsv41-3x-spark/{.env (0600), adapter/, logs/dsv41.log (saved boot log)},
+  spark1     /home/mia/dsv41-3x-spark/{.env (0600: launcher.env + launcher.env.site, the keys the
+             inventory does not declare), .env.example, adapter/, logs/dsv41.log (saved boot log)},
              /etc/dsv41-lab/launcher.env (LAB_SERVE_POLL_SECONDS=1: the launcher polls every second),
              /home/mia/dsv41-engram (empty), one non-serving container; default multi-user.target
   spark2     /home/zurih/dsv41-3x-spark/{adapter/, engram/}, old TP2 shards
