@@ -363,8 +363,14 @@ def wait_ssh(host, spec, port, key, timeout=60):
     raise SystemExit(f"[lab] {host}: ssh on 127.0.0.1:{port} did not answer as {host} within {timeout}s")
 
 
-def seed(host):
-    pexec(host, "python3", "/usr/local/lib/dsv41-lab/seed/host_seed.py", "--host", host)
+def launcher_variant():
+    """The launcher variant the lab installs as start.sh (lab/README.md, "Launcher variants")."""
+    return os.environ.get("DSV41_LAB_LAUNCHER_VARIANT", "").strip() or "explicit"
+
+
+def seed(host, launcher_only=False):
+    pexec(host, "python3", "/usr/local/lib/dsv41-lab/seed/host_seed.py", "--host", host,
+          "--launcher-variant", launcher_variant(), *(["--launcher-only"] if launcher_only else []))
 
 
 def engine_knobs():
@@ -545,7 +551,8 @@ def status():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["build", "up", "ensure", "reset", "down", "purge", "status"])
+    parser.add_argument("action", choices=["build", "up", "ensure", "reset", "down", "purge", "status", "launcher"],
+                        help="launcher: reinstall start.sh on every host as DSV41_LAB_LAUNCHER_VARIANT")
     parser.add_argument("--no-serve", action="store_true", help="up: seed the hosts but do not start the engines")
     parser.add_argument("--only", metavar="PARTS",
                         help="reset: only these parts (comma-separated: %s; or none)" % ", ".join(RESET_PARTS))
@@ -565,6 +572,10 @@ def main():
         reset(parse_parts(args.only))
     elif args.action == "down":
         down()
+    elif args.action == "launcher":
+        for host in HOSTS:
+            seed(host, launcher_only=True)
+        log(f"launcher variant {launcher_variant()} installed")
     elif args.action == "purge":
         down(purge=True)
     else:

@@ -1,17 +1,21 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module adapter_registry: is every enabled adapter registered in sitecustomize.py?"""
+"""Ansible module adapter_registry: does the import hook arm every enabled adapter on its switch?"""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: adapter_registry
-short_description: Check that sitecustomize.py registers each enabled adapter
+short_description: Read the launcher's sitecustomize.py import hook and check it arms each enabled adapter
 description:
-  - Reads the launcher checkout's C(sitecustomize.py) import hook and reports, per adapter module, whether
-    it has a finder entry and an install branch gated on its switch (parsed with the project's launcher
-    code, not by pattern matching on lines).
-  - With I(expected), fails listing every enabled adapter that is missing or registered with another switch.
+  - Reads the launcher checkout's C(sitecustomize.py) import hook by its structure (Python C(ast), never
+    executed) and reports the engine modules its finder wraps, the variable its insertion into
+    C(sys.meta_path) depends on, every C(install_*) call with the wrapped modules it runs for, its switch gate
+    (or none) and whether it runs only on the TP4 launcher (C(DSV41_LAUNCHER=tp4)).
+  - Per adapter, reports the hooked modules, the gate and whether the declared switch (with its declared
+    value) will arm it on the TP3 launcher. An ungated install counts only when the adapter file beside the
+    hook reads the switch itself.
+  - With I(expected), fails listing every enabled adapter the hook would not arm.
   - Read-only; runs the same in check mode.
 options:
   path:
@@ -19,9 +23,18 @@ options:
     type: path
     required: true
   expected:
-    description: Adapter module name to the switch that must gate it (e.g. C(autotune_keep) -> C(DSV41_AUTOTUNE_KEEP)).
+    description: Adapter name (the part after C(install_)) to the switch that must arm it
+      (e.g. C(autotune_keep) -> C(DSV41_AUTOTUNE_KEEP)).
     type: dict
     default: {}
+  values:
+    description: Declared value per switch, used to decide whether it arms the adapter (default C(1), on).
+    type: dict
+    default: {}
+  adapter_dir:
+    description: Directory of the adapter files, read to see whether an ungated adapter reads its switch
+      itself. Defaults to the directory of I(path).
+    type: path
   host_label:
     description: Name used in messages (defaults to the host name).
     type: str
@@ -30,29 +43,67 @@ author:
 """
 
 EXAMPLES = r"""
-- name: The retention adapter is registered
+- name: The retention adapter is registered and armed by its switch
   adapter_registry:
     path: /home/mia/dsv41-3x-spark/adapter/sitecustomize.py
     expected:
       autotune_keep: DSV41_AUTOTUNE_KEEP
+    values:
+      DSV41_AUTOTUNE_KEEP: "1"
 """
 
 RETURN = r"""
-registrations:
-  description: Per adapter module, C(finder), C(install), C(switch), C(gate), C(ungated).
+finder:
+  description: C(class), C(modules) (wrapped engine modules, in order), C(gate) (variables the finder's
+    insertion depends on, e.g. C(DSV41_SOURCE); null when it is never inserted).
+  returned: success
+  type: dict
+installs:
+  description: One entry per C(install_*) call; C(function), C(adapter), C(line), C(modules), C(gate) (list),
+    C(tp4_only).
+  returned: success
+  type: list
+  elements: dict
+adapters:
+  description: Per adapter, C(modules), C(gates), C(ungated), C(tp4_only), C(unwrapped); for each expected
+    adapter also C(switch), C(value), C(arms) (true, false, or null when a condition cannot be read) and
+    C(reason).
   returned: success
   type: dict
 problems:
-  description: One message per missing or inconsistent registration.
+  description: One message per expected adapter the hook would not arm.
   returned: always
+  type: list
+  elements: str
+missing:
+  description: Expected adapters with no C(install_*) call at all.
+  returned: success
   type: list
   elements: str
 """
 
+import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.launcher import LauncherError, registration_problems, sitecustomize_registrations
+from ansible.module_utils.import_hook import HookError, adapter_reads, arming, hook_problems, public, read_hook
+
+
+def report(text, expected, values=None, adapter_reads=None, source="sitecustomize.py"):
+    """The module result (without ``changed``) for a hook's text; raises :class:`HookError`."""
+    hook = read_hook(text, source=source)
+    data = public(hook)
+    missing = sorted(a for a in expected if a not in hook["adapters"])
+    values = {k: str(v) for k, v in (values or {}).items() if v is not None}
+    for adapter, switch in expected.items():
+        value = values.get(switch, "1")
+        verdict = arming(hook, adapter, switch, value, adapter_reads_switch=(adapter_reads or {}).get(adapter))
+        entry = data["adapters"].setdefault(adapter, {"modules": [], "gates": [], "ungated": False,
+                                                      "tp4_only": False, "unwrapped": [], "lines": []})
+        entry.update(switch=switch, value=value, arms=verdict["arms"], reason=verdict["reason"])
+    problems = hook_problems(hook, expected, values=values, source=source, reads_switch=adapter_reads)
+    return dict(finder=data["finder"], installs=data["installs"], adapters=data["adapters"],
+                problems=problems, missing=missing)
 
 
 def main():
@@ -60,23 +111,25 @@ def main():
         argument_spec=dict(
             path=dict(type="path", required=True),
             expected=dict(type="dict", default={}),
+            values=dict(type="dict", default={}),
+            adapter_dir=dict(type="path"),
             host_label=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     label = p["host_label"] or socket.gethostname().split(".")[0]
+    expected = {str(k): str(v) for k, v in (p["expected"] or {}).items()}
     try:
         with open(p["path"], encoding="utf-8") as handle:
             text = handle.read()
-        registrations = sitecustomize_registrations(text)
-    except (OSError, UnicodeDecodeError, LauncherError, SyntaxError) as exc:
+        result = report(text, expected, p["values"], adapter_reads(p["adapter_dir"] or os.path.dirname(p["path"]),
+                                                                     expected), source=p["path"])
+    except (OSError, UnicodeDecodeError, HookError) as exc:
         module.fail_json(msg="%s: cannot read the import hook %s: %s" % (label, p["path"], exc), problems=[])
-    problems = registration_problems(registrations, p["expected"], source=p["path"])
-    missing = [name for name in p["expected"] if name not in registrations]
-    result = dict(changed=False, registrations=registrations, problems=problems, missing=missing)
-    if problems:
-        module.fail_json(msg="%s: %s" % (label, "; ".join(problems)), **result)
+    result["changed"] = False
+    if result["problems"]:
+        module.fail_json(msg="%s: %s" % (label, "; ".join(result["problems"])), **result)
     module.exit_json(**result)
 
 

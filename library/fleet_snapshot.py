@@ -21,7 +21,7 @@ description:
     equal the declared value and C((secret changed)) otherwise; declared secret values are masked
     (C(***)) inside every other returned string.
   - Logic in C(module_utils/drift_snapshot.py), on the project's parsers (clock_lock, engine_log_source,
-    pack_plan, docker_ps, contention, meminfo, launcher, launcher_env, secret_rule).
+    pack_plan, docker_ps, contention, meminfo, import_hook, launcher_env, secret_rule).
 options:
   host_label:
     description: Name of this host in the result and messages.

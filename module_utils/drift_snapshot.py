@@ -5,7 +5,7 @@ Used by the ``fleet_snapshot`` module; the comparison with the inventory happens
 (``module_utils/drift_compare.py``). Nothing here parses anything itself: the journal verdict on the
 clock lock is ``clock_lock.gather``, the engine's latest boot ``engine_log_source.read_boot``, shards
 ``pack_plan.plan``, containers ``docker_ps``, the desktop ``contention``, MemAvailable ``meminfo``, the ``.env`` and its
-declared form ``launcher_env``, the import hook ``launcher``, secrets ``secret_rule``.
+declared form ``launcher_env``, the import hook ``import_hook``, secrets ``secret_rule``.
 
 Every probe is independent: one that fails is recorded in ``errors`` ({area, message}) and the
 others still run, so one broken probe never hides the rest of the host.
@@ -19,8 +19,8 @@ from __future__ import absolute_import, division, print_function
 import hashlib
 import os
 
-from ansible.module_utils import (clock_lock, contention, docker_ps, engine_log_source, launcher, launcher_env, meminfo,
-                                  pack_plan, secret_rule)
+from ansible.module_utils import (clock_lock, contention, docker_ps, engine_log_source, import_hook, launcher_env,
+                                  meminfo, pack_plan, secret_rule)
 
 SECRET_SAME = "(secret)"
 SECRET_CHANGED = "(secret changed)"
@@ -129,9 +129,14 @@ def adapters_snapshot(p):
     if files.get(p["adapters_hook"]) is None:
         problems.append("%s: missing" % hook)
     else:
+        expected = dict((str(k), str(v)) for k, v in (p["adapters_enabled"] or {}).items())
         with open(hook, encoding="utf-8") as handle:
-            registrations = launcher.sitecustomize_registrations(handle.read())
-        problems = launcher.registration_problems(registrations, p["adapters_enabled"] or {}, source=hook)
+            text = handle.read()
+        try:
+            problems = import_hook.hook_problems(import_hook.read_hook(text, source=hook), expected, source=hook,
+                                                 reads_switch=import_hook.adapter_reads(adapter_dir, expected))
+        except import_hook.HookError as exc:
+            problems = [str(exc)]
     return {"dir": adapter_dir, "files": files, "registration_problems": problems}
 
 

@@ -15,8 +15,7 @@ Standard library only: Ansible ships this file to the target host next to the mo
   named function in :data:`RULES` (rule id, level, summary), so tests can enumerate them.
 * :func:`unforwarded`: variables the settings set that a launch path would silently drop.
 * :func:`effective_engram_dir`: the directory the launcher bind-mounts at ``/engram``.
-* :func:`sitecustomize_registrations`: which adapters the ``sitecustomize.py`` import hook
-  registers (finder entry) and installs (a branch gated on the adapter's switch).
+* The adapters' ``sitecustomize.py`` import hook is read by ``module_utils/import_hook.py``.
 
 Values of a settings dict may be str, int, float, bool or None (a rendered YAML mapping):
 None and the empty string mean "unset"; True/False mean "1"/"0"; strings are kept exactly as bash
@@ -28,7 +27,6 @@ character), so nothing reaches the file.
 """
 from __future__ import absolute_import, division, print_function
 
-import ast
 import math
 import re
 from collections import namedtuple
@@ -633,160 +631,3 @@ def validate_settings_full(settings, tp_size=3, validated=frozenset(), packed=Fa
 def validate_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False):
     """Error messages only (warnings: :func:`validate_settings_full`)."""
     return validate_settings_full(settings, tp_size, validated, packed, timing)[0]
-
-
-# ---------------------------------------------------------------------------------------------
-# sitecustomize.py (the adapters' import hook)
-# ---------------------------------------------------------------------------------------------
-
-_SWITCH_RE = re.compile(r"^(?:DSV41|SGLANG|DSPARK)_[A-Z0-9_]+$")
-ADAPTER_PACKAGE = "adapter"
-
-
-def _str(node):
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    return None
-
-
-def _finder_entries(tree, mapping_name):
-    """{module: switch} from ``NAME = {...}`` / ``NAME = dict(...)`` / ``NAME[k] = v`` / ``NAME.update(...)``."""
-    entries = {}
-
-    def take_dict(node):
-        if isinstance(node, ast.Dict):
-            for k, v in zip(node.keys, node.values):
-                if _str(k) is not None:
-                    entries[_str(k)] = _str(v)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
-            for arg in node.args:
-                take_dict(arg)
-            for kw in node.keywords:
-                if kw.arg:
-                    entries[kw.arg] = _str(kw.value)
-
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if isinstance(t, ast.Name) and t.id == mapping_name and node.value is not None:
-                    entries.clear()
-                    take_dict(node.value)
-                elif (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
-                      and t.value.id == mapping_name):
-                    sl = t.slice
-                    if type(sl).__name__ == "Index":       # Python < 3.9
-                        sl = sl.value
-                    key = _str(sl)
-                    if key is not None:
-                        entries[key] = _str(node.value)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update"
-              and isinstance(node.func.value, ast.Name) and node.func.value.id == mapping_name):
-            for arg in node.args:
-                take_dict(arg)
-            for kw in node.keywords:
-                if kw.arg:
-                    entries[kw.arg] = _str(kw.value)
-    return entries
-
-
-def _installed_modules(body, known):
-    """Adapter modules a block of statements installs."""
-    found = set()
-    for stmt in body:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                if node.module == ADAPTER_PACKAGE:
-                    found.update(a.name for a in node.names)
-                elif node.module.startswith(ADAPTER_PACKAGE + "."):
-                    found.add(node.module.split(".")[1])
-            elif isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.name.startswith(ADAPTER_PACKAGE + "."):
-                        found.add(a.name.split(".")[1])
-                    elif a.name in known:
-                        found.add(a.name)
-            elif isinstance(node, ast.Call):
-                f = node.func
-                if isinstance(f, ast.Name) and f.id.startswith("install_"):
-                    found.add(f.id[len("install_"):])
-                elif (isinstance(f, ast.Attribute) and f.attr == "install" and isinstance(f.value, ast.Name)
-                      and f.value.id in known):
-                    found.add(f.value.id)
-                for arg in node.args:
-                    s = _str(arg)
-                    if s is not None:
-                        name = s.split(".", 1)[1] if s.startswith(ADAPTER_PACKAGE + ".") else s
-                        if name in known:
-                            found.add(name)
-    return found
-
-
-def _gate_switches(test):
-    return sorted(set(s for s in (_str(n) for n in ast.walk(test)) if s and _SWITCH_RE.match(s)))
-
-
-def sitecustomize_registrations(text, mapping_name="_ADAPTERS", source="sitecustomize.py"):
-    """``{module: {"finder": bool, "install": bool, "switch": str|None, "gate": str|None, "ungated": bool}}``.
-
-    ``finder``: the module has an entry in the finder mapping ``_ADAPTERS = {"name": "SWITCH"}``.
-    ``install``: an ``if`` whose condition reads a switch variable (``os.environ.get("DSV41_X",
-    "0") != "0"``, ``_on("DSV41_X")`` ...) installs it in its body (``from adapter import name``,
-    ``import adapter.name``, ``name.install()``, ``install_name()``, ``_install("name")``).
-    ``switch``: the mapping's switch (else the gate's); ``gate``: the switch of the install
-    branch; ``ungated``: an install call outside any switch-gated branch (the adapter would be
-    always on). Parsed with :mod:`ast`, so formatting does not matter; raises
-    :class:`LauncherError` when the text is not Python.
-    """
-    try:
-        tree = ast.parse(str(text), filename=source)
-    except SyntaxError as exc:
-        raise LauncherError("%s: not valid Python (line %s: %s)" % (source, exc.lineno, exc.msg))
-    finder = _finder_entries(tree, mapping_name)
-    known = set(finder)
-    gated = {}          # module -> gate switch
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If):
-            switches = _gate_switches(node.test)
-            if not switches:
-                continue
-            for name in _installed_modules(node.body, known):
-                gated[name] = switches[0]       # ast.walk is breadth-first: the innermost gate wins
-    # install statements at module level, outside any gated branch: always on
-    ungated = set()
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.Expr, ast.Import, ast.ImportFrom)):
-            ungated.update(n for n in _installed_modules([stmt], known) if n in known)
-    result = {}
-    for name in sorted(set(finder) | set(gated) | ungated):
-        switch = finder.get(name) or gated.get(name)
-        result[name] = {"finder": name in finder, "install": name in gated, "switch": switch,
-                        "gate": gated.get(name), "ungated": name in ungated}
-    return result
-
-
-def registration_problems(registrations, expected=None, source="sitecustomize.py"):
-    """Messages for adapters that are not fully registered.
-
-    ``expected``: {module: switch} that must each have a finder entry and a gated install branch
-    with that switch. Every registered module is also checked for consistency.
-    """
-    out = []
-    for name, switch in sorted((expected or {}).items()):
-        reg = registrations.get(name)
-        if reg is None:
-            out.append("%s: adapter %s is not registered (no finder entry, no install branch)" % (source, name))
-            continue
-        if switch and reg["switch"] != switch:
-            out.append("%s: adapter %s is registered with switch %s, expected %s" % (source, name, reg["switch"], switch))
-    for name, reg in sorted(registrations.items()):
-        if not reg["finder"]:
-            out.append("%s: adapter %s has an install branch but no finder entry" % (source, name))
-        if not reg["install"]:
-            out.append("%s: adapter %s has a finder entry but no install branch gated on its switch" % (source, name))
-        if reg["gate"] and reg["switch"] and reg["gate"] != reg["switch"]:
-            out.append("%s: adapter %s is installed under %s but its finder entry says %s"
-                       % (source, name, reg["gate"], reg["switch"]))
-        if reg["ungated"]:
-            out.append("%s: adapter %s is installed outside a switch-gated branch (always on)" % (source, name))
-    return out

@@ -13,11 +13,13 @@ What it creates (SPEC sections 1 and 5):
              /var/lib/lab-nvidia (0755 root); clocks locked 0,2200; nvidia-clock-lock.service;
              the per-rank autotune cache under ~/.cache/sglang/flashinfer/autotune/0.6.18/sm121/<hash>/;
              the serving container record (dsv41-head / dsv41-worker, exited; the launcher's
-             ``serve`` replaces it with a running one); the launcher start.sh in the checkout
+             ``serve`` replaces it with a running one); the launcher start.sh in the checkout (the
+             variant of --launcher-variant, default explicit; recorded in /etc/dsv41-lab/launcher.variant)
   all hosts  the checkout's adapter/ (lab/seed/adapters: the seven local adapters + sitecustomize.py,
              0644, login user; written only when absent); the engine image dsv41-sglang:tp3 built
              from that checkout (/var/lib/lab-docker/images/<id>/rootfs/sgl-workspace/adapter/)
-  spark1     /home/mia/dsv41-3x-spark/{.env (0600), adapter/, logs/dsv41.log (saved boot log)},
+  spark1     /home/mia/dsv41-3x-spark/{.env (0600: launcher.env + launcher.env.site, the keys the
+             inventory does not declare), .env.example, adapter/, logs/dsv41.log (saved boot log)},
              /etc/dsv41-lab/launcher.env (LAB_SERVE_POLL_SECONDS=1: the launcher polls every second),
              /home/mia/dsv41-engram (empty), one non-serving container; default multi-user.target
   spark2     /home/zurih/dsv41-3x-spark/{adapter/, engram/}, old TP2 shards
@@ -67,6 +69,11 @@ ADAPTER_SOURCE = HERE / "adapters"
 LOCAL_ADAPTERS = ("engram_prefetch", "draft_head_fp8", "draft_tau", "block_verify", "verify_cap",
                   "folded_fence", "wo_a_w8")
 MODEL_PATH = "/srv/models/DeepSeek-V4.1-Flash"
+# Launcher variants (lab/README.md, "Launcher variants"): the stand-in file installed as start.sh.
+LAUNCHER_VARIANTS = {"explicit": "start.sh", "extra_env": "start-extra_env.sh", "printf_array": "start-printf_array.sh",
+                     "indirect": "start-indirect.sh", "legacy": "legacy/start.sh"}
+DEFAULT_VARIANT = "explicit"
+VARIANT_FILE = "/etc/dsv41-lab/launcher.variant"
 ENGRAM_ROWS = {1: 384006168, 14: 384016684}
 MAGIC = 0x31344E4531565344  # b"DSV41EN1" little-endian
 ROW_BYTES = 264
@@ -178,7 +185,11 @@ WantedBy=multi-user.target
 
 
 class Seeder:
-    def __init__(self, host, root=None):
+    def __init__(self, host, root=None, variant=DEFAULT_VARIANT):
+        if variant not in LAUNCHER_VARIANTS:
+            raise SystemExit("host_seed: unknown launcher variant %r (known: %s)"
+                             % (variant, ", ".join(sorted(LAUNCHER_VARIANTS))))
+        self.variant = variant
         self.host = host
         self.spec = HOSTS[host]
         self.user = self.spec["user"]
@@ -298,14 +309,13 @@ class Seeder:
         self.mkdir(base)
         self.mkdir(base / "adapter")
         self.adapters(base / "adapter")
-        starter = self.find_standin("start.sh")
-        if starter:
-            self.write(base / "start.sh", starter.read_bytes(), mode=0o755)
-            self.log("installed launcher %s" % (base / "start.sh"))
-        else:
-            self.log("launcher start.sh not found beside the stand-ins; skipped")
+        self.launcher()
         if self.spec["role"] == "head":
-            self.write(base / ".env", (HERE / "launcher.env").read_bytes(), mode=0o600)
+            # the inventory's rendered baseline, then keys the inventory does not declare (a real fleet's
+            # .env holds both: addresses, HCAs, NFS, NCCL, ssh identity, ports)
+            self.write(base / ".env", (HERE / "launcher.env").read_bytes() + (HERE / "launcher.env.site").read_bytes(),
+                       mode=0o600)
+            self.write(base / ".env.example", (HERE / "launcher.env.example").read_bytes(), mode=0o644)
             self.mkdir(base / "logs")
             self.write(base / "logs" / "dsv41.log", (HERE / "dsv41.log").read_bytes(), mode=0o644)
             self.mkdir(self.home / "dsv41-engram")  # tmpfs mount point: ownership only
@@ -313,6 +323,20 @@ class Seeder:
         else:
             self.mkdir(base / "engram")  # tmpfs mount point: ownership only, contents left alone
             self.log("worker checkout: adapter/, engram/")
+
+    def launcher(self):
+        """The selected launcher variant as the checkout's start.sh (0755, login user), recorded in
+        /etc/dsv41-lab/launcher.variant. Every run rewrites it: the variant is the lab's choice."""
+        starter = self.find_standin(LAUNCHER_VARIANTS[self.variant])
+        base = self.home / "dsv41-3x-spark"
+        if starter is None:
+            self.log("launcher %s not found beside the stand-ins; skipped" % LAUNCHER_VARIANTS[self.variant])
+            return
+        self.mkdir(base)
+        self.write(base / "start.sh", starter.read_bytes(), mode=0o755)
+        self.mkdir("/etc/dsv41-lab", owner=False)
+        self.write(VARIANT_FILE, self.variant + "\n", mode=0o644, owner=False)
+        self.log("installed launcher %s (variant %s)" % (base / "start.sh", self.variant))
 
     def lab_knobs(self):
         """/etc/dsv41-lab/launcher.env on the head: the launcher stand-in polls for Ready every second
@@ -554,8 +578,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="Seed a lab host with the 2026-09-24 report state.")
     ap.add_argument("--host", required=True, choices=sorted(HOSTS))
     ap.add_argument("--root", help="tests only: write under this directory, skip privileged steps")
+    ap.add_argument("--launcher-variant", default=DEFAULT_VARIANT, choices=sorted(LAUNCHER_VARIANTS),
+                    help="the launcher installed as start.sh (default %(default)s)")
+    ap.add_argument("--launcher-only", action="store_true", help="only (re)install the launcher variant")
     args = ap.parse_args(argv)
-    return Seeder(args.host, args.root).seed()
+    seeder = Seeder(args.host, args.root, args.launcher_variant)
+    if args.launcher_only:
+        seeder.launcher()
+        return 0
+    return seeder.seed()
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ so tests can turn them on without changing the launcher; the environment wins ov
   LAB_IMAGE_ROOT=<dir>     the container image's rootfs (set by the docker stand-in). An adapter (autotune_keep
                            and the seven local ones) takes effect only if its switch is on AND
                            <dir>/sgl-workspace/adapter/<name>.py exists AND that directory's sitecustomize.py
-                           has "<name>" as a key of _ADAPTERS; otherwise the switch is silently ignored.
+                           reaches install_<name>(...) in this environment (its finder inserted: DSV41_SOURCE
+                           set; the call's gates hold); otherwise the switch is silently ignored.
                            Unset: the switch alone decides (tests).
   LAB_ENGINE_DRIFT=<sym>   with the retention adapter armed: its hook symbol is "gone" -> boot fails
   LAB_ENGINE_DRIFT_FILE    (default /etc/dsv41-lab/engine_drift) first word = <sym>, same effect
@@ -96,6 +97,8 @@ Boot of rank r (new build; * = rank 0 only, H = head only; E = stderr, O = stdou
   O [folded_fence] folded DSpark results cloned off the persistent verify buffers
   E Capture target verify CUDA graph end. elapsed=S s, mem usage=U GB, avail mem=X GB.
   E Capture draft verify CUDA graph begin. ... / the same bar + autotune pass / ... end. ...
+  E DSPARK_SPS_TABLE=<path> not found; staying on the verify-all schedule   (rank 0; DSPARK_SPS_TABLE set and
+                                                  no table at that container path; "loaded: ..." when there is)
   E DSpark draft proposal (greedy only) folded into the draft cuda graph.  or (greedy + sampling) or the AUTO
         "DSpark folded sampling disabled: ..." line                                      (*)
   E max_total_num_tokens=M, chunked_prefill_size=C, max_prefill_tokens=16384, max_running_requests=R,
@@ -533,56 +536,43 @@ def check_shard(host_file: str, layer: int, lo: int, hi: int, n: int) -> bool:
 # --------------------------------------------------------------------------- adapters in the image
 
 def _registered_adapters(sitecustomize: str) -> set:
-    """Adapter names a sitecustomize.py registers (empty if unreadable), in either shape of the hook:
-    keys of an ``_ADAPTERS`` mapping (``_ADAPTERS = {...}`` or ``dict(name=...)``, ``_ADAPTERS["name"] = ...``,
-    ``_ADAPTERS.update(...)``), and adapter modules the hook's loader imports from the ``adapter`` package
-    (``from adapter import name``, ``from adapter.name import ...``, ``import adapter.name``,
-    ``importlib.import_module("adapter.name")``), as a finder/loader hook does."""
+    """Adapters the image's import hook installs in THIS container's environment (empty if unreadable).
+
+    The hook (the real family's shape) inserts its finder into ``sys.meta_path`` only under its
+    condition (``DSV41_SOURCE`` set) and calls ``install_<name>(module)`` in the loader of a wrapped
+    engine module, under conditions on the environment (a switch gate, ``DSV41_LAUNCHER == "tp4"``), or
+    none. Each condition that reads only ``os`` is evaluated here as the hook would evaluate it; the
+    loader's dispatch on the module name (and anything else) counts as true."""
     import ast
     try:
         with open(sitecustomize, encoding="utf-8") as fh:
             tree = ast.parse(fh.read(), filename=sitecustomize)
     except (OSError, SyntaxError, ValueError):
         return set()
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
-    def is_mapping(node):
-        return isinstance(node, ast.Name) and node.id == "_ADAPTERS"
+    def holds(node):
+        child, cur = node, parents.get(node)
+        while cur is not None:
+            if isinstance(cur, ast.If) and child is not cur.test \
+                    and not {n.id for n in ast.walk(cur.test) if isinstance(n, ast.Name)} - {"os"}:
+                try:
+                    ok = bool(eval(compile(ast.Expression(cur.test), "<gate>", "eval"),  # noqa: S307 - lab hook
+                                   {"os": os, "__builtins__": {}}))
+                except Exception:  # noqa: BLE001 - a condition the stand-in cannot evaluate: not installed
+                    ok = False
+                if ok != (child in cur.body):
+                    return False
+            child, cur = cur, parents.get(cur)
+        return True
 
-    def keys_of(value):
-        if isinstance(value, ast.Dict):
-            return {k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
-            out = {kw.arg for kw in value.keywords if kw.arg}
-            for arg in value.args:
-                out |= keys_of(arg)
-            return out
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+    if not any(n.func.attr in ("insert", "append") and isinstance(n.func.value, ast.Attribute)
+               and n.func.value.attr == "meta_path" and holds(n) for n in calls):
         return set()
-
-    keys = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "adapter":
-            keys |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("adapter."):
-            keys.add(node.module.split(".")[1])
-        elif isinstance(node, ast.Import):
-            keys |= {a.name.split(".")[1] for a in node.names if a.name.startswith("adapter.")}
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module" \
-                and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("adapter."):
-            keys.add(str(node.args[0].value).split(".")[1])
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if is_mapping(t):
-                    keys |= keys_of(node.value)
-                elif isinstance(t, ast.Subscript) and is_mapping(t.value) and isinstance(t.slice, ast.Constant) \
-                        and isinstance(t.slice.value, str):
-                    keys.add(t.slice.value)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update" \
-                and is_mapping(node.func.value):
-            keys |= {kw.arg for kw in node.keywords if kw.arg}
-            for arg in node.args:
-                keys |= keys_of(arg)
-    return keys
+    return {n.func.id[len("install_"):] for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id.startswith("install_")
+            and holds(n)}
 
 
 _IMAGE_CACHE: dict = {}
@@ -591,7 +581,7 @@ _IMAGE_CACHE: dict = {}
 def registered_adapters() -> set | None:
     """THE one place that decides which adapters the image carries: names whose
     ``$LAB_IMAGE_ROOT/sgl-workspace/adapter/<name>.py`` exists AND that the image's ``sitecustomize.py``
-    registers (see :func:`_registered_adapters`). None without LAB_IMAGE_ROOT (an engine started outside
+    installs in this container's environment (see :func:`_registered_adapters`). None without LAB_IMAGE_ROOT (an engine started outside
     the docker stand-in): every adapter counts as present."""
     root = os.environ.get("LAB_IMAGE_ROOT")
     if root is None:
@@ -755,7 +745,10 @@ class Autotune:
         self.valid = False
         self.seconds = 0.0
         if self.keep:
-            self.fp = launch_fingerprint(sys.argv[1:])
+            argv = sys.argv[1:]
+            if argv[:1] == ["run"]:   # the image's entrypoint: the server's argv is built from the env
+                argv = run_entrypoint_args(argv[1:])
+            self.fp = launch_fingerprint(argv)
             self.sidecar = self.host_file + ".launch"
             if self.existed and os.path.exists(self.sidecar):
                 with open(self.sidecar, encoding="utf-8") as fh:
@@ -977,7 +970,28 @@ def server_args_line(args) -> str:
 
 # --------------------------------------------------------------------------- boot
 
+# The image's ``run`` entrypoint (``docker run ... IMAGE run``, as the real launchers start it): the engine's
+# arguments come from the container's environment. Empty or unset values leave the engine's default.
+RUN_ENV_ARGS = (("TP_SIZE", "--tp-size"), ("EP_SIZE", "--ep-size"), ("MODEL_PATH", "--model-path"),
+                ("PORT", "--port"), ("MAX_RUNNING_REQUESTS", "--max-running-requests"),
+                ("CHUNKED_PREFILL_SIZE", "--chunked-prefill-size"), ("MAX_TOTAL_TOKENS", "--max-total-tokens"),
+                ("MEM_FRACTION_STATIC", "--mem-fraction-static"), ("MOE_RUNNER_BACKEND", "--moe-runner-backend"),
+                ("DIST_INIT_ADDR", "--dist-init-addr"))
+
+
+def run_entrypoint_args(rest: list) -> list:
+    rank = (os.environ.get("NODE_RANK") or "0").strip()
+    argv = ["--role", "head" if rank == "0" else "worker", "--rank", rank]
+    for var, flag in RUN_ENV_ARGS:
+        value = os.environ.get(var, "").strip()
+        if value:
+            argv += [flag, value]
+    return argv + list(rest)
+
+
 def parse_args(argv: list):
+    if argv and argv[0] == "run":
+        argv = run_entrypoint_args(argv[1:])
     p = argparse.ArgumentParser(prog="dsv41_engine", add_help=True)
     p.add_argument("--role", choices=("head", "worker"), default="head")
     p.add_argument("--rank", type=int, default=0)
@@ -1080,6 +1094,22 @@ def capture_pass(pass_name: str, args, mem: dict, autotune: Autotune) -> float:
         log(f"Capture {pass_name} verify CUDA graph end. elapsed={elapsed:.2f} s, mem usage={gib(usage)} GB, "
             f"avail mem={gib(end)} GB.")
     return elapsed
+
+
+def sps_table_line() -> str | None:
+    """``DSPARK_SPS_TABLE`` (ragged verify schedule) judged by its effect: the engine reads the table at the
+    path it names inside the container (a mount, else the image's own files); a missing table leaves the
+    verify-all schedule. None when the variable is unset or empty."""
+    path = os.environ.get("DSPARK_SPS_TABLE", "").strip()
+    if not path:
+        return None
+    mounts = load_mounts()
+    covered = any(d.rstrip("/") and (path == d.rstrip("/") or path.startswith(d.rstrip("/") + "/")) for d in mounts)
+    root = os.environ.get("LAB_IMAGE_ROOT")
+    where = host_path(path, mounts) if covered else (os.path.join(root, path.lstrip("/")) if root else path)
+    if not os.path.isfile(where):
+        return f"DSPARK_SPS_TABLE={path} not found; staying on the verify-all schedule"
+    return f"DSPARK_SPS_TABLE={path} loaded: ragged verify schedule in use"
 
 
 def folded_sampling_line(mem: dict) -> str:
@@ -1190,6 +1220,8 @@ def boot(args, t_start: float) -> dict:
     graph_seconds += capture_pass("draft", args, mem, autotune)
     pace(PHASE["scheduler_ready"])
     if args.rank == 0:
+        if sps_table_line():
+            log(sps_table_line())
         log(folded_sampling_line(mem))
         log(f"max_total_num_tokens={mem['allocated']}, chunked_prefill_size={args.chunked_prefill_size}, "
             f"max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={args.max_running_requests}, "

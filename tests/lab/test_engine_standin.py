@@ -547,27 +547,23 @@ def test_retention_drift_file(lab):
 
 def image_root(lab, *, keep_file: bool, registered: bool) -> Path:
     """An image rootfs as the docker stand-in builds it: sgl-workspace/adapter/ with the seven local
-    adapters + sitecustomize.py, optionally autotune_keep.py and its _ADAPTERS entry (stage B's edit)."""
+    adapters + sitecustomize.py, optionally autotune_keep.py and the hook that installs it (stage B's edit)."""
     root = lab["tmp"] / f"rootfs-{int(keep_file)}{int(registered)}"
     adir = root / "sgl-workspace" / "adapter"
     adir.mkdir(parents=True)
     for f in ADAPTERS.glob("*.py"):
         if f.name != "autotune_keep.py" or keep_file:
             shutil.copy(f, adir / f.name)
-    text = REPORT_HOOK.read_text()
-    if registered:
-        entry = '    "wo_a_w8": "DSV41_WO_A_W8",\n'
-        assert entry in text
-        text = text.replace(entry, entry + '    "autotune_keep": "DSV41_AUTOTUNE_KEEP",\n')
-        text += ('\nif _on("DSV41_AUTOTUNE_KEEP"):\n    from adapter import autotune_keep\n'
-                 '    _install("autotune_keep", autotune_keep)\n')
+    # registered: the ported hook (stage B's edit: the autotune module wrapped, install_autotune_keep gated)
+    text = (ADAPTERS / "sitecustomize.py").read_text() if registered else REPORT_HOOK.read_text()
     (adir / "sitecustomize.py").write_text(text)
     return root
 
 
 @pytest.mark.parametrize("keep_file,registered", [(False, False), (True, False), (False, True)])
 def test_retention_switch_ignored_when_adapter_not_in_image(lab, keep_file, registered):
-    env = {"DSV41_AUTOTUNE_KEEP": "1", "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=keep_file, registered=registered)),
+    env = {"DSV41_AUTOTUNE_KEEP": "1", "DSV41_SOURCE": "/sgl-workspace",
+           "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=keep_file, registered=registered)),
            "LAB_ENGINE_DRIFT": "flashinfer_autotune_context"}  # drift is moot without the adapter
     first = boot_worker(lab, env=env, rank=0)
     second = boot_worker(lab, env=env, rank=0)
@@ -580,7 +576,11 @@ def test_retention_switch_ignored_when_adapter_not_in_image(lab, keep_file, regi
 
 
 def test_retention_armed_when_adapter_in_image(lab):
-    env = {"DSV41_AUTOTUNE_KEEP": "1", "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=True, registered=True))}
+    env = {"DSV41_AUTOTUNE_KEEP": "1", "DSV41_SOURCE": "/sgl-workspace",
+           "LAB_IMAGE_ROOT": str(image_root(lab, keep_file=True, registered=True))}
+    # without DSV41_SOURCE the hook inserts no finder: nothing is installed, whatever the switch
+    unsourced = boot_worker(lab, env={k: v for k, v in env.items() if k != "DSV41_SOURCE"}, rank=0)
+    assert "[autotune_keep]" not in unsourced.text()
     first = boot_worker(lab, env=env, rank=0)
     assert first.stream("stdout").startswith("[autotune_keep] armed\n")
     assert first.stream("stdout").count("[autotune_keep] tuned and saved") == 2
@@ -887,59 +887,6 @@ def checkout(tmp_path):
     return d
 
 
-def test_start_sh_syntax():
-    assert subprocess.run(["bash", "-n", str(START_SH)]).returncode == 0
-
-
-def parse_block(name: str) -> list:
-    text = START_SH.read_text()
-    m = re.search(rf"^{name}=\(\n(.*?)^\)", text, re.S | re.M)
-    assert m, name
-    return [w for line in m.group(1).splitlines() for w in line.split("#")[0].split()]
-
-
-def test_forward_lists_reproduce_report_gap():
-    head, worker = parse_block("HEAD_FORWARD"), parse_block("WORKER_FORWARD")
-    common = ["DSV41_AUTOTUNE_KEEP", "DSV41_FOLDED_FENCE", "DSV41_WO_A_W8", "DSV41_WO_A_W8_MID",
-              "DSV41_WO_A_W8_DROP", "DSV41_ENGRAM_PREFETCH", "DSV41_DRAFT_HEAD_FP8", "DSV41_BLOCK_VERIFY",
-              "DSPARK_BLOCK_SIZE", "DSV41_VERIFY_CAP", "DSV41_DRAFT_TAU", "DSV41_CACHE_GIB", "DSV41_CACHE_WAYS",
-              "DSV41_ENGRAM_DRM_NODE", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", "DSV41_MOE_DENSE_ROUTING",
-              "PYTORCH_CUDA_ALLOC_CONF", "DSV41_SHARED_PAD_K", "DSPARK_SPS_TABLE", "OFFLOAD_MODE"]
-    for lst in (head, worker):
-        assert set(common) <= set(lst)
-        assert "SGLANG_DSPARK_FOLDED_SAMPLING" not in lst and "DSV41_ENGRAM_PREFETCH_CHECK" not in lst
-    assert "API_KEY" in head and "API_KEY" not in worker
-    assert START_SH.read_text().count("HEAD_FORWARD=(") == 1
-    assert START_SH.read_text().count("WORKER_FORWARD=(") == 1
-
-
-def test_worker_engram_override_and_defaults(checkout):
-    lib = "START_SH_LIB_ONLY=1 source ./start.sh; "
-    r = bash(lib + 'worker_engram_var spark-2.lab; worker_engram_dir spark2; worker_engram_dir spark3; '
-             'echo "$ENGRAM_DIR|$DSV41_AUTOTUNE_KEEP|$DSV41_WO_A_W8"',
-             checkout, env={"WORKER_ENGRAM_DIR_SPARK2": "/data/engram", "DSV41_WO_A_W8": "1"})
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["WORKER_ENGRAM_DIR_SPARK_2_LAB", "/data/engram",
-                                     "/home/zurih/dsv41-3x-spark/engram", "/home/mia/dsv41-engram|0|1"]
-
-
-def test_worker_run_command_quoting(checkout):
-    r = bash("START_SH_LIB_ONLY=1 source ./start.sh; worker_run_command spark3 2", checkout,
-             env={"DSV41_VERIFY_CAP": "conf:0.1 x'y", "SGLANG_DSPARK_FOLDED_SAMPLING": "2",
-                  "DSV41_ENGRAM_PREFETCH_CHECK": "1"})
-    assert r.returncode == 0, r.stderr
-    cmd = r.stdout.strip()
-    assert cmd.startswith("docker rm -f dsv41-worker >/dev/null 2>&1 || true; docker run -d --name dsv41-worker "
-                          "--network host -v /home/zurih/dsv41-3x-spark/engram:/engram "
-                          "-v /srv/models:/srv/models:ro -v /home/zurih/.cache:/root/.cache")
-    assert "FOLDED_SAMPLING" not in cmd and "PREFETCH_CHECK" not in cmd and "API_KEY" not in cmd
-    assert "--role worker --rank 2 --tp-size 3" in cmd and "--max-total-tokens 750000" in cmd
-    # the quoted value survives a shell round trip
-    rt = bash(f"set -- {cmd.split('; ', 1)[1]}; for a; do echo \"$a\"; done", checkout)
-    assert "DSV41_VERIFY_CAP=conf:0.1 x'y" in rt.stdout.splitlines()
-    assert "DSV41_AUTOTUNE_KEEP=0" in rt.stdout.splitlines()
-
-
 # docker logs as the real docker returns them: the engine's logging on stderr, its print() lines on stdout.
 # The head's log shows its readiness line from the READY_AFTER-th call on (a boot that takes a few rounds).
 FAKE_DOCKER = r"""#!/usr/bin/env bash
@@ -975,19 +922,13 @@ def serve_env(tmp_path, **extra):
             "LAB_LAUNCHER_KNOBS": str(tmp_path / "no-launcher.env"), "LAB_SERVE_POLL_SECONDS": "0", **extra}
 
 
-def test_serve_order_and_forwarding_with_fakes(checkout, tmp_path):
+def test_serve_saves_the_latest_boot_and_status_reads_the_mounts(checkout, tmp_path):
     env = serve_env(tmp_path)
     calls = tmp_path / "calls.txt"
     r = bash("./start.sh serve", checkout, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    lines = calls.read_text().splitlines()
-    runs = [l for l in lines if " docker run " in l and not l.startswith("ssh ")]
-    assert len(runs) == 3
-    assert "--rank 1" in runs[0] and "--rank 2" in runs[1] and "--role head --rank 0" in runs[2]
-    assert "-e API_KEY " in runs[2] and "sk-lab" not in runs[2]  # value via env, not argv
-    assert "API_KEY-ENV=sk-lab-0000000000000000000000000000" in lines
-    assert "-e DSV41_CACHE_GIB=0" in runs[0] and "-e DSV41_AUTOTUNE_KEEP" in runs[2]
-    assert any(l.startswith("ssh -o BatchMode=yes -o ConnectTimeout=10 zurih@spark2 ") for l in lines)
+    runs = [l for l in calls.read_text().splitlines() if " docker run " in l and not l.startswith("ssh ")]
+    assert len(runs) == 3 and "NODE_RANK=1" in runs[0] and "NODE_RANK=2" in runs[1] and "NODE_RANK=0" in runs[2]
     # the saved log: the latest boot (from the last marker MESSAGE, not the echoed request), both streams
     saved = (checkout / "logs" / "dsv41.log").read_text()
     assert saved.splitlines()[0] == "[2026-01-01 00:00:02] server_args={'new': 1}"
@@ -1134,6 +1075,36 @@ bash -c "${cmd//@WORKER@/$FAKE_HOST}"
             sorted(p.name for p in (co / "adapter").iterdir())
 
 
+def test_sps_table_judged_by_its_effect(lab, tmp_path):
+    """A DSPARK_SPS_TABLE naming no file leaves the verify-all schedule; a table at that container path is read."""
+    state = tmp_path / "state"
+    state.mkdir()
+    mounts = {**lab["mounts"], "/state": str(state)}
+    env = {"DSPARK_SPS_TABLE": "/state/dspark_sps.json", "LAB_MOUNTS": json.dumps(mounts)}
+    missing = messages(boot_worker(lab, env=env, rank=0).stream("stderr"))
+    assert "DSPARK_SPS_TABLE=/state/dspark_sps.json not found; staying on the verify-all schedule" in missing
+    (state / "dspark_sps.json").write_text("{}")
+    present = messages(boot_worker(lab, env=env, rank=0).stream("stderr"))
+    assert "DSPARK_SPS_TABLE=/state/dspark_sps.json loaded: ragged verify schedule in use" in present
+    assert not any("DSPARK_SPS_TABLE" in m for m in messages(boot_worker(lab, rank=0).stream("stderr")))
+
+
+def test_run_entrypoint_takes_the_settings_from_the_environment(lab):
+    """`docker run ... IMAGE run`: the image's entrypoint builds the engine's arguments from -e variables."""
+    env = {"NODE_RANK": "2", "TP_SIZE": "3", "EP_SIZE": "3", "MAX_TOTAL_TOKENS": "750000", "MEM_FRACTION_STATIC": "0.95",
+           "CHUNKED_PREFILL_SIZE": "2048", "MAX_RUNNING_REQUESTS": "4", "DIST_INIT_ADDR": "192.168.100.11:20000",
+           "PORT": str(lab["port"]), "MODEL_PATH": "/srv/models/DeepSeek-V4.1-Flash", "MOE_RUNNER_BACKEND": ""}
+    proc = Proc(lab, ["run"], env)
+    try:
+        proc.wait_for(WORKER_DONE)
+    finally:
+        proc.stop()
+    marker = next(m for m in messages(proc.stream("stderr")) if m.startswith("server_args={"))
+    for field in ("'node_rank': 2", "'chunked_prefill_size': 2048", "'max_total_tokens': 750000",
+                  "'dist_init_addr': '192.168.100.11:20000'", "'moe_runner_backend': 'auto'"):
+        assert field in marker, field
+
+
 # ------------------------------------------------------------------ experiment stages: switches, faults, evidence
 
 FENCE_LINE = "[folded_fence] folded DSpark results cloned off the persistent verify buffers"
@@ -1152,20 +1123,26 @@ def hook_image(lab, hook_text: str, files=("folded_fence", "wo_a_w8", "engram_pr
 
 
 FINDER_HOOK = '''
-import importlib, os
-_WRAPPED = {"sglang.srt.models.deepseek_v4": "wo_a_w8"}
-def _exec_module(name):
-    if os.environ.get("DSV41_WO_A_W8", "0") not in ("0", "", "off", "false"):
-        from adapter import wo_a_w8
-        wo_a_w8.install()
-    if os.environ.get("DSV41_FOLDED_FENCE", "0") not in ("0", "", "off", "false"):
-        importlib.import_module("adapter.folded_fence").install()
+import os, sys
+_OFF = ("0", "", "off", "false")
+def install_wo_a_w8(module): pass
+def install_folded_fence(module): pass
+class _Loader:
+    def exec_module(self, module):
+        name = module.__name__
+        if name == "sglang.srt.models.deepseek_v4":
+            if os.environ.get("DSV41_WO_A_W8", "0") not in _OFF:
+                install_wo_a_w8(module)
+        elif name == "sglang.srt.speculative.dspark_components.dspark_verify":
+            if os.environ.get("DSV41_FOLDED_FENCE", "0") not in ("0", "", "off", "false"):
+                install_folded_fence(module)
+sys.meta_path.insert(0, _Loader())
 '''
 
 
 def test_switch_honoured_only_when_adapter_file_and_registration_are_in_the_image(lab):
     env = {"DSV41_FOLDED_FENCE": "1", "DSV41_WO_A_W8": "1", "DSV41_ENGRAM_PREFETCH": "1"}
-    # finder/loader shape: wo_a_w8 and folded_fence are imported by the loader; prefetch is not registered
+    # finder/loader shape: the loader installs wo_a_w8 and folded_fence; prefetch is installed nowhere
     root = hook_image(lab, FINDER_HOOK)
     out = boot_worker(lab, env={**env, "LAB_IMAGE_ROOT": str(root)}, rank=0).text()
     assert FENCE_LINE in out and "[wo_a_w8] fp8 twins for 43 wo_a weights" in out

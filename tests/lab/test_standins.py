@@ -383,11 +383,12 @@ def test_adapter_sources():
     keep = (ADAPTERS / "autotune_keep.py").read_text()
     for sym in ("_autotune_cache_digest", "flashinfer_autotune_context", "flashinfer_autotune_cache_path"):
         assert sym in keep
-    from ansible.module_utils import launcher as L  # tests/conftest.py maps module_utils
-    regs = L.sitecustomize_registrations(REPORT_HOOK.read_text())
-    assert sorted(regs) == sorted(LOCAL_ADAPTERS) and "autotune_keep" not in regs
-    ported = L.sitecustomize_registrations((ADAPTERS / "sitecustomize.py").read_text())
-    assert sorted(ported) == sorted(LOCAL_ADAPTERS + ["autotune_keep"])
+    from ansible.module_utils import import_hook as H  # tests/conftest.py maps module_utils
+    regs = H.read_hook(REPORT_HOOK.read_text())["adapters"]
+    # the seven local adapters, plus the TP4-only shared padding (never installed on TP3)
+    assert sorted(regs) == sorted(LOCAL_ADAPTERS + ["shared_pad"]) and regs["shared_pad"]["tp4_only"]
+    ported = H.read_hook((ADAPTERS / "sitecustomize.py").read_text())["adapters"]
+    assert sorted(ported) == sorted(LOCAL_ADAPTERS + ["autotune_keep", "shared_pad"])
 
 
 BUILD_RE = re.compile(r"Successfully built ([0-9a-f]{12})\nSuccessfully tagged dsv41-sglang:tp3\n$")
@@ -639,8 +640,12 @@ def test_host_seed_spark1(tmp_path, dk):
     root = tmp_path / "spark1"
     seed("spark1", root)
     co = root / "home/mia/dsv41-3x-spark"
-    assert (co / ".env").read_text() == (LAB / "seed/launcher.env").read_text()
+    assert (co / ".env").read_text() == (LAB / "seed/launcher.env").read_text() + (LAB / "seed/launcher.env.site").read_text()
     assert (co / ".env").stat().st_mode & 0o777 == 0o600
+    assert (co / ".env.example").read_text() == (LAB / "seed/launcher.env.example").read_text()
+    # the default launcher variant, recorded for the lab's users
+    assert (co / "start.sh").read_bytes() == (LAB / "standins/start.sh").read_bytes()
+    assert (root / "etc/dsv41-lab/launcher.variant").read_text() == "explicit\n"
     assert (co / "adapter").is_dir() and (root / "home/mia/dsv41-engram").is_dir()
     assert not any((root / "home/mia/dsv41-engram").iterdir())
     assert (co / "logs/dsv41.log").read_text() == (LAB / "seed/dsv41.log").read_text()
@@ -694,6 +699,21 @@ def test_host_seed_spark1(tmp_path, dk):
     assert (adir / "draft_tau.py").read_bytes() == (ADAPTERS / "draft_tau.py").read_bytes(), "missing ones restored"
     (im2,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3", extra_env=env).stdout)
     assert im2["Id"] == new_id and im2["Config"]["Labels"] == ENGINE_LABELS
+
+
+@pytest.mark.parametrize("variant, source", [("extra_env", "start-extra_env.sh"), ("printf_array", "start-printf_array.sh"),
+                                             ("indirect", "start-indirect.sh"), ("legacy", "legacy/start.sh")])
+def test_host_seed_launcher_variant_only(tmp_path, variant, source):
+    root = tmp_path / "spark2"
+    subprocess.run([sys.executable, str(SEED), "--host", "spark2", "--root", str(root), "--launcher-only",
+                    "--launcher-variant", variant], check=True, capture_output=True, text=True)
+    start = root / "home/zurih/dsv41-3x-spark/start.sh"
+    assert start.read_bytes() == (LAB / "standins" / source).read_bytes() and start.stat().st_mode & 0o777 == 0o755
+    assert (root / "etc/dsv41-lab/launcher.variant").read_text() == variant + "\n"
+    assert not (root / "home/zurih/dsv41-3x-spark/adapter").exists(), "the launcher only"
+    bad = subprocess.run([sys.executable, str(SEED), "--host", "spark2", "--root", str(root), "--launcher-variant",
+                          "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
 
 
 def test_host_seed_spark2_tp2_shards(tmp_path):

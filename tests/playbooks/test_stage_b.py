@@ -64,14 +64,30 @@ def test_enabled_adapter_missing_from_sitecustomize_is_refused(source_copy):
     rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true", "-e", f"dsv41_adapters_source_dir={source_copy}",
                        "-e", manifest)
     assert rc != 0
-    assert "adapter autotune_keep is not registered (no finder entry, no install branch)" in flat(out)
-    assert "sitecustomize.py" in flat(out)
+    assert ("sitecustomize.py: adapter autotune_keep is not registered (no install_autotune_keep call in the loader "
+            "of any wrapped module)") in flat(out)
+
+
+def test_enabled_adapter_gated_by_another_switch_is_refused(source_copy):
+    hook = source_copy / "sitecustomize.py"
+    hook.write_text(hook.read_text().replace('os.environ.get("DSV41_AUTOTUNE_KEEP", "0")',
+                                             'os.environ.get("DSV41_AUTOTUNE_KEEP_V2", "0")'))
+    manifest = json.dumps({"dsv41_adapters_manifest": manifest_for(source_copy, [p.name for p in source_copy.glob("*.py")])})
+    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true", "-e", f"dsv41_adapters_source_dir={source_copy}",
+                       "-e", manifest)
+    assert rc != 0
+    assert ("adapter autotune_keep: install_autotune_keep is gated by DSV41_AUTOTUNE_KEEP_V2, not armed by "
+            "DSV41_AUTOTUNE_KEEP=1") in flat(out)
 
 
 def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit():
     rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true")
     assert rc == 0, out[-4000:]
     text = flat(out)
+    # the import hook read by its structure: the retention adapter hooks the autotune module, gated by its switch
+    assert ("autotune_keep: modules sglang.srt.model_executor.runner.flashinfer_autotune; gate DSV41_AUTOTUNE_KEEP; "
+            "DSV41_AUTOTUNE_KEEP=1 arms it: yes") in text
+    assert "verify_cap: modules sglang.srt.models.deepseek_v4, " in text
     for label, verdict in (("boot1-first", "tuned"), ("boot2-repeat", "reused"), ("boot3-changed", "tuned"),
                            ("boot4-restored", "reused")):
         table = text.split(f"{label}: host", 1)[1].split("TASK [", 1)[0]

@@ -51,9 +51,3 @@ def run_module(main, args, check_mode=False, run_command=None):
     out = json.loads(stdout.getvalue())
     out.update(_calls=calls, _bounds=bounds, _kwargs=kwargs)
     return out
-
-
-def run_main(monkeypatch, capsys, main, args, run_command=None):
-    """``run_module`` under the older call signature (the fixtures it took are no longer needed)."""
-    del monkeypatch, capsys
-    return run_module(main, args, run_command=run_command)

@@ -10,7 +10,7 @@ import ckpt_factory
 import engine_logs
 import fleet_snapshot
 from ansible.module_utils import drift_compare, drift_snapshot
-from modrun import run_main
+from modrun import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-unit-secret-value-0123456789"
@@ -85,7 +85,7 @@ def fake_commands(files, docker=True, containers=("dsv41-head",)):
 
 
 def test_module_snapshot_masks_secrets_and_feeds_the_comparison(host, monkeypatch, capsys):
-    res = run_main(monkeypatch, capsys, fleet_snapshot.main, host["args"], fake_commands(host["files"]))
+    res = run_module(fleet_snapshot.main, host["args"], run_command=fake_commands(host["files"]))
     assert res["changed"] is False and res["declared"] == host["args"]["declared"]
     snap = res["snapshot"]
     assert snap["errors"] == []
@@ -108,7 +108,7 @@ def test_changed_secret_and_edited_adapter(host, monkeypatch, capsys):
     env.write_text(env.read_text().replace(f"API_KEY={SECRET}", "API_KEY=sk-typed-by-hand-99999999"))
     with open(host["launcher"] / "adapter" / "draft_tau.py", "a") as handle:
         handle.write("# edited\n")
-    res = run_main(monkeypatch, capsys, fleet_snapshot.main, host["args"], fake_commands(host["files"]))
+    res = run_module(fleet_snapshot.main, host["args"], run_command=fake_commands(host["files"]))
     assert res["snapshot"]["env"]["actual"]["API_KEY"] == "(secret changed)"
     assert "sk-typed-by-hand-99999999" not in json.dumps(res) and SECRET not in json.dumps(res)
     found = drift_compare.compare_host("spark1", res["snapshot"], res["declared"])
@@ -118,7 +118,7 @@ def test_changed_secret_and_edited_adapter(host, monkeypatch, capsys):
 
 
 def test_a_failed_probe_is_listed_and_the_others_still_run(host, monkeypatch, capsys):
-    res = run_main(monkeypatch, capsys, fleet_snapshot.main, host["args"], fake_commands(host["files"], docker=False))
+    res = run_module(fleet_snapshot.main, host["args"], run_command=fake_commands(host["files"], docker=False))
     snap = res["snapshot"]
     assert {e["area"] for e in snap["errors"]} == {"engine", "image", "containers"}
     assert snap["clock"]["verdict"] and snap["env"]["actual"] and snap["shards"] and snap["memory"]
@@ -126,7 +126,7 @@ def test_a_failed_probe_is_listed_and_the_others_still_run(host, monkeypatch, ca
 
 
 def test_bad_rank_is_refused(host, monkeypatch, capsys):
-    res = run_main(monkeypatch, capsys, fleet_snapshot.main, dict(host["args"], rank=3), fake_commands(host["files"]))
+    res = run_module(fleet_snapshot.main, dict(host["args"], rank=3), run_command=fake_commands(host["files"]))
     assert res["failed"] and "spark1: rank 3 is outside 0..2 for tp_size 3" in res["msg"]
 
 

@@ -11,7 +11,7 @@ from ansible.module_utils import envfile_adopt as A
 from ansible.module_utils import launcher_env as E
 
 import launcher_adopt as launcher_adopt_module
-from modrun import run_main
+from modrun import run_module
 
 BASE = {"HOME": "/home/mia", "PATH": "/usr/bin:/bin"}
 HEADER = E.render_env({})
@@ -169,15 +169,15 @@ def test_module_reads_only_and_refuses_code(monkeypatch, capsys, tmp_path):
     env.write_text(FLEET)
     os.chmod(str(env), 0o600)
     monkeypatch.setenv("HOME", "/home/mia")
-    res = run_main(monkeypatch, capsys, launcher_adopt_module.main, {"path": str(env), "host_label": "spark1"})
+    res = run_module(launcher_adopt_module.main, {"path": str(env), "host_label": "spark1"})
     assert not res.get("failed") and not res["changed"] and res["key_count"] == 10
     assert res["secret_keys"] == ["HF_TOKEN", "API_KEY"] and "hf_live_value_1234" in res["vault"]
     assert "hf_live_value_1234" not in res["proposal"] and "spark1:%s" % env in res["proposal"]
     assert sorted(os.listdir(str(tmp_path))) == [".env"] and env.read_text() == FLEET
     env.write_text("A=1\nHF_TOKEN=hf_x $(id)\n")
-    res = run_main(monkeypatch, capsys, launcher_adopt_module.main, {"path": str(env), "host_label": "spark1"})
+    res = run_module(launcher_adopt_module.main, {"path": str(env), "host_label": "spark1"})
     assert res["failed"] and res["msg"].startswith("spark1: %s: line 2" % env) and "hf_x" not in json.dumps(res)
-    res = run_main(monkeypatch, capsys, launcher_adopt_module.main, {"path": str(tmp_path / "none")})
+    res = run_module(launcher_adopt_module.main, {"path": str(tmp_path / "none")})
     assert res["failed"] and "does not exist" in res["msg"]
 
 

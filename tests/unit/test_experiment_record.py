@@ -8,7 +8,7 @@ import pytest
 from ansible.module_utils import experiment_record as er
 from ansible.module_utils import experiment_schema as es
 from ansible.module_utils import experiment_snapshot as snap
-from modrun import run_main
+from modrun import run_module
 import experiment_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_markdown_has_side_by_side_rows_per_workload():
 def test_module_writes_json_markdown_and_a_png(monkeypatch, capsys, tmp_path):
     d = definition()
     snapshot = {"spark1": {"env_sha256": "1"}}
-    out = run_main(monkeypatch, capsys, experiment_record.main, {
+    out = run_module(experiment_record.main, {
         "dest": str(tmp_path / "rec"), "definition": d, "conditions": conditions([110, 111, 112, 113, 114]),
         "snapshot": snapshot, "restored": snapshot, "baseline_file": str(BASELINE_FILE),
         "image_digest": "sha256:feed", "measured_on": "lab output"})
@@ -122,7 +122,7 @@ def test_module_writes_json_markdown_and_a_png(monkeypatch, capsys, tmp_path):
 
 
 def test_module_fails_the_run_when_the_restore_differs(monkeypatch, capsys, tmp_path):
-    out = run_main(monkeypatch, capsys, experiment_record.main, {
+    out = run_module(experiment_record.main, {
         "dest": str(tmp_path / "rec"), "definition": definition(), "conditions": conditions([100] * 5),
         "snapshot": {"spark1": {"env_sha256": "1"}}, "restored": {"spark1": {"env_sha256": "2"}}, "chart": False})
     assert out["passed"] is False and out["restore"]["differences"] == {"spark1": ["env_sha256: 1 -> 2"]}
@@ -130,7 +130,7 @@ def test_module_fails_the_run_when_the_restore_differs(monkeypatch, capsys, tmp_
 
 
 def test_module_check_mode_writes_nothing(monkeypatch, capsys, tmp_path):
-    out = run_main(monkeypatch, capsys, experiment_record.main, {
+    out = run_module(experiment_record.main, {
         "dest": str(tmp_path / "rec"), "definition": definition(), "conditions": conditions([100] * 5),
         "_ansible_check_mode": True})
     assert out["files"] == [] and not (tmp_path / "rec").exists()

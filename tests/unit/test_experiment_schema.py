@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from ansible.module_utils import experiment_schema as es
-from modrun import run_main
+from modrun import run_module
 import experiment_definition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,7 +175,7 @@ def test_plan_lines_name_each_arm_and_its_change():
 # --------------------------------------------------------------------------- module entry point
 
 def test_module_returns_the_normalised_definition(monkeypatch, capsys):
-    out = run_main(monkeypatch, capsys, experiment_definition.main,
+    out = run_module(experiment_definition.main,
                    {"path": str(ROOT / "experiments" / "stage_c_fence.yml"), "known_workloads": WORKLOADS})
     assert not out.get("failed") and out["changed"] is False
     assert out["definition"]["arms"][0]["name"] == "fence"
@@ -188,11 +188,11 @@ def test_module_refuses_an_unknown_key_naming_file_and_key(monkeypatch, capsys, 
     doc["arms"][0]["evidnce"] = {}
     path = tmp_path / "bad.yml"
     path.write_text(yaml.safe_dump(doc))
-    out = run_main(monkeypatch, capsys, experiment_definition.main, {"path": str(path)})
+    out = run_module(experiment_definition.main, {"path": str(path)})
     assert out["failed"]
     assert out["msg"].startswith("%s: arms[0].evidnce: unknown key" % path)
 
 
 def test_module_names_a_missing_file(monkeypatch, capsys, tmp_path):
-    out = run_main(monkeypatch, capsys, experiment_definition.main, {"path": str(tmp_path / "none.yml")})
+    out = run_module(experiment_definition.main, {"path": str(tmp_path / "none.yml")})
     assert out["failed"] and "none.yml: cannot read the experiment definition" in out["msg"]

@@ -1,7 +1,11 @@
-"""The lab's seeded launcher .env is exactly what roles/container_env renders from the inventory baseline.
+"""The lab's seeded launcher .env: the rendered inventory baseline, then keys the inventory does not declare.
 
-That is what makes the lab "the report's state": converging container_env on a fresh lab changes nothing.
+The declared part (lab/seed/launcher.env) is exactly what roles/container_env renders from the inventory
+baseline (the report's state); the seeder appends lab/seed/launcher.env.site: keys a real fleet's .env holds
+that the inventory does not declare (addresses, HCAs, NFS, NCCL, ssh identity, ports), which a converge
+must keep, never drop.
 """
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,7 +23,7 @@ PLAYBOOK = """
   tasks:
     - name: Render
       ansible.builtin.template:
-        src: "{{ template }}"
+        src: "{{ root }}/roles/container_env/templates/launcher.env.j2"
         dest: "{{ out }}"
         mode: "0600"
       delegate_to: localhost
@@ -30,17 +34,24 @@ PLAYBOOK = """
 """
 
 
-def test_seeded_env_is_the_rendered_baseline(tmp_path):
-    playbook = tmp_path / "render.yml"
+def test_seeded_env_is_the_rendered_baseline_plus_undeclared_keys(tmp_path):
+    playbook = tmp_path / "render.yml"    # outside the tree: tests never write into it
     playbook.write_text(PLAYBOOK)
-    ansible_playbook = shutil.which("ansible-playbook")
-    assert ansible_playbook, "ansible-playbook is not on PATH (put the project venv's bin on PATH)"
     out = tmp_path / "rendered.env"
-    template = ROOT / "roles" / "container_env" / "templates" / "launcher.env.j2"
-    res = subprocess.run([ansible_playbook, str(playbook), "-i", str(ROOT / "inventory" / "lab"),
-                          "-e", f"out={out}", "-e", f"template={template}"], cwd=ROOT, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         env={"PATH": "/usr/bin:/bin", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+    tool = shutil.which("ansible-playbook")
+    assert tool, "ansible-playbook on PATH"
+    res = subprocess.run([tool, str(playbook), "-i", str(ROOT / "inventory" / "lab"), "-e", f"out={out}",
+                          "-e", f"root={ROOT}"], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         env={"PATH": "%s:/usr/bin:/bin" % Path(tool).parent, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
                               "DSV41_LAB_ONLY": "1", "HOME": str(tmp_path)})
     assert res.returncode == 0, res.stdout
-    assert out.read_text() == (ROOT / "lab" / "seed" / "launcher.env").read_text()
+    rendered = out.read_text()
+    assert (ROOT / "lab" / "seed" / "launcher.env").read_text() == rendered, "the declared part, byte for byte"
+    declared = set(re.findall(r"^([A-Za-z_][A-Za-z0-9_]*)=", rendered, re.M))
+    extra = (ROOT / "lab" / "seed" / "launcher.env.site").read_text().splitlines()
+    keys = [line.split("=", 1)[0] for line in extra]
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=\S.*", line) for line in extra), extra
+    assert len(keys) >= 12 and len(set(keys)) == len(keys) and not set(keys) & declared, keys
+    for key in ("HEAD_IP", "WORKER_IPS", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NFS_EXPORT", "SSH_IDENTITY",
+                "DIST_PORT", "WORKER1_HOST", "WORKER2_HOST"):
+        assert key in keys, key

@@ -17,7 +17,7 @@ from ansible.module_utils import launcher_env as E
 from ansible.module_utils.secret_rule import SECRET_MASK
 
 import launcher_env as launcher_env_module
-from modrun import run_main
+from modrun import run_module
 
 BASH = "/bin/bash"
 BASE = {"HOME": "/home/mia", "PATH": "/usr/bin:/bin"}
@@ -458,7 +458,7 @@ def test_bad_run_id_is_refused(tmp_path):
 # --------------------------------------------------------------------------- the module
 
 def module(monkeypatch, capsys, **args):
-    out = run_main(monkeypatch, capsys, launcher_env_module.main, args)
+    out = run_module(launcher_env_module.main, args)
     out["_json"] = json.dumps(out)
     return out
 

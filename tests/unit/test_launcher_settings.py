@@ -11,7 +11,7 @@ from ansible.module_utils.common.text.converters import to_bytes
 import launcher_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-START_SH = os.path.join(ROOT, "lab", "standins", "start.sh")
+START_SH = os.path.join(ROOT, "lab", "standins", "legacy", "start.sh")  # forward arrays
 LAUNCHER_ENV = os.path.join(ROOT, "lab", "seed", "launcher.env")
 API_KEY = "sk-lab-0000000000000000000000000000"
 

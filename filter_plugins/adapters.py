@@ -1,0 +1,78 @@
+"""Filters of the adapters role: the manifest checks of the source files and of the image, as plain Python.
+
+Each returns one message per file that is missing or whose sha256 differs from the inventory's
+manifest (``dsv41_adapters_manifest``), so the role fails in one task with every problem listed.
+"""
+
+TP4_HINT = " (the local TP3 generalisation; never replace it with the TP4 file)"
+
+
+def adapters_source_problems(stat_results, manifest, source_dir):
+    """Messages for the control-node source files (``stat`` results with sha256 checksums, one per file)."""
+    out = []
+    for res in stat_results or []:
+        name = res.get("item")
+        stat = res.get("stat") or {}
+        want = (manifest or {}).get(name) or ""
+        if not stat.get("exists"):
+            out.append("%s/%s: missing" % (source_dir, name))
+        elif not want:
+            out.append("%s: no sha256 in the manifest (adapters_manifest)" % name)
+        elif stat.get("checksum") != want:
+            out.append("%s/%s: sha256 %s, manifest expects %s%s"
+                       % (source_dir, name, stat.get("checksum"), want, TP4_HINT if name == "wo_a_w8.py" else ""))
+    return out
+
+
+def adapters_image_hashes(stdout_lines):
+    """``{file name: sha256}`` from ``sha256sum`` output lines (``<hash>  <path>``)."""
+    out = {}
+    for line in stdout_lines or []:
+        parts = line.split()
+        if len(parts) >= 2:
+            out[parts[-1].rsplit("/", 1)[-1]] = parts[0]
+    return out
+
+
+def adapters_image_problems(stdout_lines, files, manifest, image_dir):
+    """Messages for the files inside the image (``sha256sum`` output run in it) against the manifest."""
+    seen = adapters_image_hashes(stdout_lines)
+    out = []
+    for name in files or []:
+        if name not in seen:
+            out.append("%s/%s: missing in the image" % (image_dir, name))
+        elif seen[name] != (manifest or {}).get(name):
+            out.append("%s/%s: sha256 %s, manifest expects %s"
+                       % (image_dir, name, seen[name], (manifest or {}).get(name)))
+    return out
+
+
+def adapters_registry_lines(registry, expected):
+    """One line per expected adapter from an ``adapter_registry`` result: hooked modules, gate, verdict."""
+    finder = (registry or {}).get("finder") or {}
+    gate = finder.get("gate")
+    out = ["finder: %d wrapped engine module(s), inserted %s" % (
+        len(finder.get("modules") or []),
+        "only when %s is set" % " and ".join(gate) if gate else ("always" if gate == [] else "never"))]
+    adapters = (registry or {}).get("adapters") or {}
+    for name in sorted(expected or {}):
+        a = adapters.get(name) or {}
+        gates = ", ".join(a.get("gates") or []) or "none"
+        if a.get("ungated"):
+            gates += " (an ungated call too)"
+        out.append("%s: modules %s; gate %s%s; %s=%s arms it: %s (%s)" % (
+            name, ", ".join(a.get("modules") or []) or "none", gates,
+            "; TP4 launcher only" if a.get("tp4_only") else "",
+            a.get("switch", expected[name]), a.get("value", "1"),
+            {True: "yes", False: "no", None: "unknown"}[a.get("arms")], a.get("reason", "")))
+    return out
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "adapters_source_problems": adapters_source_problems,
+            "adapters_image_hashes": adapters_image_hashes,
+            "adapters_image_problems": adapters_image_problems,
+            "adapters_registry_lines": adapters_registry_lines,
+        }
