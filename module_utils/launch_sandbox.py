@@ -151,6 +151,7 @@ class Sandbox(object):
         self.bash = real["bash"]
 
     def write_env(self, name, text):
+        """Write ``text`` as ``name`` in the scratch copy (a proposed .env or launcher)."""
         path = os.path.join(self.sco, name)
         if os.path.islink(path):
             os.unlink(path)
@@ -218,12 +219,14 @@ class Sandbox(object):
 
 
 def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=None, user=None, head="head",
-             head_hostname=None, ports=(8888,), timeout=DEFAULT_TIMEOUT, max_calls=DEFAULT_MAX_CALLS):
+             head_hostname=None, ports=(8888,), timeout=DEFAULT_TIMEOUT, max_calls=DEFAULT_MAX_CALLS,
+             script_text=None):
     """Run ``launcher command`` in a sandbox; the raw record (calls, output, path map).
 
-    ``env_text``: a proposed ``.env`` written into the scratch copy instead of the checkout's (the
-    checkout itself is never written). Raises :class:`LaunchError` when the launcher cannot be
-    evaluated: missing, a command by absolute path outside the sandbox, a loop, the timeout.
+    ``env_text``: a proposed ``.env`` written into the scratch copy instead of the checkout's;
+    ``script_text``: a proposed launcher, likewise (the checkout itself is never written). Raises
+    :class:`LaunchError` when the launcher cannot be evaluated: missing, a command by absolute path
+    outside the sandbox, a loop, the timeout.
     """
     launcher = os.path.abspath(launcher)
     if not os.path.isfile(launcher):
@@ -236,6 +239,8 @@ def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=Non
     try:
         if env_text is not None:
             box.write_env(env_name, env_text)
+        if script_text is not None:
+            box.write_env(os.path.basename(launcher), script_text)
         record = box.run(os.path.basename(launcher), [command] if command else [], timeout)
         record.update({"launcher": launcher, "checkout": box.checkout, "home": home, "user": user, "head": head,
                        "skipped": box.skipped, "path_map": box.path_map(), "root": box.root,
