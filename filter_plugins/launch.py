@@ -42,8 +42,21 @@ def dsv41_engram_advice(key_effects, ranks):
     return out
 
 
+def dsv41_launch_lines(result):
+    """Lines for a report of a ``launcher_effective`` result: per container in order of start, where it
+    runs, its image and ``/engram`` source, then the environment it receives (already masked)."""
+    out = []
+    for c in (result or {}).get("containers") or []:
+        out.append("%s. %s rank %s %s (%s): /engram <- %s" % (c.get("order"), c.get("host"), c.get("rank"),
+                                                             c.get("name"), c.get("image"),
+                                                             c.get("engram_source") or "nothing"))
+        out.append("   " + " ".join("%s=%s" % (k, v) for k, v in (c.get("env") or {}).items()))
+    return out
+
+
 class FilterModule:
     """Effective-launch filters."""
 
     def filters(self):
-        return {"dsv41_engram_settings": dsv41_engram_settings, "dsv41_engram_advice": dsv41_engram_advice}
+        return {"dsv41_engram_settings": dsv41_engram_settings, "dsv41_engram_advice": dsv41_engram_advice,
+                "dsv41_launch_lines": dsv41_launch_lines}

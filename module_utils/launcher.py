@@ -25,7 +25,7 @@ import os
 import re
 
 from ansible.module_utils.launcher_env import (  # noqa: F401  (re-exported: one parser, one writer)
-    EnvError, EnvSyntaxError, effective_engram_dir, env_text, key_problem, parse_env, value_problem)
+    EnvError, EnvSyntaxError, env_text, key_problem, parse_env, value_problem)
 from ansible.module_utils.launcher_rules import (  # noqa: F401  (re-exported: the rules live there)
     ADAPTER_SWITCHES, ENGINE_SWITCHES, LAUNCHER_DEFAULTS, RULE_IDS, RULES, VALIDATIONS, Finding, Rule,
     check_settings, is_secret, mask_settings, norm_value, normalize_settings, shown, validate_settings,

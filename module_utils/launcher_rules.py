@@ -14,12 +14,12 @@ it names does not exist, so with ``sps_table_exists=False`` the rule does not fi
 """
 from __future__ import absolute_import, division, print_function
 
-import math
 import re
 from collections import namedtuple
 
-from ansible.module_utils.launcher_env import env_text, key_problem, value_problem
-from ansible.module_utils.secret_rule import SECRET_MASK, is_secret_name, mask_mapping
+from ansible.module_utils.launcher_env import key_problem, value_problem
+from ansible.module_utils.launcher_values import (  # noqa: F401  (re-exported)
+    _as_float, _as_int, _switch_on, is_secret, mask_settings, norm_value, normalize_settings, shown)
 
 __metaclass__ = type
 
@@ -49,74 +49,6 @@ TP4_FRACTION = 0.80
 TP4_SLOTS = 16
 TP4_POOL = 8000000
 TP4_CACHE_GIB = 4.0
-
-# ---------------------------------------------------------------------------------------------
-# Values
-# ---------------------------------------------------------------------------------------------
-
-def is_secret(key):
-    """The one secret rule (``module_utils/secret_rule.py``): case-insensitive KEY/TOKEN/SECRET/PASSWORD/
-    PASSWD/CREDENTIAL/PAT words of the name; ``*_TOKENS`` (a count, e.g. MAX_TOTAL_TOKENS) is not."""
-    return is_secret_name(key)
-
-
-def norm_value(value):
-    """A settings value as the string bash would hold, or None when unset (None or "").
-
-    Same conversion as the ``.env`` writer (``launcher_env.env_text``), so the rules judge exactly
-    what bash will see; a value the writer refuses is reported by the ``env_writable`` rule and is
-    judged here as its ``str()``.
-    """
-    try:
-        text = env_text(value)
-    except (TypeError, UnicodeDecodeError):
-        text = "%s" % (value,)
-    return text if text != "" else None
-
-
-def normalize_settings(settings):
-    """{KEY: str} of the set keys (None/empty dropped)."""
-    out = {}
-    for key, value in (settings or {}).items():
-        v = norm_value(value)
-        if v is not None:
-            out[str(key)] = v
-    return out
-
-
-def shown(key, value):
-    """``KEY='value'`` for messages, the value masked for secret keys."""
-    if value is None:
-        return "%s (unset)" % key
-    return "%s=%r" % (key, SECRET_MASK if is_secret(key) else value)
-
-
-def mask_settings(settings):
-    """Copy of ``settings`` with secret values replaced by ``***``."""
-    return mask_mapping(settings)
-
-
-def _switch_on(value):
-    """The import hook's test: installed unless unset, empty or "0"."""
-    return value is not None and value != "0"
-
-
-def _as_int(value):
-    try:
-        if value is None or not re.match(r"^[+-]?\d+$", value):
-            return None
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _as_float(value):
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
 
 # ---------------------------------------------------------------------------------------------
 # Rules

@@ -24,3 +24,13 @@ def test_advice_offers_only_what_the_launcher_can_express():
         "rank 2: no setting the launcher reads moves its /engram; only a change to the launcher itself can give it "
         "another destination"]
     assert launch.FilterModule().filters()["dsv41_engram_advice"] is launch.dsv41_engram_advice
+
+
+def test_launch_lines_show_each_container_in_order():
+    result = {"containers": [{"order": 1, "host": "spark2", "rank": 1, "name": "dsv41-worker", "image": "img",
+                              "engram_source": "/e", "env": {"A": "1", "API_KEY": "***"}},
+                             {"order": 2, "host": "spark1", "rank": 0, "name": "dsv41-head", "image": "img",
+                              "engram_source": None, "env": {}}]}
+    assert launch.dsv41_launch_lines(result) == [
+        "1. spark2 rank 1 dsv41-worker (img): /engram <- /e", "   A=1 API_KEY=***",
+        "2. spark1 rank 0 dsv41-head (img): /engram <- nothing", "   "]

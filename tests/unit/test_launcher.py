@@ -81,27 +81,6 @@ def test_baseline_env_is_the_report():
     assert env["MEM_FRACTION_STATIC"] == "0.95" and env["SGLANG_FLASHINFER_MOE_FUSED_FINALIZE"] == "0"
 
 
-@pytest.mark.parametrize("extra,host,is_head,user,expected", [
-    ("", "spark1", True, "mia", "/home/mia/dsv41-engram"),
-    ("", "spark2", False, "zurih", "/home/zurih/dsv41-3x-spark/engram"),
-    ("WORKER_ENGRAM_DIR=/srv/engram\n", "spark3", False, "zurih", "/srv/engram"),
-    ("WORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n", "spark2", False, "zurih", "/data/dsv41-engram"),
-    ("WORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n", "spark3", False, "zurih", "/home/zurih/dsv41-3x-spark/engram"),
-    ("ENGRAM_DIR=$HOME/other\n", "spark1", True, "mia", "/home/mia/other"),
-])
-def test_effective_engram_dir_follows_launcher_rules(extra, host, is_head, user, expected):
-    text = ENV_CASES + extra
-    assert L.effective_engram_dir(text, host, is_head, user) == expected
-    parsed = L.parse_env(text, {"HOME": "/home/%s" % user})
-    assert L.effective_engram_dir(parsed, host, is_head, user) == expected
-
-
-def test_effective_engram_dir_defaults():
-    assert L.effective_engram_dir("WORKER_USER=bob\n", "spark2", False, "zurih") == "/home/bob/dsv41-3x-spark/engram"
-    assert L.effective_engram_dir("", "spark-4.lab", False, "zurih") == "/home/zurih/dsv41-3x-spark/engram"
-    assert L.effective_engram_dir("WORKER_ENGRAM_DIR_SPARK_4_LAB=/x\n", "spark-4.lab", False, "zurih") == "/x"
-
-
 # ------------------------------------------------------------------------------------------ effective launch
 
 def ctn(host, role, rank, env, mounts=()):
