@@ -21,6 +21,10 @@ description:
   - The edited script is evaluated again before it is written - every key must reach every rank with its
     value and nothing else may change. A timestamped copy is kept beside the script; with I(state=rollback)
     the latest (or I(backup)) is copied back.
+  - Where the launcher's way is C(EXTRA_CONTAINER_ENV) (every container receives what it lists, found by
+    evaluating with a probe), adding a forward is an edit of that line of the checkout's C(.env) instead
+    (I(via)), backed up, marked and verified the same way; the inventory should then declare
+    C(EXTRA_CONTAINER_ENV) with the same value so a converge keeps it.
   - Refuses, writing nothing, when the script has no block it can edit safely or the edit would not have
     exactly the intended effect. A second run changes nothing. Check mode shows the diff and writes nothing.
 version_added: "0.1.0"
@@ -38,8 +42,16 @@ options:
   env_text:
     description: The C(.env) the check evaluates with (default the checkout's own); I(forward) is added to it.
     type: str
+  via:
+    description:
+      - Where the forwards go - C(script) (the launcher's argument builder and worker heredoc), C(env) (the
+        C(EXTRA_CONTAINER_ENV) line of the checkout's C(.env)), or C(auto) (C(env) when the launcher passes
+        C(EXTRA_CONTAINER_ENV) to every container, else C(script)).
+    type: str
+    choices: [auto, script, env]
+    default: auto
   state:
-    description: C(present) adds the missing forwards; C(rollback) restores a backup.
+    description: C(present) adds the missing forwards; C(rollback) restores the newest backup (launcher or C(.env)).
     type: str
     choices: [present, rollback]
     default: present
@@ -76,6 +88,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+edited:
+  description: The file that was (or in check mode would be) edited - the launcher or its C(.env).
+  returned: always
+  type: str
 added:
   description: Per key added, the containers (host and rank) that did not receive it before.
   returned: always
@@ -102,10 +118,14 @@ from ansible.module_utils import launcher_edit as E
 from ansible.module_utils.launch_sandbox import LaunchError
 
 
+def _env_path(launcher):
+    return os.path.join(os.path.dirname(os.path.abspath(launcher)), ".env")
+
+
 def _env(launcher, env_text):
     if env_text is not None:
         return env_text
-    path = os.path.join(os.path.dirname(os.path.abspath(launcher)), ".env")
+    path = _env_path(launcher)
     if os.path.isfile(path):
         with open(path) as fh:
             return fh.read()
@@ -118,20 +138,30 @@ def present(params, check_mode):
               timeout=params["timeout"])
     values = dict((k, "" if v is None else "%s" % v) for k, v in (params["forward"] or {}).items())
     env = _env(params["launcher"], params["env_text"])
-    plan = E.plan(params["launcher"], values, env, **kw)
-    result = {"launcher": params["launcher"], "added": plan["added"], "diff_text": plan["diff"],
+    via = params["via"]
+    if via == "auto":
+        via = "env" if E.extra_env_passthrough(params["launcher"], env, **kw) else "script"
+    target = _env_path(params["launcher"]) if via == "env" else params["launcher"]
+
+    def make_plan():
+        if via == "env":
+            return E.plan_env(params["launcher"], values, target, **kw)
+        return E.plan(params["launcher"], values, env, **kw)
+
+    plan = make_plan()
+    result = {"launcher": params["launcher"], "edited": target, "added": plan["added"], "diff_text": plan["diff"],
               "changed": plan["new_text"] != plan["text"]}
     if result["changed"]:
-        result["diff"] = {"before": plan["text"], "after": plan["new_text"],
-                          "before_header": params["launcher"], "after_header": params["launcher"]}
+        result["diff"] = {"before": plan["text"], "after": plan["new_text"], "before_header": target,
+                          "after_header": target}
     if result["changed"] and not check_mode:
-        result["backup"] = E.write(params["launcher"], plan["new_text"])
+        result["backup"] = E.write(target, plan["new_text"])
         # the file as written, evaluated once more: if it does not forward, it is put back
-        again = E.plan(params["launcher"], values, env, **kw)
+        again = make_plan()
         if again["new_text"] != again["text"]:
             E.rollback(params["launcher"], result["backup"])
-            raise E.EditRefused("%s: the written launcher does not forward %s; it was restored from %s"
-                                % (params["launcher"], ", ".join(sorted(again["added"])), result["backup"]))
+            raise E.EditRefused("%s: as written it does not forward %s; it was restored from %s"
+                                % (target, ", ".join(sorted(again["added"])), result["backup"]))
     return result
 
 
@@ -141,6 +171,7 @@ def main():
             launcher=dict(type="path", required=True),
             forward=dict(type="dict"),
             env_text=dict(type="str", no_log=True),
+            via=dict(type="str", choices=["auto", "script", "env"], default="auto"),
             state=dict(type="str", choices=["present", "rollback"], default="present"),
             backup=dict(type="path"),
             home=dict(type="path"),
@@ -155,8 +186,9 @@ def main():
         module.fail_json(msg="%s: no such launcher script" % p["launcher"], changed=False)
     try:
         if p["state"] == "rollback":
-            changed, backup, diff = E.rollback(p["launcher"], p["backup"], module.check_mode)
-            module.exit_json(changed=changed, backup=backup, diff_text=diff, added={}, launcher=p["launcher"])
+            changed, backup, diff = E.rollback(p["launcher"], p["backup"], module.check_mode, _env_path(p["launcher"]))
+            module.exit_json(changed=changed, backup=backup, diff_text=diff, added={}, launcher=p["launcher"],
+                             edited=backup[:backup.rindex(E.BACKUP_INFIX)])
         result = present(p, module.check_mode)
     except (E.EditRefused, LaunchError) as exc:
         module.fail_json(msg=str(exc), changed=False)

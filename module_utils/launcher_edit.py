@@ -231,22 +231,102 @@ def _replace(path, text):
         raise
 
 
-def rollback(launcher, backup=None, check_mode=False):
-    """Restore ``backup`` (default the latest) over the launcher: ``(changed, backup, diff)``."""
-    found = backups(launcher)
+def rollback(launcher, backup=None, check_mode=False, env_path=None):
+    """Restore ``backup`` (default the newest managed backup of the launcher or of ``env_path``) over the
+    file it was taken from: ``(changed, backup, diff)``."""
+    found = sorted(backups(launcher) + (backups(env_path) if env_path and os.path.exists(env_path) else []),
+                   key=lambda b: (b.split(BACKUP_INFIX)[-1], b))
     backup = backup or (found[-1] if found else None)
-    if not backup or not os.path.isfile(backup):
+    if not backup or not os.path.isfile(backup) or BACKUP_INFIX not in os.path.basename(backup):
         raise EditRefused("%s: no forward backup to restore (looked for %s%s*)" % (launcher, launcher, BACKUP_INFIX))
+    target = backup[:backup.rindex(BACKUP_INFIX)]
     with open(backup) as fh:
         old = fh.read()
-    with open(launcher) as fh:
+    with open(target) as fh:
         cur = fh.read()
     if old == cur:
         return False, backup, ""
-    diff = "".join(difflib.unified_diff(cur.splitlines(True), old.splitlines(True), launcher, backup))
+    diff = "".join(difflib.unified_diff(cur.splitlines(True), old.splitlines(True), target, backup))
     if not check_mode:
-        _replace(launcher, old)
+        _replace(target, old)
     return True, backup, diff
 
 
-__all__ = ["EditRefused", "LaunchError", "find_blocks", "plan", "write", "rollback", "backups", "coverage"]
+# ---------------------------------------------------------------------------------------------
+# EXTRA_CONTAINER_ENV: where that is the launcher's way, a forward is an .env edit
+# ---------------------------------------------------------------------------------------------
+
+EXTRA = "EXTRA_CONTAINER_ENV"
+_EXTRA_LINE = re.compile(r"^\s*(?:export\s+)?%s=" % EXTRA)
+
+
+def _with(env_text, line):
+    env = env_text or ""
+    return env + ("" if env.endswith("\n") or not env else "\n") + line + "\n"
+
+
+def extra_env_passthrough(launcher, env_text, **kw):
+    """True when every container receives what ``EXTRA_CONTAINER_ENV`` lists (evaluated with a probe)."""
+    probe = PROBE % 0
+    try:
+        launch = effective_launch(launcher, env_text=_with(env_text, "%s=%s=1" % (EXTRA, probe)), **kw)
+    except LaunchError:
+        return False
+    return bool(launch["containers"]) and all(c["env"].get(probe) == "1" for c in launch["containers"])
+
+
+def plan_env(launcher, values, env_path, **kw):
+    """Like :func:`plan`, for an .env edit of ``EXTRA_CONTAINER_ENV``: its ``KEY=value`` entries (an unquoted
+    loop in the launcher splits them on blanks) gain or update each key. Raises :class:`EditRefused`."""
+    from ansible.module_utils.launcher_env import EnvError, parse_env, quote_value
+    if not os.path.isfile(env_path):
+        raise EditRefused("%s: no .env to edit (%s passes the switches through %s)" % (env_path, launcher, EXTRA))
+    with open(env_path) as fh:
+        text = fh.read()
+    spaced = sorted(k for k, v in values.items() if not NAME_RE.match(k) or re.search(r"\s", v) or not v)
+    if spaced:
+        raise EditRefused("%s: %s cannot carry %s (not a name, or a value that is empty or holds blanks)"
+                          % (env_path, EXTRA, ", ".join(spaced)))
+    before = effective_launch(launcher, env_text=text, **kw)
+    missing = dict((k, r) for k, r in _missing(before, values).items() if r)
+    result = {"text": text, "new_text": text, "added": {}, "diff": ""}
+    if not missing:
+        return result
+    lines = text.split("\n")
+    at = [i for i, line in enumerate(lines) if _EXTRA_LINE.match(line)]
+    try:
+        current = parse_env(text, {"HOME": kw.get("home") or os.path.expanduser("~")}).get(EXTRA, "")
+        if at and parse_env(lines[at[0]]).get(EXTRA) != current:
+            raise EnvError("assigned over several lines or from other variables")
+    except EnvError as exc:
+        raise EditRefused("%s: %s cannot be edited safely (%s); nothing was written" % (env_path, EXTRA, exc))
+    if len(at) > 1:
+        raise EditRefused("%s: %s is assigned on %d lines; nothing was written" % (env_path, EXTRA, len(at)))
+    tokens = [t for t in current.split() if t.split("=", 1)[0] not in values]
+    tokens += ["%s=%s" % (k, values[k]) for k in sorted(values)]
+    line = "%s=%s" % (EXTRA, quote_value(" ".join(tokens)))
+    note = "# %s(s) through %s: %s" % (MARKER, EXTRA, " ".join(sorted(values)))
+    if at:
+        lines[at[0]] = line
+        if at[0] == 0 or lines[at[0] - 1] != note:
+            lines[at[0]:at[0]] = [note]
+    else:
+        while lines and lines[-1] == "":
+            lines.pop()
+        lines += [note, line, ""]
+    new_text = "\n".join(lines)
+    after = effective_launch(launcher, env_text=new_text, **kw)
+    still = dict((k, r) for k, r in _missing(after, values).items() if r)
+    if still:
+        raise EditRefused("%s: with the edited %s, %s still do not receive %s; nothing was written"
+                          % (env_path, EXTRA, _hosts(after, set().union(*still.values())), ", ".join(sorted(still))))
+    for key, need in missing.items():
+        result["added"][key] = _hosts(before, need)
+    result["new_text"] = new_text
+    result["diff"] = "".join(difflib.unified_diff(text.splitlines(True), new_text.splitlines(True),
+                                                  env_path, env_path + " (with the forwards)"))
+    return result
+
+
+__all__ = ["EditRefused", "LaunchError", "find_blocks", "plan", "plan_env", "extra_env_passthrough", "write",
+           "rollback", "backups", "coverage"]

@@ -37,34 +37,44 @@ def test_blocks_are_found_and_mapped_to_the_ranks_they_feed(tmp_path):
     assert E.coverage(script, read(script), BASELINE_ENV, home=home, head="spark1") == {0: {0}, 1: {1, 2}}
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_adding_forwards_reaches_both_paths_once_and_rolls_back(tmp_path, monkeypatch, capsys, variant):
+@pytest.mark.parametrize("variant, via", [(v, "auto") for v in VARIANTS] + [("extra_env", "script")])
+def test_adding_forwards_reaches_both_paths_once_and_rolls_back(tmp_path, monkeypatch, capsys, variant, via):
     script, home = checkout(tmp_path, variant)
-    original = read(script)
-    mode = os.stat(script).st_mode
+    # the EXTRA_CONTAINER_ENV launcher's own way is its .env line; every other shape is edited in the script
+    target = script[:-len("start.sh")] + ".env" if (variant, via) == ("extra_env", "auto") else script
+    original, original_script = read(target), read(script)
+    mode = os.stat(target).st_mode
 
-    check = module(monkeypatch, capsys, script, home, _ansible_check_mode=True)
-    assert check["changed"] is True and "+    ${SGLANG_DSPARK_FOLDED_SAMPLING+-e " in check["diff_text"]
-    assert read(script) == original and E.backups(script) == []
+    check = module(monkeypatch, capsys, script, home, via=via, _ansible_check_mode=True)
+    assert check["changed"] is True and check["edited"] == target
+    if target == script:
+        assert "+    ${SGLANG_DSPARK_FOLDED_SAMPLING+-e " in check["diff_text"]
+    else:
+        assert ("+EXTRA_CONTAINER_ENV='DSV41_ENGRAM_PREFETCH_CHECK=1 SGLANG_DSPARK_FOLDED_SAMPLING=0'"
+                in check["diff_text"])
+    assert read(target) == original and E.backups(target) == []
 
-    res = module(monkeypatch, capsys, script, home)
+    res = module(monkeypatch, capsys, script, home, via=via)
     assert not res.get("failed"), res.get("msg")
     assert res["changed"] is True and sorted(res["added"]) == sorted(FORWARD)
-    assert read(res["backup"]) == original and os.stat(script).st_mode == mode
-    assert read(script).count(E.MARKER) >= 2
-    launch = effective_launch(script, env_text=WITH_KEYS, home=home, head="spark1")
+    assert read(res["backup"]) == original and os.stat(target).st_mode == mode
+    assert read(target).count(E.MARKER) >= (2 if target == script else 1)
+    env = WITH_KEYS if target == script else read(target)
+    launch = effective_launch(script, env_text=env, home=home, head="spark1")
     for c in launch["containers"]:
         assert c["env"]["SGLANG_DSPARK_FOLDED_SAMPLING"] == "0" and c["env"]["DSV41_ENGRAM_PREFETCH_CHECK"] == "1"
-    # unset stays unset: the forward adds nothing when the .env does not set the key
-    plain = effective_launch(script, env_text=BASELINE_ENV, home=home, head="spark1")
-    assert all("SGLANG_DSPARK_FOLDED_SAMPLING" not in c["env"] for c in plain["containers"])
+    if target == script:        # unset stays unset: the forward adds nothing when the .env does not set the key
+        plain = effective_launch(script, env_text=BASELINE_ENV, home=home, head="spark1")
+        assert all("SGLANG_DSPARK_FOLDED_SAMPLING" not in c["env"] for c in plain["containers"])
+    else:
+        assert read(script) == original_script
 
-    edited = read(script)
-    again = module(monkeypatch, capsys, script, home)
-    assert again["changed"] is False and again["added"] == {} and read(script) == edited
+    edited = read(target)
+    again = module(monkeypatch, capsys, script, home, via=via)
+    assert again["changed"] is False and again["added"] == {} and read(target) == edited
 
     back = module(monkeypatch, capsys, script, home, state="rollback")
-    assert back["changed"] is True and read(script) == original
+    assert back["changed"] is True and back["edited"] == target and read(target) == original
     assert module(monkeypatch, capsys, script, home, state="rollback")["changed"] is False
 
 
