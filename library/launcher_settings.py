@@ -255,7 +255,7 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
     findings, notes = L.check_launch(settings, launch, env_values, tp_size=tp_size, validated=frozenset(validated or ()),
                                      packed=packed, timing=timing, path_exists=_probe(worker_files))
     errors = [f["message"] for f in findings if f["level"] == "error"]
-    gaps = fwd["gaps"] + fwd["no_effect"]
+    gaps = fwd["gaps"]
     base.update({
         "forward_lists": {"head": L.received(launch, "head"), "worker": L.received(launch, "worker")},
         "unforwarded": fwd["unforwarded"], "forwarding_gaps": fwd["gaps"], "no_effect": fwd["no_effect"],

@@ -79,7 +79,7 @@ def forwarding(settings, launch, effects):
     A declared key (value set; "0" counts) is forwarded on a path when the container there receives
     exactly the declared value. A key no container receives that the launcher reads itself (``effects``
     from ``launch_record.key_effects``: changing it changes the launch) is consumed by the launcher, not
-    a gap. A key that changes nothing at all has no effect: it is a gap on every path and said so.
+    a gap. A key that changes nothing at all has no effect: it is a gap on every path, said in the gap.
     A container receiving another value than the declared one is ``overridden`` (the launcher sets it).
     """
     out = {"unforwarded": {"head": [], "worker": []}, "gaps": [], "no_effect": [], "overridden": [],
@@ -100,14 +100,15 @@ def forwarding(settings, launch, effects):
         for path in ("head", "worker"):
             if missing[path]:
                 out["unforwarded"][path].append(key)
-        if not getting and effect is not None:
+        idle = not getting and effect is not None
+        if idle:
             out["no_effect"].append("%s is set but has no effect: the launcher does not read it and no container "
                                     "receives it" % shown(key, value))
-            continue
         for path in ("head", "worker"):
             if missing[path]:
-                out["gaps"].append("%s is set but the %s launch path does not forward it: %s %s not receive it"
-                                   % (key, path, ", ".join(missing[path]), "does" if len(missing[path]) == 1 else "do"))
+                out["gaps"].append("%s is set but the %s launch path does not forward it: %s %s not receive it%s"
+                                   % (key, path, ", ".join(missing[path]), "does" if len(missing[path]) == 1 else "do",
+                                      " (nor does the launcher read it: it has no effect)" if idle else ""))
     return out
 
 

@@ -99,8 +99,13 @@ def test_a_setting_is_forwarded_where_the_container_receives_the_declared_value(
     got = L.forwarding({"A": 1, "B": "0", "C": "x", "D": "2", "E": None, "API_KEY": "sk-abcdef"}, launch, effects)
     # API_KEY goes to the workers too; B changes nothing; C is read by the launcher itself; E is unset
     assert got["unforwarded"] == {"head": ["B"], "worker": ["API_KEY", "B"]}
-    assert got["gaps"] == ["API_KEY is set but the worker launch path does not forward it: spark2 (dsv41-worker, "
-                           "rank 1), spark3 (dsv41-worker, rank 2) do not receive it"]
+    assert got["gaps"] == [
+        "API_KEY is set but the worker launch path does not forward it: spark2 (dsv41-worker, rank 1), spark3 "
+        "(dsv41-worker, rank 2) do not receive it",
+        "B is set but the head launch path does not forward it: spark1 (dsv41-head, rank 0) does not receive it "
+        "(nor does the launcher read it: it has no effect)",
+        "B is set but the worker launch path does not forward it: spark2 (dsv41-worker, rank 1), spark3 "
+        "(dsv41-worker, rank 2) do not receive it (nor does the launcher read it: it has no effect)"]
     assert got["no_effect"] == ["B='0' is set but has no effect: the launcher does not read it and no container "
                                 "receives it"]
     assert got["launcher_reads"] == ["C"]

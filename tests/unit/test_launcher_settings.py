@@ -52,8 +52,17 @@ def test_a_setting_no_container_receives_fails_naming_it(monkeypatch, capsys, tm
     res = run(monkeypatch, capsys, tmp_path, settings=settings(SGLANG_DSPARK_FOLDED_SAMPLING="0",
                                                                WORKER_ENGRAM_DIR_SPARK2="/data/engram"))
     assert res["failed"] is True
+    everyone = "spark2 (dsv41-worker, rank 1), spark3 (dsv41-worker, rank 2) do not receive it"
+    idle = " (nor does the launcher read it: it has no effect)"
     assert res["msg"].split("\n") == [
-        "spark1: 2 launcher setting problem(s):",
+        "spark1: 4 launcher setting problem(s):",
+        "SGLANG_DSPARK_FOLDED_SAMPLING is set but the head launch path does not forward it: spark1 (dsv41-head, "
+        "rank 0) does not receive it" + idle,
+        "SGLANG_DSPARK_FOLDED_SAMPLING is set but the worker launch path does not forward it: " + everyone + idle,
+        "WORKER_ENGRAM_DIR_SPARK2 is set but the head launch path does not forward it: spark1 (dsv41-head, "
+        "rank 0) does not receive it" + idle,
+        "WORKER_ENGRAM_DIR_SPARK2 is set but the worker launch path does not forward it: " + everyone + idle]
+    assert res["no_effect"] == [
         "SGLANG_DSPARK_FOLDED_SAMPLING='0' is set but has no effect: the launcher does not read it and no container "
         "receives it",
         "WORKER_ENGRAM_DIR_SPARK2='/data/engram' is set but has no effect: the launcher does not read it and no "
@@ -124,4 +133,5 @@ def test_tp_size_follows_the_inventory_and_secrets_never_leak(monkeypatch, capsy
     for value in (API_KEY, "hf_abcdefghijkl", "hunter2-hunter2"):
         assert value not in res["_raw"]
     assert res["settings"]["HF_TOKEN"] == "***"
-    assert "HF_TOKEN='***' is set but has no effect" in res["msg"]
+    assert "HF_TOKEN is set but the worker launch path does not forward it" in res["msg"]
+    assert any("HF_TOKEN='***' is set but has no effect" in m for m in res["no_effect"])
