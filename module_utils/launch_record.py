@@ -8,6 +8,7 @@ secret rule (``module_utils/secret_rule.py``). Standard library only.
 """
 from __future__ import absolute_import, division, print_function
 
+import json
 import re
 
 from ansible.module_utils.launch_sandbox import LaunchError, evaluate
@@ -264,22 +265,54 @@ def _signature(launch):
     return calls, ctns
 
 
+def _marked(value, index):
+    """A value carrying a mark that cannot occur by chance, of the same kind (numbers stay numbers)."""
+    if value is not None and re.match(r"^[0-9]+(\.[0-9]+)?$", value):
+        return "%s0000%d9" % (value, 100 + index)
+    return "%sQdsv41m%dQ" % (value or "", index)
+
+
+def _traced(launch, markers):
+    """Effects of the keys whose mark shows up in what the marked launch ran or started."""
+    out = {}
+    text = json.dumps([c["argv"] for c in launch["calls"]])
+    for key, mark in markers.items():
+        if mark not in text and not any(mark in v for c in launch["containers"] for v in c["env"].values()):
+            continue
+        ranks = [str(c["rank"]) for c in launch["containers"]
+                 if any(mark in a for a in c["argv"]) or any(mark in v for v in c["env"].values())]
+        engram = [str(c["rank"]) for c in launch["containers"] if mark in (c["engram_source"] or "")]
+        out[key] = {"effect": True, "ranks": sorted(ranks, key=int), "engram_ranks": sorted(engram, key=int),
+                    "error": None}
+    return out
+
+
 def key_effects(launcher, env_text, keys, base_values, base=None, workers=4, **kw):
     """``{key: {"effect": bool, "ranks": [...], "engram_ranks": [...], "error": str|None}}``.
 
-    For each key, the launch is evaluated again with the key set to a different value appended to
-    ``env_text`` (a later assignment wins in ``source``); ``effect`` is true when anything the launcher
-    starts or runs changes (or the launch then fails: the launcher reads the value), ``ranks`` the ranks
-    whose container changed and ``engram_ranks`` those whose ``/engram`` source changed. A key the
-    launcher never reads (a per-host name it does not build, for instance) has no effect. ``base``: the
-    launch of ``env_text`` when already evaluated. Evaluations run ``workers`` at a time.
+    First one evaluation with every key set to a marked value (a later assignment in the ``.env`` wins
+    in ``source``): a key whose mark shows up in what the launcher runs or starts is read, and the ranks
+    whose container (or ``/engram`` source) holds the mark are the ones it moves. Each remaining key is
+    then changed alone and the launch evaluated again: ``effect`` is true when anything the launcher
+    starts or runs changes (or the launch then fails: the launcher reads the value). A key the launcher
+    never reads (a per-host name it does not build, for instance) has no effect. ``base``: the launch of
+    ``env_text`` when already evaluated. Evaluations run ``workers`` at a time.
     """
     from concurrent.futures import ThreadPoolExecutor
     from ansible.module_utils.launcher_env import quote_value
+    keys = list(keys)
     base = base or effective_launch(launcher, env_text=env_text, **kw)
     base_calls, base_ctns = _signature(base)
     base_engram = dict((str(c["rank"]), c["engram_source"]) for c in base["containers"])
     text = env_text if env_text is None or env_text.endswith("\n") or env_text == "" else env_text + "\n"
+    out = {}
+    if keys:
+        markers = dict((k, _marked(base_values.get(k), i)) for i, k in enumerate(keys))
+        trial = (text or "") + "".join("%s=%s\n" % (k, quote_value(m)) for k, m in markers.items())
+        try:
+            out.update(_traced(effective_launch(launcher, env_text=trial, **kw), markers))
+        except LaunchError:
+            pass                # some value is checked by the launcher: each key alone below
 
     def one(key):
         trial = (text or "") + "%s=%s\n" % (key, quote_value(_nudged(base_values.get(key))))
@@ -296,4 +329,5 @@ def key_effects(launcher, env_text, keys, base_values, base=None, workers=4, **k
                      "error": None}
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return dict(pool.map(one, list(keys)))
+        out.update(pool.map(one, [k for k in keys if k not in out]))
+    return out
