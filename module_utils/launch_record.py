@@ -132,7 +132,11 @@ def parse_run(call, path_map=()):
     name = next((v for n, v in opts if n == "--name"), None)
     network = next((v for n, v in opts if n in ("--network", "--net")), None)
     engram = [m["source"] for m in mounts if m["target"] and m["target"].rstrip("/") == ENGRAM]
+    flags = set(n for n, v in opts if v is None)
+    detached = bool(flags & {"-d", "--detach"}) or any(n.startswith("-") and not n.startswith("--") and "d" in n[1:]
+                                                        for n in flags)
     return {"name": name, "host": call["host"], "image": image, "command": command, "env": env,
+            "one_off": "--rm" in flags and not detached,
             "env_order": list(env), "env_sources": sources, "mounts": mounts, "network": network,
             "engram_source": engram[-1] if engram else None, "argv": argv}
 
@@ -159,6 +163,8 @@ def build_launch(record):
         if call.get("kind") != "docker-run":
             continue
         ctn = parse_run(call, pmap)
+        if ctn["one_off"]:
+            continue            # docker run --rm in the foreground: a helper command, not a serving container
         key = (ctn["host"], ctn["name"])
         if key in started:
             order.remove(key)

@@ -100,6 +100,24 @@ def _copy_checkout(src, dst):
     return sorted(skipped)
 
 
+def _shebang_flags(path):
+    """Options on the script's ``#!`` line (``#!/bin/bash -eu``): bash would apply them when the script is
+    run as ``./start.sh``, and not when it is given to bash as a file, so they are passed on."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(256).decode("utf-8", "replace").strip()
+    except (IOError, OSError):
+        return []
+    if not first.startswith("#!"):
+        return []
+    words = first[2:].split()
+    if words and os.path.basename(words[0]) == "env":
+        words = words[1:]
+    if not words or os.path.basename(words[0]) not in ("bash", "sh"):
+        return []
+    return [w for w in words[1:] if w.startswith(("-", "+")) and w not in ("-", "--")]
+
+
 class Sandbox(object):
     """One scratch tree; :meth:`run` evaluates the launcher in it, :meth:`close` removes it."""
 
@@ -167,7 +185,8 @@ class Sandbox(object):
 
     def run(self, script, args, timeout):
         path = os.path.join(self.sco, script)
-        proc = subprocess.Popen([self.bash, path] + list(args), cwd=self.sco, env=self.environment(),
+        proc = subprocess.Popen([self.bash] + _shebang_flags(path) + [path] + list(args), cwd=self.sco,
+                                env=self.environment(),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
         timed_out = False

@@ -191,3 +191,17 @@ def test_module_fails_clearly_on_an_unevaluable_launcher(tmp_path, monkeypatch, 
     assert res["failed"] and "cannot be evaluated safely" in res["msg"] and res["changed"] is False
     res = run_main(monkeypatch, capsys, launcher_effective.main, {"launcher": str(tmp_path / "nope.sh")})
     assert res["failed"] and "no such launcher script" in res["msg"]
+
+
+def test_shebang_options_apply_and_one_off_helper_runs_are_not_containers(tmp_path):
+    home = tmp_path / "home" / "mia"
+    co = home / "co"
+    co.mkdir(parents=True)
+    (co / "start.sh").write_text("#!/bin/bash -e\nfalse\ndocker run -d --name late img\n")
+    with pytest.raises(S.LaunchError) as err:       # -e on the #! line stops the script, as ./start.sh would
+        R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home))
+    assert "exited 1" in str(err.value)
+    (co / "start.sh").write_text("#!/usr/bin/env bash\ndocker run --rm img python -c 1\n"
+                                 "docker run -d --name dsv41-head img run\n")
+    got = R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home))
+    assert [c["name"] for c in got["containers"]] == ["dsv41-head"]
