@@ -116,13 +116,33 @@ def forwarding(settings, launch, effects):
 # Guardrails on what each container receives
 # ---------------------------------------------------------------------------------------------
 
-def origin(key, got, env_values):
-    """Where the value a container receives comes from, for messages."""
+# Engine arguments (SGLang's own flags) that carry a launcher setting the rules judge.
+ENGINE_FLAGS = {"--tp-size": "TP_SIZE", "--ep-size": "EP_SIZE", "--dspark-block-size": "DSPARK_BLOCK_SIZE",
+                "--max-running-requests": "MAX_RUNNING_REQUESTS", "--mem-fraction-static": "MEM_FRACTION_STATIC",
+                "--max-total-tokens": "MAX_TOTAL_TOKENS", "--chunked-prefill-size": "CHUNKED_PREFILL_SIZE"}
+
+
+def engine_settings(command):
+    """``{KEY: value}`` of the engine arguments in a container's command (``--flag value`` or ``--flag=value``)."""
+    out = {}
+    for i, word in enumerate(command or []):
+        flag, eq, value = word.partition("=")
+        if flag in ENGINE_FLAGS:
+            if not eq:
+                value = command[i + 1] if i + 1 < len(command) else None
+            if value is not None:
+                out[ENGINE_FLAGS[flag]] = value
+    return out
+
+
+def origin(key, got, env_values, flag=None):
+    """Where the value a container receives comes from, for messages (``flag``: the engine argument)."""
+    via = " as the engine argument %s" % flag if flag else ""
     if key in env_values and env_values[key] == got:
-        return ".env"
+        return ".env%s" % via
     if key in env_values:
-        return "start.sh, which replaces the .env value %s" % shown(key, env_values[key])
-    return "the launcher default in start.sh (%s is not in the .env)" % key
+        return "start.sh%s, which replaces the .env value %s" % (via, shown(key, env_values[key]))
+    return "the launcher default in start.sh%s (%s is not in the .env)" % (via, key)
 
 
 def host_path(ctn, path):
@@ -179,8 +199,11 @@ def check_launch(settings, launch, env_values, tp_size=3, validated=frozenset(),
     grouped = {}
     notes = []
     unknown = []
+    flags = dict((v, k) for k, v in ENGINE_FLAGS.items())
     for c in launch["containers"]:
+        args = engine_settings(c.get("command"))
         view = dict(base)
+        view.update(args)
         view.update(c["env"])
         exists, note = sps_table_state(c, path_exists)
         if exists is None:          # a worker's file, not visible from here: a warning, not a verdict
@@ -190,12 +213,14 @@ def check_launch(settings, launch, env_values, tp_size=3, validated=frozenset(),
         elif note:
             notes.append(note)
         for f in check_settings(view, sps_table_exists=exists, **kw):
-            got = c["env"].get(f.key)
+            as_arg = f.key not in c["env"] and f.key in args
+            got = args.get(f.key) if as_arg else c["env"].get(f.key)
             if f.rule == "env_writable" or got is None or (f.key in base and base[f.key] == got
                                                             and any(d.rule == f.rule for d in declared)):
                 continue
             key = (f.rule, f.key, got, f.message)
-            grouped.setdefault(key, {"finding": f, "where": [], "origin": origin(f.key, got, env_values)})
+            grouped.setdefault(key, {"finding": f, "where": [], "origin": origin(
+                f.key, got, env_values, flags[f.key] if as_arg else None)})
             grouped[key]["where"].append(_where(c))
     out = []
     launch_rules = set((k[0], k[1]) for k in grouped)
@@ -203,7 +228,7 @@ def check_launch(settings, launch, env_values, tp_size=3, validated=frozenset(),
         if (f.rule, f.key) not in launch_rules:
             out.append({"rule": f.rule, "level": f.level, "key": f.key, "message": f.message, "hosts": []})
     for (rule, key, got, message), g in grouped.items():
-        fix = "" if g["origin"] == ".env" else "; set it explicitly in the .env"
+        fix = "" if g["origin"].startswith(".env") else "; set it explicitly in the .env"
         out.append({"rule": rule, "level": g["finding"].level, "key": key, "hosts": g["where"],
                     "message": "%s %s %s from %s: %s%s" % (", ".join(g["where"]),
                                                            "receives" if len(g["where"]) == 1 else "receive",

@@ -486,3 +486,22 @@ def test_lab_sitecustomize_hook_installs_only_switched_on_adapters(tmp_path):
     assert "DSV41 adapter draft_tau installed (DSV41_DRAFT_TAU=0.8)" in on.stderr
     missing = run(DSV41_WO_A_W8="1")
     assert missing.returncode == 1 and "DSV41 adapter wo_a_w8 (DSV41_WO_A_W8=1): ImportError" in missing.stderr
+
+
+def test_engine_arguments_the_launcher_defaults_are_judged_too(tmp_path):
+    script, home = checkout(tmp_path, "explicit", BASELINE_ENV.replace("MEM_FRACTION_STATIC=0.95\n", ""))
+    with open(script) as fh:
+        text = fh.read()
+    with open(script, "w") as fh:
+        fh.write(text.replace('MEM_FRACTION_STATIC="${MEM_FRACTION_STATIC:-0.95}"', 'MEM_FRACTION_STATIC="${MEM_FRACTION_STATIC:-0.80}"'))
+    launch = effective_launch(script, head="spark1", home=home)
+    assert L.engine_settings(launch["containers"][0]["command"])["MEM_FRACTION_STATIC"] == "0.80"
+    values = L.parse_env(BASELINE_ENV.replace("MEM_FRACTION_STATIC=0.95\n", ""), {"HOME": home})
+    findings, _ = L.check_launch(values, launch, values)
+    [f] = [f for f in findings if f["rule"] == "tp4_fraction"]
+    assert f["message"].startswith(
+        "spark2 (dsv41-worker, rank 1), spark3 (dsv41-worker, rank 2), spark1 (dsv41-head, rank 0) receive "
+        "MEM_FRACTION_STATIC='0.80' from the launcher default in start.sh as the engine argument --mem-fraction-static "
+        "(MEM_FRACTION_STATIC is not in the .env): MEM_FRACTION_STATIC='0.80' copies TP4's 0.80 memory fraction")
+    assert f["message"].endswith("; set it explicitly in the .env")
+    assert L.engine_settings(["run", "--tp-size=4", "--port", "1", "--max-total-tokens"]) == {"TP_SIZE": "4"}
