@@ -44,7 +44,9 @@ options:
     type: str
     default: .env
   home:
-    description: Home directory of the head user (default the module user's); C($HOME) in the launcher and its C(.env) means this.
+    description:
+      - Home directory of the head user (default the module user's); C($HOME) in the launcher and its C(.env)
+        means this.
     type: path
   user:
     description: Login user on the head (default the module user).

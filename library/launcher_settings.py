@@ -156,7 +156,9 @@ launcher_reads:
   type: list
   elements: str
 errors:
-  description: One message per broken rule (and key), naming the key, its value and, for a container, where it comes from.
+  description:
+    - One message per broken rule (and key), naming the key, its value and, for a container, where it
+      comes from.
   returned: always
   type: list
   elements: str
@@ -252,8 +254,9 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
         env_values = {}
     effects = key_effects(launcher, text, L.unreceived_keys(settings, launch), env_values, base=launch, **kw)
     fwd = L.forwarding(settings, launch, effects)
-    findings, notes = L.check_launch(settings, launch, env_values, tp_size=tp_size, validated=frozenset(validated or ()),
-                                     packed=packed, timing=timing, path_exists=_probe(worker_files))
+    findings, notes = L.check_launch(settings, launch, env_values, tp_size=tp_size,
+                                     validated=frozenset(validated or ()), packed=packed, timing=timing,
+                                     path_exists=_probe(worker_files))
     errors = [f["message"] for f in findings if f["level"] == "error"]
     gaps = fwd["gaps"]
     base.update({

@@ -119,7 +119,8 @@ def _mount(name, value):
         fields[k.strip()] = v.strip() if _ else "true"
     return {"source": fields.get("source") or fields.get("src"),
             "target": fields.get("target") or fields.get("destination") or fields.get("dst"),
-            "type": fields.get("type", "volume"), "read_only": fields.get("readonly", fields.get("ro")) in ("true", "1")}
+            "type": fields.get("type", "volume"),
+            "read_only": fields.get("readonly", fields.get("ro")) in ("true", "1")}
 
 
 def parse_run(call, path_map=()):

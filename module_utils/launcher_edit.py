@@ -160,7 +160,8 @@ def plan(launcher, values, env_text, **kw):
     blocks = find_blocks(text)
     if not blocks:
         raise EditRefused("%s has no argument builder (a multi-line array of -e arguments) and no heredoc of "
-                          "-e lines: it cannot be edited safely; add %s by hand" % (launcher, ", ".join(sorted(missing))))
+                          "-e lines: it cannot be edited safely; add %s by hand"
+                          % (launcher, ", ".join(sorted(missing))))
     feeds = coverage(launcher, text, env, **kw)
     additions = {}
     for key, need in sorted(missing.items()):
