@@ -166,19 +166,6 @@ def dsv41_env_render(settings, api_key=None, notes=None):
         raise _fail(exc)
 
 
-def dsv41_launcher_engram_dir(env_text, host, is_head, login_user):
-    """Directory the launcher bind-mounts at /engram for ``host`` at its next serve.
-
-    Head: ENGRAM_DIR (default ~/dsv41-engram of the head's login user). Worker:
-    WORKER_ENGRAM_DIR_<HOST> if set, else WORKER_ENGRAM_DIR, else $WORKER_DIR/engram with
-    WORKER_DIR defaulting to /home/$WORKER_USER/dsv41-3x-spark (module_utils/launcher_env.effective_engram_dir).
-    """
-    try:
-        return _env.effective_engram_dir(str(env_text), host, is_head, login_user)
-    except _env.EnvError as exc:
-        raise _fail(exc)
-
-
 def dsv41_is_secret(name):
     """The one secret rule (module_utils/secret_rule.is_secret_name): KEY/TOKEN/SECRET/PASSWORD/PASSWD/
     CREDENTIAL/PAT-style names, case-insensitive."""
@@ -210,7 +197,6 @@ class FilterModule:
             "dsv41_table": dsv41_table,
             "dsv41_env_parse": dsv41_env_parse,
             "dsv41_env_render": dsv41_env_render,
-            "dsv41_launcher_engram_dir": dsv41_launcher_engram_dir,
             "dsv41_is_secret": dsv41_is_secret,
             "dsv41_redact": dsv41_redact,
             "dsv41_secret_values": dsv41_secret_values,

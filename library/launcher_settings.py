@@ -8,44 +8,57 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: launcher_settings
-short_description: Check launcher settings against the TP3 rules and start.sh's forward lists
+short_description: Check launcher settings against the TP3 rules and what each container really receives
 description:
-  - Runs on the head. Reads the launcher C(start.sh), parses its explicit C(HEAD_FORWARD=( ... ))
-    and C(WORKER_FORWARD=( ... )) arrays (the only variables that reach the containers), and
-    reports, per launch path, every variable the settings set that the path does not forward.
-  - Checks the settings against the rules of SPEC section 3 ("Adapters and switches" and its
-    "Never" list), e.g. no C(expandable_segments:True), C(SGLANG_FLASHINFER_MOE_FUSED_FINALIZE)
-    explicitly 0, no TP4 values on TP3, DROP only after W8 is validated, prefetch only with
-    packed shards, the confidence cap only at k=5 after k=5 alone was measured. The rules live
-    in C(module_utils/launcher.py) (C(RULES)); warnings (e.g. C(DSV41_CACHE_WAYS) with a zero
-    cache) are returned in C(setting_warnings) and shown as Ansible warnings, never fatal.
-  - Fails with one line per problem when a rule is broken or (with I(fail_on_unforwarded)) a set
-    variable is not forwarded by a path. Read-only.
-  - Keys that are not shell identifiers (or are the shell's or the loader's own variables, such as
-    C(BASH_ENV), C(PS4), C(PATH), C(LD_PRELOAD)) and values the C(.env) cannot hold as data (a
-    newline, carriage return, NUL or other control character, not UTF-8) are errors (rule
-    C(env_writable)) naming the key, so nothing is written.
-  - Secret values (the project's one secret rule, C(module_utils/secret_rule.py) - API_KEY and any
-    name with a KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or PAT word in any case, e.g.
-    C(hf_token), C(OPENAI_APIKEY), C(DB_PASSWORD2)) never appear in the result or in messages; they
-    are shown as C(***).
+  - Runs on the head. Evaluates the launcher's own C(serve) path in a sandbox (the module
+    C(launcher_effective); nothing on the host changes) with the C(.env) these settings give
+    (I(env_text), else the settings rendered by the project's one C(.env) writer), and reads what each
+    container - the head and every worker - would receive at the next serve.
+  - A declared setting is forwarded on a launch path when the container on that path receives exactly
+    the declared value. A setting no container receives is checked by changing it and evaluating again -
+    when the launch changes, the launcher reads it itself (engine arguments, mounts, hosts); when nothing
+    changes it has no effect (for example a per-host C(WORKER_ENGRAM_DIR_SPARK2) the launcher never
+    builds) and is reported as such.
+  - Applies the rules of SPEC section 3 ("Adapters and switches" and its "Never" list; the rules live
+    in C(module_utils/launcher_rules.py)) to the declared settings and to what each container receives,
+    so a launcher-side default the rules forbid (C(DSV41_CACHE_GIB=4), C(SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=1))
+    is refused naming the key, the value the container would get and where it comes from, with the fix
+    (set it explicitly in the C(.env)). C(DSPARK_SPS_TABLE) is refused only when the file it names exists
+    where the container reads it (the container path mapped through its mounts); otherwise the engine
+    stays on the verify-all schedule and that is returned in C(notes).
+  - Warnings (e.g. C(DSV41_CACHE_WAYS) with a zero cache) are returned in C(setting_warnings) and shown
+    as Ansible warnings, never fatal. Fails with one line per problem when a rule is broken or (with
+    I(fail_on_unforwarded)) a set variable is not forwarded by a path, or when the launcher cannot be
+    evaluated. Read-only.
+  - Keys that are not shell identifiers (or are the shell's or the loader's own variables) and values
+    the C(.env) cannot hold as data are errors (rule C(env_writable)) naming the key; nothing is evaluated.
+  - Secret values (the project's one secret rule, C(module_utils/secret_rule.py)) never appear in the
+    result or in messages; they are shown as C(***).
 version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
   settings:
     description:
-      - The rendered launcher settings (the C(.env) as a mapping KEY -> value). None or an empty
+      - The declared launcher settings (the C(.env) as a mapping KEY -> value). None or an empty
         string means unset; booleans mean 1/0.
     type: dict
     required: true
   launcher:
-    description: Path of the launcher C(start.sh) on the head.
+    description: Path of the launcher C(start.sh) in its checkout on the head.
     type: path
     required: true
   tp_size:
     description: Tensor-parallel size of the fleet (from the inventory); C(TP_SIZE) must equal it.
     type: int
     required: true
+  env_text:
+    description:
+      - The C(.env) the next serve will read (a check-mode preview of a change). Default - the settings
+        (and I(api_key)) rendered by the project's C(.env) writer.
+    type: str
+  api_key:
+    description: The API key the rendered C(.env) carries (only used when I(env_text) is not given).
+    type: str
   validated:
     description:
       - Validations recorded by earlier stages that unlock dependent settings. Known values
@@ -66,18 +79,31 @@ options:
     description: Fail when a set variable is not forwarded by a launch path (else only report it).
     type: bool
     default: true
+  worker_files:
+    description:
+      - Host paths known to exist on each worker (host -> list of paths), for the C(DSPARK_SPS_TABLE)
+        verdict on workers; a worker path not listed here cannot be judged from the head (a note).
+    type: dict
+    default: {}
+  home:
+    description: Home directory of the head user (default the module user's).
+    type: path
+  head_host:
+    description: Name of the head in the result (default this node's hostname).
+    type: str
+  timeout:
+    description: Seconds one evaluation of the launcher may take.
+    type: int
+    default: 60
   host_label:
     description: Name used in messages (default the node's hostname).
     type: str
 notes:
   - Supports check mode; the module never changes anything (C(changed) is always false).
-  - Keys start.sh consumes itself (engine arguments such as C(MAX_TOTAL_TOKENS), directories,
-    hosts) need no forwarding (C(LAUNCHER_KEYS) in C(module_utils/launcher.py)); C(API_KEY) is
-    head-only by design.
 """
 
 EXAMPLES = r"""
-- name: Check the declared settings against start.sh before a restart
+- name: Check the declared settings against what each container receives at the next serve
   launcher_settings:
     settings: "{{ dsv41_launcher_settings }}"
     launcher: "{{ dsv41_launcher_dir }}/start.sh"
@@ -96,21 +122,43 @@ EXAMPLES = r"""
 
 RETURN = r"""
 forward_lists:
-  description: Variables each launch path forwards, in start.sh order.
+  description: Variables every container of each launch path receives (head, worker), in launch order.
   returned: always
   type: dict
   contains:
-    head: {description: HEAD_FORWARD names, type: list, elements: str}
-    worker: {description: WORKER_FORWARD names, type: list, elements: str}
+    head: {description: Received by the head container, type: list, elements: str}
+    worker: {description: Received by every worker container, type: list, elements: str}
 unforwarded:
-  description: Per path, the set variables the path does not forward (sorted).
+  description: Per path, the set variables some container of the path does not receive (sorted).
   returned: always
   type: dict
   contains:
-    head: {description: Not forwarded to the head container, type: list, elements: str}
-    worker: {description: Not forwarded to the worker containers, type: list, elements: str}
+    head: {description: Not received by the head container, type: list, elements: str}
+    worker: {description: Not received by a worker container, type: list, elements: str}
+forwarding_gaps:
+  description: One message per container that does not receive a set variable.
+  returned: always
+  type: list
+  elements: str
+no_effect:
+  description: Set variables the launcher does not read and no container receives.
+  returned: always
+  type: list
+  elements: str
+overridden:
+  description: Containers that receive another value than the declared one (the launcher sets it).
+  returned: always
+  type: list
+  elements: str
+launcher_reads:
+  description: Set variables no container receives that the launcher reads itself (changing them changes the launch).
+  returned: always
+  type: list
+  elements: str
 errors:
-  description: One message per broken rule (and key), naming the key and its value.
+  description:
+    - One message per broken rule (and key), naming the key, its value and, for a container, where it
+      comes from.
   returned: always
   type: list
   elements: str
@@ -122,8 +170,13 @@ setting_warnings:
   returned: always
   type: list
   elements: str
+notes:
+  description: C(DSPARK_SPS_TABLE) verdicts per container (not found - verify-all; cannot tell on a worker).
+  returned: always
+  type: list
+  elements: str
 findings:
-  description: Every broken rule as {rule, level, key, message}.
+  description: Every broken rule as {rule, level, key, message, hosts}.
   returned: always
   type: list
   elements: dict
@@ -132,20 +185,28 @@ problems:
   returned: always
   type: list
   elements: str
+ranks:
+  description: Per rank, host, container, role, image, order and C(/engram) source at the next serve.
+  returned: when the launcher could be evaluated
+  type: dict
 settings:
   description: The settings that were checked, secret values masked as C(***).
   returned: always
   type: dict
 launcher:
-  description: The start.sh that was read.
+  description: The start.sh that was evaluated.
   returned: always
   type: str
 """
 
 import os
+import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import launcher as L
+from ansible.module_utils.launch_record import effective_launch, key_effects, summary
+from ansible.module_utils.launch_sandbox import LaunchError
+from ansible.module_utils.launcher_env import render_env
 from ansible.module_utils.secret_rule import MIN_SECRET_CHARS
 
 
@@ -158,28 +219,54 @@ def _label(name):
         return "this host"
 
 
-def evaluate(settings, script_text, launcher_path, tp_size, validated, packed, timing, fail_on_unforwarded):
-    """The module result (without ``changed``); raises :class:`L.LauncherError` for a bad start.sh."""
-    name = os.path.basename(launcher_path) or launcher_path
-    forward = L.parse_forward_lists(script_text, source=launcher_path)
-    findings = L.check_settings(settings, tp_size=tp_size, validated=frozenset(validated or ()),
-                                packed=packed, timing=timing)
-    missing = L.unforwarded(settings, forward)
-    errors = [f.message for f in findings if f.level == "error"]
-    warnings = [f.message for f in findings if f.level != "error"]
-    gaps = L.unforwarded_messages(missing, launcher_name=name)
-    problems = list(errors) + (gaps if fail_on_unforwarded else [])
-    return {
-        "launcher": launcher_path,
-        "forward_lists": forward,
-        "unforwarded": missing,
-        "errors": errors,
-        "setting_warnings": warnings,
-        "findings": [f._asdict() for f in findings],
-        "problems": problems,
-        "forwarding_gaps": gaps,
-        "settings": L.mask_settings(settings),
-    }
+def _probe(worker_files):
+    known = dict((h, set(p or [])) for h, p in (worker_files or {}).items())
+
+    def exists(host, path, is_head):
+        if is_head:
+            return os.path.exists(path)
+        return True if path in known.get(host, ()) else (False if host in known else None)
+    return exists
+
+
+def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=False, fail_on_unforwarded=True,
+             env_text=None, api_key=None, worker_files=None, home=None, head_host=None, timeout=60):
+    """The module result (without ``changed``); raises LaunchError when the launcher cannot be evaluated."""
+    base = {"launcher": launcher, "settings": L.mask_settings(settings), "forward_lists": {"head": [], "worker": []},
+            "unforwarded": {"head": [], "worker": []}, "forwarding_gaps": [], "no_effect": [], "overridden": [],
+            "launcher_reads": [], "notes": []}
+    writable = [f for f in L.check_settings(settings, tp_size=tp_size) if f.rule == "env_writable"]
+    if writable:        # nothing to evaluate: the .env could not be written
+        errors = [f.message for f in writable]
+        base.update(errors=errors, setting_warnings=[], problems=errors,
+                    findings=[dict(f._asdict(), hosts=[]) for f in writable])
+        return base
+    home = home or os.path.expanduser("~")
+    if env_text is None:        # the one writer takes the API key apart from the settings
+        plain = dict((k, v) for k, v in settings.items() if k != "API_KEY")
+        env_text = render_env(plain, api_key or L.norm_value(settings.get("API_KEY")))
+    text = env_text
+    kw = dict(home=home, head=head_host or socket.gethostname().split(".")[0], timeout=timeout)
+    launch = effective_launch(launcher, env_text=text, **kw)
+    try:
+        env_values = L.parse_env(text, {"HOME": home})
+    except L.EnvError:
+        env_values = {}
+    effects = key_effects(launcher, text, L.unreceived_keys(settings, launch), env_values, base=launch, **kw)
+    fwd = L.forwarding(settings, launch, effects)
+    findings, notes = L.check_launch(settings, launch, env_values, tp_size=tp_size,
+                                     validated=frozenset(validated or ()), packed=packed, timing=timing,
+                                     path_exists=_probe(worker_files))
+    errors = [f["message"] for f in findings if f["level"] == "error"]
+    gaps = fwd["gaps"]
+    base.update({
+        "forward_lists": {"head": L.received(launch, "head"), "worker": L.received(launch, "worker")},
+        "unforwarded": fwd["unforwarded"], "forwarding_gaps": fwd["gaps"], "no_effect": fwd["no_effect"],
+        "overridden": fwd["overridden"], "launcher_reads": fwd["launcher_reads"], "notes": notes,
+        "errors": errors, "setting_warnings": [f["message"] for f in findings if f["level"] != "error"],
+        "findings": findings, "problems": errors + (gaps if fail_on_unforwarded else []), "ranks": summary(launch),
+    })
+    return base
 
 
 def run_module():
@@ -188,10 +275,16 @@ def run_module():
             settings=dict(type="dict", required=True),
             launcher=dict(type="path", required=True),
             tp_size=dict(type="int", required=True),
+            env_text=dict(type="str", no_log=True),
+            api_key=dict(type="str", no_log=True),
             validated=dict(type="list", elements="str", default=[]),
             packed=dict(type="bool", default=False),
             timing=dict(type="bool", default=False),
             fail_on_unforwarded=dict(type="bool", default=True),
+            worker_files=dict(type="dict", default={}),
+            home=dict(type="path"),
+            head_host=dict(type="str"),
+            timeout=dict(type="int", default=60),
             host_label=dict(type="str"),
         ),
         supports_check_mode=True,
@@ -206,21 +299,19 @@ def run_module():
     who = _label(p["host_label"])
     if p["tp_size"] < 1:
         module.fail_json(msg="%s: tp_size %d is not a positive integer" % (who, p["tp_size"]), changed=False)
+    if not os.path.isfile(p["launcher"]):
+        module.fail_json(msg="%s: cannot read the launcher %s: no such file" % (who, p["launcher"]), changed=False)
     try:
-        with open(p["launcher"], "r") as fh:
-            script = fh.read()
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="%s: cannot read the launcher %s: %s" % (who, p["launcher"], exc), changed=False)
-    try:
-        result = evaluate(settings, script, p["launcher"], p["tp_size"], p["validated"], p["packed"],
-                          p["timing"], p["fail_on_unforwarded"])
-    except L.LauncherError as exc:
+        result = evaluate(settings, p["launcher"], p["tp_size"], p["validated"], p["packed"], p["timing"],
+                          p["fail_on_unforwarded"], p["env_text"], p["api_key"], p["worker_files"], p["home"],
+                          p["head_host"], p["timeout"])
+    except (LaunchError, L.EnvError) as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False)
     result["changed"] = False
     unknown = sorted(set(p["validated"]) - set(L.VALIDATIONS))
     if unknown:   # a typo must not pass silently, but other stages may record their own names
         result["setting_warnings"].extend(["validated: %r unlocks nothing here (known: %s)"
-                                        % (v, ", ".join(sorted(L.VALIDATIONS))) for v in unknown])
+                                           % (v, ", ".join(sorted(L.VALIDATIONS))) for v in unknown])
     for text in result["setting_warnings"]:
         module.warn("%s: %s" % (who, text))
     if result["problems"]:

@@ -1,91 +1,39 @@
 # -*- coding: utf-8 -*-
-"""The dsv41 launcher (``start.sh`` + its ``.env``) and the adapters' import hook, as data.
+"""The dsv41 launcher (``start.sh`` + its ``.env``) judged by what each container receives, and the
+adapters' import hook, as data.
 
 Shared by the ``launcher_settings`` module (and anything else that needs the launcher's rules).
 Standard library only: Ansible ships this file to the target host next to the module.
 
-* :func:`parse_env`, :func:`effective_engram_dir` and the one ``.env`` writer live in
-  ``module_utils/launcher_env.py`` (re-exported here); what is secret is decided by
-  ``module_utils/secret_rule.py`` (:func:`is_secret` is that rule).
-* :func:`parse_forward_lists` reads the explicit ``HEAD_FORWARD=( ... )`` and
-  ``WORKER_FORWARD=( ... )`` bash arrays of ``start.sh``: the only variables that reach the
-  containers (SPEC section 3, "Launcher and containers").
-* :func:`check_settings` / :func:`validate_settings` / :func:`validate_settings_full` apply the
-  rules of SPEC section 3, "Adapters and switches" and its "Never" list. Every rule is a small
-  named function in :data:`RULES` (rule id, level, summary), so tests can enumerate them.
-* :func:`unforwarded`: variables the settings set that a launch path would silently drop.
-* :func:`effective_engram_dir`: the directory the launcher bind-mounts at ``/engram``.
+* The effective launch (what each container gets at the next serve) is computed by running the
+  launcher's own code in a sandbox: ``module_utils/launch_sandbox.py`` and ``launch_record.py``.
+* :func:`forwarding`: a declared setting is forwarded on a launch path when the container on that path
+  receives the declared value; keys the launcher reads itself (it turns them into engine arguments,
+  mounts, hosts) are found by changing them and evaluating again (``launch_record.key_effects``), not
+  taken from a fixed list.
+* :func:`check_launch`: the rules (``module_utils/launcher_rules.py``, re-exported here) applied to what
+  each container receives, so a launcher-side default the rules forbid is refused naming the key, the
+  value the container would get and where it comes from.
+* :func:`parse_env`, the ``.env`` writer: ``module_utils/launcher_env.py`` (re-exported); what is secret
+  is decided by ``module_utils/secret_rule.py``.
 * The adapters' ``sitecustomize.py`` import hook is read by ``module_utils/import_hook.py``.
-
-Values of a settings dict may be str, int, float, bool or None (a rendered YAML mapping):
-None and the empty string mean "unset"; True/False mean "1"/"0"; strings are kept exactly as bash
-will hold them (no stripping). Values of secret names (``secret_rule.is_secret_name``: API_KEY,
-hf_token, OPENAI_APIKEY, DB_PASSWORD2, GITHUB_PAT, ...) never appear in a message (shown as ``***``).
-The first rule, ``env_writable``, refuses what the ``.env`` writer cannot write as data (a key that
-is not a shell identifier or is the shell's own, a value with a newline, NUL or other control
-character), so nothing reaches the file.
 """
 from __future__ import absolute_import, division, print_function
 
-import math
+import ast
+import os
 import re
-from collections import namedtuple
 
 from ansible.module_utils.launcher_env import (  # noqa: F401  (re-exported: one parser, one writer)
-    EnvError, EnvSyntaxError, effective_engram_dir, env_text, key_problem, parse_env, value_problem)
-from ansible.module_utils.secret_rule import SECRET_MASK, is_secret_name, mask_mapping
+    EnvError, EnvSyntaxError, env_text, key_problem, parse_env, value_problem)
+from ansible.module_utils.launcher_rules import (  # noqa: F401  (re-exported: the rules live there)
+    ADAPTER_SWITCHES, ENGINE_SWITCHES, LAUNCHER_DEFAULTS, RULE_IDS, RULES, VALIDATIONS, Finding, Rule,
+    check_settings, is_secret, mask_settings, norm_value, normalize_settings, shown, validate_settings,
+    validate_settings_full)
 
 __metaclass__ = type
 
-# Keys ``start.sh`` consumes itself: it turns them into engine arguments (``engine_args``:
-# --tp-size, --ep-size, --model-path, --port, --dspark-block-size, --max-running-requests,
-# --chunked-prefill-size, --mem-fraction-static, --moe-runner-backend, --dist-init-addr
-# HEAD_HOST:DIST_PORT, --max-total-tokens) or into the docker command (image, hosts, user,
-# directories and bind mounts, containers, timeout). They reach the engine without being
-# forwarded as variables, so a forward list need not carry them. Checked against
-# lab/standins/start.sh; keep in step with the launcher.
-LAUNCHER_KEYS = frozenset([
-    # engine arguments
-    "TP_SIZE", "EP_SIZE", "MODEL_PATH", "API_PORT", "DSPARK_BLOCK_SIZE", "MAX_RUNNING_REQUESTS",
-    "CHUNKED_PREFILL_SIZE", "MEM_FRACTION_STATIC", "MOE_RUNNER_BACKEND", "MAX_TOTAL_TOKENS",
-    "HEAD_HOST", "DIST_PORT",
-    # docker command / launcher control
-    "IMAGE", "WORKER_HOSTS", "WORKER_USER", "WORKER_DIR", "ENGRAM_DIR", "WORKER_ENGRAM_DIR",
-    "SERVE_TIMEOUT", "HEAD_CONTAINER", "WORKER_CONTAINER", "START_SH_LIB_ONLY",
-])
-LAUNCHER_KEY_PREFIXES = ("WORKER_ENGRAM_DIR_",)     # per-worker /engram overrides
-HEAD_ONLY_KEYS = frozenset(["API_KEY"])            # the API is served by the head only
-
-# Adapter switches (the import hook installs the adapter when the value is not "0") and other
-# plain on/off engine switches: each must be 0 or 1.
-ADAPTER_SWITCHES = (
-    "DSV41_AUTOTUNE_KEEP", "DSV41_FOLDED_FENCE", "DSV41_WO_A_W8", "DSV41_WO_A_W8_MID",
-    "DSV41_WO_A_W8_DROP", "DSV41_ENGRAM_PREFETCH", "DSV41_ENGRAM_PREFETCH_CHECK",
-    "DSV41_DRAFT_HEAD_FP8", "DSV41_BLOCK_VERIFY",
-)
-ENGINE_SWITCHES = ("DSV41_MOE_DENSE_ROUTING",)
-
-# Validations a stage can record (``validated=``) to unlock a dependent setting.
-VALIDATIONS = {
-    "wo_a_w8": "DSV41_WO_A_W8 alone was validated (stage D); unlocks DSV41_WO_A_W8_DROP",
-    "block5": "DSPARK_BLOCK_SIZE=5 alone was measured (stage G); unlocks DSV41_VERIFY_CAP",
-    "folded_sampling_budget": "the static buffers of forced folded sampling are budgeted; "
-                              "unlocks SGLANG_DSPARK_FOLDED_SAMPLING=2",
-}
-
-# start.sh defaults for keys the rules read when the settings leave them unset.
-LAUNCHER_DEFAULTS = {"TP_SIZE": "3", "EP_SIZE": "3", "DSPARK_BLOCK_SIZE": "3",
-                     "MEM_FRACTION_STATIC": "0.95", "MAX_RUNNING_REQUESTS": "4"}
-
-TP3_MIN_FRACTION = 0.944
-TP4_FRACTION = 0.80
-TP4_SLOTS = 16
-TP4_POOL = 8000000
-TP4_CACHE_GIB = 4.0
-
-FORWARD_ARRAYS = ("HEAD_FORWARD", "WORKER_FORWARD")
-PATH_ARRAY = {"head": "HEAD_FORWARD", "worker": "WORKER_FORWARD"}
-
+SPS_KEY = "DSPARK_SPS_TABLE"
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -94,540 +42,195 @@ class LauncherError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Values
+# Forwarding, read from the effective launch
 # ---------------------------------------------------------------------------------------------
 
-def is_secret(key):
-    """The one secret rule (``module_utils/secret_rule.py``): case-insensitive KEY/TOKEN/SECRET/PASSWORD/
-    PASSWD/CREDENTIAL/PAT words of the name; ``*_TOKENS`` (a count, e.g. MAX_TOTAL_TOKENS) is not."""
-    return is_secret_name(key)
+def _where(ctn):
+    return "%s (%s, rank %s)" % (ctn["host"], ctn["name"], ctn["rank"])
 
 
-def norm_value(value):
-    """A settings value as the string bash would hold, or None when unset (None or "").
+def declared_keys(settings):
+    """Set keys of the declared settings that can be variables at all (others: rule env_writable)."""
+    return dict((k, v) for k, v in normalize_settings(settings).items() if key_problem(k) is None)
 
-    Same conversion as the ``.env`` writer (``launcher_env.env_text``), so the rules judge exactly
-    what bash will see; a value the writer refuses is reported by the ``env_writable`` rule and is
-    judged here as its ``str()``.
+
+def received(launch, path):
+    """Keys every container of a path ("head" or "worker") receives, in the first one's order."""
+    ctns = [c for c in launch["containers"] if c["role"] == path]
+    if not ctns:
+        return []
+    return [k for k in ctns[0]["env_order"] if all(k in c["env"] for c in ctns)]
+
+
+def unreceived_keys(settings, launch):
+    """Declared keys some container does not receive with the declared value: the ones whose effect
+    (read by the launcher itself, or nothing) must be found by evaluating again."""
+    out = []
+    for key, value in sorted(declared_keys(settings).items()):
+        if any(c["env"].get(key) != value for c in launch["containers"]):
+            out.append(key)
+    return out
+
+
+def forwarding(settings, launch, effects):
+    """``{"unforwarded": {"head": [...], "worker": [...]}, "gaps": [...], "no_effect": [...],
+    "overridden": [...], "launcher_reads": [...]}``.
+
+    A declared key (value set; "0" counts) is forwarded on a path when the container there receives
+    exactly the declared value. A key no container receives that the launcher reads itself (``effects``
+    from ``launch_record.key_effects``: changing it changes the launch) is consumed by the launcher, not
+    a gap. A key that changes nothing at all has no effect: it is a gap on every path, said in the gap.
+    A container receiving another value than the declared one is ``overridden`` (the launcher sets it).
     """
-    try:
-        text = env_text(value)
-    except (TypeError, UnicodeDecodeError):
-        text = "%s" % (value,)
-    return text if text != "" else None
+    out = {"unforwarded": {"head": [], "worker": []}, "gaps": [], "no_effect": [], "overridden": [],
+           "launcher_reads": sorted(k for k, e in (effects or {}).items() if e.get("effect"))}
+    for key, value in sorted(declared_keys(settings).items()):
+        getting = [c for c in launch["containers"] if key in c["env"]]
+        effect = (effects or {}).get(key)
+        if not getting and effect is not None and effect.get("effect"):
+            continue                                    # consumed by the launcher itself
+        missing = {"head": [], "worker": []}
+        for c in launch["containers"]:
+            got = c["env"].get(key)
+            if got is None:
+                missing[c["role"]].append(_where(c))
+            elif got != value:
+                out["overridden"].append("%s: the container receives %s, not the declared %s (the launcher sets it)"
+                                         % (_where(c), shown(key, got), shown(key, value)))
+        for path in ("head", "worker"):
+            if missing[path]:
+                out["unforwarded"][path].append(key)
+        idle = not getting and effect is not None
+        if idle:
+            out["no_effect"].append("%s is set but has no effect: the launcher does not read it and no container "
+                                    "receives it" % shown(key, value))
+        for path in ("head", "worker"):
+            if missing[path]:
+                out["gaps"].append("%s is set but the %s launch path does not forward it: %s %s not receive it%s"
+                                   % (key, path, ", ".join(missing[path]), "does" if len(missing[path]) == 1 else "do",
+                                      " (nor does the launcher read it: it has no effect)" if idle else ""))
+    return out
 
 
-def normalize_settings(settings):
-    """{KEY: str} of the set keys (None/empty dropped)."""
+# ---------------------------------------------------------------------------------------------
+# Guardrails on what each container receives
+# ---------------------------------------------------------------------------------------------
+
+# Engine arguments (SGLang's own flags) that carry a launcher setting the rules judge.
+ENGINE_FLAGS = {"--tp-size": "TP_SIZE", "--ep-size": "EP_SIZE", "--dspark-block-size": "DSPARK_BLOCK_SIZE",
+                "--max-running-requests": "MAX_RUNNING_REQUESTS", "--mem-fraction-static": "MEM_FRACTION_STATIC",
+                "--max-total-tokens": "MAX_TOTAL_TOKENS", "--chunked-prefill-size": "CHUNKED_PREFILL_SIZE"}
+
+
+def engine_settings(command):
+    """``{KEY: value}`` of the engine arguments in a container's command (``--flag value`` or ``--flag=value``)."""
     out = {}
-    for key, value in (settings or {}).items():
-        v = norm_value(value)
-        if v is not None:
-            out[str(key)] = v
+    for i, word in enumerate(command or []):
+        flag, eq, value = word.partition("=")
+        if flag in ENGINE_FLAGS:
+            if not eq:
+                value = command[i + 1] if i + 1 < len(command) else None
+            if value is not None:
+                out[ENGINE_FLAGS[flag]] = value
     return out
 
 
-def shown(key, value):
-    """``KEY='value'`` for messages, the value masked for secret keys."""
-    if value is None:
-        return "%s (unset)" % key
-    return "%s=%r" % (key, SECRET_MASK if is_secret(key) else value)
+def origin(key, got, env_values, flag=None):
+    """Where the value a container receives comes from, for messages (``flag``: the engine argument)."""
+    via = " as the engine argument %s" % flag if flag else ""
+    if key in env_values and env_values[key] == got:
+        return ".env%s" % via
+    if key in env_values:
+        return "start.sh%s, which replaces the .env value %s" % (via, shown(key, env_values[key]))
+    return "the launcher default in start.sh%s (%s is not in the .env)" % (via, key)
 
 
-def mask_settings(settings):
-    """Copy of ``settings`` with secret values replaced by ``***``."""
-    return mask_mapping(settings)
-
-
-def _switch_on(value):
-    """The import hook's test: installed unless unset, empty or "0"."""
-    return value is not None and value != "0"
-
-
-def _as_int(value):
-    try:
-        if value is None or not re.match(r"^[+-]?\d+$", value):
-            return None
-        return int(value)
-    except (TypeError, ValueError):
+def host_path(ctn, path):
+    """The host path a container path maps to through the container's bind mounts (longest target
+    first), or None when no mount holds it (the file would have to be in the image)."""
+    best = None
+    for m in ctn["mounts"]:
+        target = (m.get("target") or "").rstrip("/") or "/"
+        if m.get("source") and (path == target or path.startswith(target.rstrip("/") + "/")):
+            if best is None or len(target) > len(best[0]):
+                best = (target, m["source"])
+    if best is None:
         return None
+    rest = path[len(best[0]):] if best[0] != "/" else path
+    return best[1].rstrip("/") + rest
 
 
-def _as_float(value):
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+def sps_table_state(ctn, path_exists):
+    """``(exists, note)`` of the container's DSPARK_SPS_TABLE: False (missing: the engine stays on
+    verify-all), the host path (it exists), or None (cannot tell)."""
+    value = ctn["env"].get(SPS_KEY)
+    if not value:
+        return False, None
+    src = host_path(ctn, value) if value.startswith("/") else None
+    if src is None:
+        return False, ("%s: %s=%s is not under any mount: not found; staying on the verify-all schedule"
+                       % (_where(ctn), SPS_KEY, value))
+    found = path_exists(ctn["host"], src, ctn["role"] == "head")
+    if found is None:
+        return None, "%s: cannot tell whether %s (%s=%s) exists on %s" % (_where(ctn), src, SPS_KEY, value, ctn["host"])
+    if found:
+        return src, None
+    return False, ("%s: %s=%s not found (%s on %s); staying on the verify-all schedule"
+                   % (_where(ctn), SPS_KEY, value, src, ctn["host"]))
 
 
-# ---------------------------------------------------------------------------------------------
-# start.sh forward lists
-# ---------------------------------------------------------------------------------------------
-
-_ARRAY_START = re.compile(
-    r"^[ \t]*(?:(?:declare|typeset|local|readonly)[ \t]+(?:-[A-Za-z]+[ \t]+)*)?"
-    r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(", re.M)
-_ARRAY_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}$")
+def local_path_exists(host, path, is_head):
+    """Default probe: the head's own files are checked; a worker's cannot be from here (None)."""
+    return os.path.exists(path) if is_head else None
 
 
-def _lex_array(text, pos, source, name):
-    """Words of a bash array body starting at ``text[pos]`` (just after ``(``) -> (words, end)."""
-    words = []
-    cur = None
-    i, n = pos, len(text)
+def check_launch(settings, launch, env_values, tp_size=3, validated=frozenset(), packed=False, timing=False,
+                 path_exists=local_path_exists):
+    """``(findings, notes)``: the rules on the declared settings and on what each container receives.
 
-    def line_of(at):
-        return text.count("\n", 0, at) + 1
-
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n and text[i + 1] == "\n":
-            i += 2
-        elif c in " \t\r\n":
-            if cur is not None:
-                words.append("".join(cur))
-                cur = None
-            i += 1
-        elif c == "#" and cur is None:
-            nl = text.find("\n", i)
-            i = n if nl == -1 else nl
-        elif c == ")":
-            if cur is not None:
-                words.append("".join(cur))
-            return words, i + 1
-        elif c == "(":
-            raise LauncherError("%s: %s=( ... ): unexpected '(' on line %d" % (source, name, line_of(i)))
-        elif c in "'\"":
-            j = text.find(c, i + 1)
-            if j == -1:
-                raise LauncherError("%s: %s=( ... ): unterminated %s quote on line %d"
-                                    % (source, name, c, line_of(i)))
-            cur = (cur or []) + [text[i + 1:j]]
-            i = j + 1
-        elif c == "\\" and i + 1 < n:
-            cur = (cur or []) + [text[i + 1]]
-            i += 2
-        else:
-            cur = (cur or []) + [c]
-            i += 1
-    raise LauncherError("%s: %s=( is not closed by ')' (opened on line %d)" % (source, name, line_of(pos)))
-
-
-def parse_arrays(script_text, source="start.sh", strict=FORWARD_ARRAYS):
-    """{name: [words]} of the script's array assignments, in script order.
-
-    ``NAME+=( ... )`` appends; ``"${OTHER[@]}"`` takes an array defined earlier. Errors in the
-    arrays named in ``strict`` raise :class:`LauncherError`; other arrays (e.g. ``ARGS+=(-e "$v")``
-    inside functions) are read best-effort and otherwise ignored.
+    Each container is judged on the declared settings overlaid with its own environment. A finding
+    about a value the container receives that the declared check did not already report names the
+    containers, the value and its origin (:func:`origin`) and asks for it to be set in the ``.env``.
+    Findings are dicts (rule, level, key, message, hosts). ``notes``: DSPARK_SPS_TABLE verdicts.
     """
-    text = str(script_text)
-    arrays = {}
-    for m in _ARRAY_START.finditer(text):
-        name, append = m.group(1), m.group(2) == "+"     # a commented-out line never matches
-        try:
-            words, _end = _lex_array(text, m.end(), source, name)
-        except LauncherError:
-            if name in strict:
-                raise
-            continue
-        out = list(arrays.get(name, [])) if append else []
-        for w in words:
-            ref = _ARRAY_REF.match(w)
-            if ref:
-                if ref.group(1) not in arrays and name in strict:
-                    raise LauncherError("%s: %s takes ${%s[@]} but no %s=( ... ) array comes before it"
-                                        % (source, name, ref.group(1), ref.group(1)))
-                out.extend(arrays.get(ref.group(1), []))
-            else:
-                out.append(w)
-        arrays[name] = out
-    return arrays
-
-
-def parse_forward_lists(script_text, source="start.sh"):
-    """``{"head": [...], "worker": [...]}`` from start.sh's HEAD_FORWARD / WORKER_FORWARD arrays.
-
-    Tolerates comments, several names per line, quotes, ``+=`` and ``"${COMMON[@]}"``; names
-    keep their first position (duplicates dropped). Raises :class:`LauncherError` naming the
-    array when a block is missing or holds something that is not a variable name.
-    """
-    arrays = parse_arrays(script_text, source)
-    result = {}
-    for path, array in sorted(PATH_ARRAY.items()):
-        if array not in arrays:
-            raise LauncherError("%s has no %s=( ... ) block: cannot tell which variables the %s launch "
-                                "path forwards" % (source, array, path))
-        names = []
-        for word in arrays[array]:
-            if not NAME_RE.match(word):
-                raise LauncherError("%s: %s holds %r, which is not a variable name" % (source, array, word))
-            if word not in names:
-                names.append(word)
-        result[path] = names
-    return result
-
-
-def is_launcher_key(key):
-    return key in LAUNCHER_KEYS or any(key.startswith(p) for p in LAUNCHER_KEY_PREFIXES)
-
-
-def unforwarded(settings, forward_lists):
-    """``{"head": [...], "worker": [...]}``: keys the settings set that a launch path drops.
-
-    A key counts when its value is set (not None/empty; "0" counts: an explicit 0 differs from
-    unset, e.g. SGLANG_DSPARK_FOLDED_SAMPLING) and it is not consumed by start.sh itself
-    (:data:`LAUNCHER_KEYS`). API_KEY is head-only (:data:`HEAD_ONLY_KEYS`). Sorted names.
-    """
-    # A key that is not a variable name is refused by the env_writable rule; no forwarding gap for it.
-    set_keys = sorted(k for k in normalize_settings(settings)
-                      if not is_launcher_key(k) and key_problem(k) is None)
-    result = {}
-    for path in ("head", "worker"):
-        fwd = set(forward_lists.get(path) or [])
-        result[path] = [k for k in set_keys
-                        if k not in fwd and not (path != "head" and k in HEAD_ONLY_KEYS)]
-    return result
-
-
-def unforwarded_messages(missing, launcher_name="start.sh"):
+    kw = dict(tp_size=tp_size, validated=validated, packed=packed, timing=timing)
+    declared = check_settings(settings, sps_table_exists=False, **kw)   # judged per container below
+    base = normalize_settings(settings)
+    grouped = {}
+    notes = []
+    unknown = []
+    flags = dict((v, k) for k, v in ENGINE_FLAGS.items())
+    for c in launch["containers"]:
+        args = engine_settings(c.get("command"))
+        view = dict(base)
+        view.update(args)
+        view.update(c["env"])
+        exists, note = sps_table_state(c, path_exists)
+        if exists is None:          # a worker's file, not visible from here: a warning, not a verdict
+            unknown.append({"rule": "sps_table", "level": "warning", "key": SPS_KEY, "hosts": [_where(c)],
+                            "message": note + "; the engine uses the table if it is there"})
+            exists = False
+        elif note:
+            notes.append(note)
+        for f in check_settings(view, sps_table_exists=exists, **kw):
+            as_arg = f.key not in c["env"] and f.key in args
+            got = args.get(f.key) if as_arg else c["env"].get(f.key)
+            if f.rule == "env_writable" or got is None or (f.key in base and base[f.key] == got
+                                                            and any(d.rule == f.rule for d in declared)):
+                continue
+            key = (f.rule, f.key, got, f.message)
+            grouped.setdefault(key, {"finding": f, "where": [], "origin": origin(
+                f.key, got, env_values, flags[f.key] if as_arg else None)})
+            grouped[key]["where"].append(_where(c))
     out = []
-    for path in ("head", "worker"):
-        for key in missing.get(path) or []:
-            out.append("%s is set but the %s launch path does not forward it (%s %s)"
-                       % (key, path, launcher_name, PATH_ARRAY[path]))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Rules
-# ---------------------------------------------------------------------------------------------
-
-Rule = namedtuple("Rule", "id level summary check")
-Finding = namedtuple("Finding", "rule level key message")
-
-
-class _Ctx(object):
-    def __init__(self, settings, tp_size, validated, packed, timing):
-        self.raw = dict(settings or {})
-        self.s = normalize_settings(settings)
-        self.tp_size = int(tp_size)
-        self.validated = frozenset(validated or ())
-        self.packed = bool(packed)
-        self.timing = bool(timing)
-
-    def get(self, key):
-        return self.s.get(key)
-
-    def eff(self, key):
-        """Value including start.sh's default."""
-        v = self.s.get(key)
-        return v if v is not None else LAUNCHER_DEFAULTS.get(key)
-
-    def on(self, key):
-        return _switch_on(self.s.get(key))
-
-    @property
-    def tp3(self):
-        return self.tp_size == 3
-
-
-def _r_env_writable(c):
-    """Keys and values the .env writer refuses: nothing is written, the message names the key."""
-    for key, value in c.raw.items():
-        problem = key_problem(key) or value_problem(key, value)
-        if problem:
-            yield ("%s" % (key,), problem)
-
-
-def _r_alloc_expandable(c):
-    v = c.get("PYTORCH_CUDA_ALLOC_CONF")
-    if v and re.search(r"expandable_segments\s*:\s*(true|1)\b", v, re.I):
-        yield ("PYTORCH_CUDA_ALLOC_CONF", "%s enables expandable_segments:True, which gives NaN logits on this "
-               "fleet; keep the known-working allocator" % shown("PYTORCH_CUDA_ALLOC_CONF", v))
-
-
-def _r_moe_fused_finalize(c):
-    v = c.get("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE")
-    if v is None:
-        yield ("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE is unset: it must be "
-               "set explicitly to 0 (fused MoE finalize stays off)")
-    elif v != "0":
-        yield ("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", "%s turns fused MoE finalize on: it must be 0"
-               % shown("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", v))
-
-
-def _r_shared_pad(c):
-    v = c.get("DSV41_SHARED_PAD_K")
-    if c.tp3 and v is not None and v != "0":
-        yield ("DSV41_SHARED_PAD_K", "%s enables shared-expert padding on TP3: TP3 K=768 is already 128-aligned "
-               "and the TP4 adapter expects K=576; leave it unset or 0" % shown("DSV41_SHARED_PAD_K", v))
-
-
-def _r_sps_table(c):
-    v = c.get("DSPARK_SPS_TABLE")
-    if v is not None:
-        yield ("DSPARK_SPS_TABLE", "%s enables ragged (SPS) verification, which is excluded from the initial "
-               "sequence (downstream Engram failure on that path); unset it" % shown("DSPARK_SPS_TABLE", v))
-
-
-def _r_offload_ram(c):
-    v = c.get("OFFLOAD_MODE")
-    if v is not None and v.lower() == "ram":
-        yield ("OFFLOAD_MODE", "%s: CPU offload creates no extra memory pool on GB10 (host RAM is GPU memory); "
-               "unset it" % shown("OFFLOAD_MODE", v))
-
-
-def _r_tp4_slots(c):
-    n = _as_int(c.get("MAX_RUNNING_REQUESTS"))
-    if c.tp3 and n is not None and n >= TP4_SLOTS:
-        yield ("MAX_RUNNING_REQUESTS", "%s copies TP4's %d slots onto TP3; more slots are a separate, "
-               "memory-checked experiment (6 or 8)" % (shown("MAX_RUNNING_REQUESTS", c.get("MAX_RUNNING_REQUESTS")),
-                                                      TP4_SLOTS))
-
-
-def _r_tp4_pool(c):
-    n = _as_int(c.get("MAX_TOTAL_TOKENS"))
-    if c.tp3 and n is not None and n >= TP4_POOL:
-        yield ("MAX_TOTAL_TOKENS", "%s copies TP4's 8M-token KV pool onto TP3 (the report's boot got 491,520 "
-               "tokens for a 750,000 pin)" % shown("MAX_TOTAL_TOKENS", c.get("MAX_TOTAL_TOKENS")))
-
-
-def _r_tp4_fraction(c):
-    f = _as_float(c.get("MEM_FRACTION_STATIC"))
-    if c.tp3 and f is not None and abs(f - TP4_FRACTION) < 1e-9:
-        yield ("MEM_FRACTION_STATIC", "%s copies TP4's 0.80 memory fraction onto TP3; keep 0.95"
-               % shown("MEM_FRACTION_STATIC", c.get("MEM_FRACTION_STATIC")))
-
-
-def _r_tp4_row_cache(c):
-    f = _as_float(c.get("DSV41_CACHE_GIB"))
-    if c.tp3 and f is not None and f >= TP4_CACHE_GIB:
-        yield ("DSV41_CACHE_GIB", "%s copies TP4's 4 GiB Engram row cache onto TP3; only a small cache "
-               "(0.25/0.5 GiB) once headroom is proven" % shown("DSV41_CACHE_GIB", c.get("DSV41_CACHE_GIB")))
-
-
-def _r_fraction_floor(c):
-    f = _as_float(c.get("MEM_FRACTION_STATIC"))
-    if c.tp3 and f is not None and f < TP3_MIN_FRACTION and abs(f - TP4_FRACTION) >= 1e-9:
-        yield ("MEM_FRACTION_STATIC", "%s is below %.3f, the TP3 floor (keep 0.95)"
-               % (shown("MEM_FRACTION_STATIC", c.get("MEM_FRACTION_STATIC")), TP3_MIN_FRACTION))
-
-
-def _r_fraction_value(c):
-    v = c.get("MEM_FRACTION_STATIC")
-    f = _as_float(v)
-    if v is not None and (f is None or not 0 < f < 1):
-        yield ("MEM_FRACTION_STATIC", "%s is not a fraction between 0 and 1" % shown("MEM_FRACTION_STATIC", v))
-
-
-def _r_wo_a_needs_w8(c):
-    for key in ("DSV41_WO_A_W8_MID", "DSV41_WO_A_W8_DROP"):
-        if c.on(key) and not c.on("DSV41_WO_A_W8"):
-            yield (key, "%s needs DSV41_WO_A_W8=1 (it is %s)"
-                   % (shown(key, c.get(key)), c.get("DSV41_WO_A_W8") or "unset"))
-
-
-def _r_wo_a_drop_validated(c):
-    if c.on("DSV41_WO_A_W8_DROP") and "wo_a_w8" not in c.validated:
-        yield ("DSV41_WO_A_W8_DROP", "%s before DSV41_WO_A_W8 is validated (no recorded 'wo_a_w8' validation; "
-               "DROP replaces the bf16 weights)" % shown("DSV41_WO_A_W8_DROP", c.get("DSV41_WO_A_W8_DROP")))
-
-
-def _r_prefetch_packed(c):
-    if c.on("DSV41_ENGRAM_PREFETCH") and not c.packed:
-        yield ("DSV41_ENGRAM_PREFETCH", "%s needs packed Engram shards on every rank (packed=False or not "
-               "checked)" % shown("DSV41_ENGRAM_PREFETCH", c.get("DSV41_ENGRAM_PREFETCH")))
-
-
-def _r_prefetch_check_timing(c):
-    if c.on("DSV41_ENGRAM_PREFETCH_CHECK") and c.timing:
-        yield ("DSV41_ENGRAM_PREFETCH_CHECK", "%s is validation mode (repeats work, may synchronize): never "
-               "while timing" % shown("DSV41_ENGRAM_PREFETCH_CHECK", c.get("DSV41_ENGRAM_PREFETCH_CHECK")))
-
-
-def _r_prefetch_check_needs_prefetch(c):
-    if c.on("DSV41_ENGRAM_PREFETCH_CHECK") and not c.on("DSV41_ENGRAM_PREFETCH"):
-        yield ("DSV41_ENGRAM_PREFETCH_CHECK", "%s without DSV41_ENGRAM_PREFETCH=1 checks nothing"
-               % shown("DSV41_ENGRAM_PREFETCH_CHECK", c.get("DSV41_ENGRAM_PREFETCH_CHECK")))
-
-
-def _verify_cap_on(c):
-    v = c.get("DSV41_VERIFY_CAP")
-    return v is not None and v != "0"
-
-
-def _r_verify_cap_format(c):
-    v = c.get("DSV41_VERIFY_CAP")
-    if not _verify_cap_on(c):
-        return
-    m = re.match(r"^conf:(.+)$", v)
-    f = _as_float(m.group(1)) if m else None
-    if f is None or not 0 < f <= 1:
-        yield ("DSV41_VERIFY_CAP", "%s is not of the form conf:<float> with 0 < float <= 1 (e.g. conf:0.1)"
-               % shown("DSV41_VERIFY_CAP", v))
-
-
-def _r_verify_cap_block5(c):
-    if _verify_cap_on(c) and c.eff("DSPARK_BLOCK_SIZE") != "5":
-        yield ("DSV41_VERIFY_CAP", "%s is set while DSPARK_BLOCK_SIZE=%s: the confidence cap is tested at k=5 only"
-               % (shown("DSV41_VERIFY_CAP", c.get("DSV41_VERIFY_CAP")), c.eff("DSPARK_BLOCK_SIZE")))
-
-
-def _r_verify_cap_measured(c):
-    if _verify_cap_on(c) and "block5" not in c.validated:
-        yield ("DSV41_VERIFY_CAP", "%s before k=5 alone was measured (no recorded 'block5' validation)"
-               % shown("DSV41_VERIFY_CAP", c.get("DSV41_VERIFY_CAP")))
-
-
-def _r_block_size(c):
-    v = c.get("DSPARK_BLOCK_SIZE")
-    if v is None:
-        return
-    n = _as_int(v)
-    if n is None or not 2 <= n <= 5:
-        yield ("DSPARK_BLOCK_SIZE", "%s is not an integer from 2 to 5" % shown("DSPARK_BLOCK_SIZE", v))
-
-
-def _r_draft_tau(c):
-    v = c.get("DSV41_DRAFT_TAU")
-    if v is None:
-        return
-    f = _as_float(v)
-    if f is None or f <= 0:
-        yield ("DSV41_DRAFT_TAU", "%s is not a float > 0 (1 or unset is off; 0.8 is the tested multiplier)"
-               % shown("DSV41_DRAFT_TAU", v))
-
-
-def _r_folded_sampling_value(c):
-    v = c.get("SGLANG_DSPARK_FOLDED_SAMPLING")
-    if v is not None and v not in ("0", "1", "2"):
-        yield ("SGLANG_DSPARK_FOLDED_SAMPLING", "%s is not unset (AUTO), 0, 1 or 2"
-               % shown("SGLANG_DSPARK_FOLDED_SAMPLING", v))
-
-
-def _r_folded_sampling_budget(c):
-    if c.get("SGLANG_DSPARK_FOLDED_SAMPLING") == "2" and "folded_sampling_budget" not in c.validated:
-        yield ("SGLANG_DSPARK_FOLDED_SAMPLING", "SGLANG_DSPARK_FOLDED_SAMPLING='2' forces folded sampling before its "
-               "static buffers are budgeted (no recorded 'folded_sampling_budget' validation)")
-
-
-def _r_switch_values(c):
-    for key in ADAPTER_SWITCHES + ENGINE_SWITCHES:
-        v = c.get(key)
-        if v is not None and v not in ("0", "1"):
-            yield (key, "%s: a switch must be 0 or 1" % shown(key, v))
-
-
-def _r_tp_size(c):
-    v = c.eff("TP_SIZE")
-    if _as_int(v) != c.tp_size:
-        where = "" if c.get("TP_SIZE") is not None else " (unset: start.sh default 3)"
-        yield ("TP_SIZE", "TP_SIZE=%r%s but the inventory has tp_size %d" % (v, where, c.tp_size))
-
-
-def _r_ep_size(c):
-    v = c.get("EP_SIZE")
-    if v is not None and _as_int(v) not in (1, c.tp_size):
-        yield ("EP_SIZE", "%s: expert parallel must be %d (EP=TP) or 1 (the EP1 experiment)"
-               % (shown("EP_SIZE", v), c.tp_size))
-
-
-_POSITIVE_INTS = ("MAX_RUNNING_REQUESTS", "CHUNKED_PREFILL_SIZE", "MAX_TOTAL_TOKENS", "API_PORT", "DIST_PORT",
-                  "DSV41_CACHE_WAYS")
-
-
-def _r_integer_values(c):
-    for key in _POSITIVE_INTS:
-        v = c.get(key)
-        if v is not None and (_as_int(v) is None or _as_int(v) < 1):
-            yield (key, "%s is not a positive integer" % shown(key, v))
-    v = c.get("DSV41_CACHE_GIB")
-    if v is not None and (_as_float(v) is None or _as_float(v) < 0):
-        yield ("DSV41_CACHE_GIB", "%s is not a size in GiB >= 0" % shown("DSV41_CACHE_GIB", v))
-
-
-def _cache_off(c):
-    f = _as_float(c.get("DSV41_CACHE_GIB"))
-    return c.get("DSV41_CACHE_GIB") is None or f == 0
-
-
-def _w_cache_ways(c):
-    if c.get("DSV41_CACHE_WAYS") is not None and _cache_off(c):
-        yield ("DSV41_CACHE_WAYS", "%s has no effect while DSV41_CACHE_GIB is %s (ways matter only with a "
-               "non-zero row cache)" % (shown("DSV41_CACHE_WAYS", c.get("DSV41_CACHE_WAYS")),
-                                        c.get("DSV41_CACHE_GIB") or "unset"))
-
-
-def _w_drm_node(c):
-    if c.get("DSV41_ENGRAM_DRM_NODE") is not None and _cache_off(c):
-        yield ("DSV41_ENGRAM_DRM_NODE", "%s yields no cache slots while DSV41_CACHE_GIB is %s"
-               % (shown("DSV41_ENGRAM_DRM_NODE", c.get("DSV41_ENGRAM_DRM_NODE")), c.get("DSV41_CACHE_GIB") or "unset"))
-
-
-RULES = (
-    Rule("env_writable", "error", "keys are shell identifiers (not the shell's own variables); values hold no "
-         "newline, NUL or control character and are UTF-8", _r_env_writable),
-    Rule("alloc_expandable", "error", "PYTORCH_CUDA_ALLOC_CONF with expandable_segments:True (NaN logits)",
-         _r_alloc_expandable),
-    Rule("moe_fused_finalize", "error", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE must be explicitly 0",
-         _r_moe_fused_finalize),
-    Rule("shared_pad_tp3", "error", "no DSV41_SHARED_PAD_K (shared-expert padding) on TP3", _r_shared_pad),
-    Rule("sps_table", "error", "no DSPARK_SPS_TABLE (ragged verify) in the initial sequence", _r_sps_table),
-    Rule("offload_ram", "error", "no OFFLOAD_MODE=ram", _r_offload_ram),
-    Rule("tp4_slots", "error", "no TP4 16 slots on TP3", _r_tp4_slots),
-    Rule("tp4_kv_pool", "error", "no TP4 8M KV pool on TP3", _r_tp4_pool),
-    Rule("tp4_fraction", "error", "no TP4 0.80 memory fraction on TP3", _r_tp4_fraction),
-    Rule("tp4_row_cache", "error", "no TP4 4 GiB Engram row cache on TP3", _r_tp4_row_cache),
-    Rule("fraction_floor", "error", "MEM_FRACTION_STATIC not below 0.944 on TP3 (0.80: tp4_fraction)",
-         _r_fraction_floor),
-    Rule("fraction_value", "error", "MEM_FRACTION_STATIC is a fraction", _r_fraction_value),
-    Rule("wo_a_needs_w8", "error", "DSV41_WO_A_W8_MID / _DROP need DSV41_WO_A_W8", _r_wo_a_needs_w8),
-    Rule("wo_a_drop_validated", "error", "DSV41_WO_A_W8_DROP only after W8 is validated", _r_wo_a_drop_validated),
-    Rule("prefetch_packed", "error", "DSV41_ENGRAM_PREFETCH needs packed shards", _r_prefetch_packed),
-    Rule("prefetch_check_timing", "error", "DSV41_ENGRAM_PREFETCH_CHECK never while timing",
-         _r_prefetch_check_timing),
-    Rule("prefetch_check_needs_prefetch", "error", "DSV41_ENGRAM_PREFETCH_CHECK needs DSV41_ENGRAM_PREFETCH",
-         _r_prefetch_check_needs_prefetch),
-    Rule("verify_cap_format", "error", "DSV41_VERIFY_CAP is conf:<float>", _r_verify_cap_format),
-    Rule("verify_cap_block5", "error", "DSV41_VERIFY_CAP only with DSPARK_BLOCK_SIZE=5", _r_verify_cap_block5),
-    Rule("verify_cap_measured", "error", "DSV41_VERIFY_CAP only after k=5 alone was measured",
-         _r_verify_cap_measured),
-    Rule("block_size", "error", "DSPARK_BLOCK_SIZE is an integer 2..5", _r_block_size),
-    Rule("draft_tau", "error", "DSV41_DRAFT_TAU is a float > 0", _r_draft_tau),
-    Rule("folded_sampling_value", "error", "SGLANG_DSPARK_FOLDED_SAMPLING is unset, 0, 1 or 2",
-         _r_folded_sampling_value),
-    Rule("folded_sampling_budget", "error", "SGLANG_DSPARK_FOLDED_SAMPLING=2 only with budgeted buffers",
-         _r_folded_sampling_budget),
-    Rule("switch_values", "error", "adapter and engine switches are 0 or 1", _r_switch_values),
-    Rule("tp_size", "error", "TP_SIZE equals the inventory's TP size", _r_tp_size),
-    Rule("ep_size", "error", "EP_SIZE is the TP size or 1", _r_ep_size),
-    Rule("integer_values", "error", "counts, ports and sizes are numbers", _r_integer_values),
-    Rule("cache_ways_without_cache", "warning", "DSV41_CACHE_WAYS matters only with a non-zero DSV41_CACHE_GIB",
-         _w_cache_ways),
-    Rule("drm_without_cache", "warning", "DSV41_ENGRAM_DRM_NODE gives no slots with DSV41_CACHE_GIB 0",
-         _w_drm_node),
-)
-RULE_IDS = tuple(r.id for r in RULES)
-
-
-def check_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False):
-    """Every broken rule as a :class:`Finding` (rule id, level, key, message), in :data:`RULES` order."""
-    ctx = _Ctx(settings, tp_size, validated, packed, timing)
-    out = []
-    for rule in RULES:
-        for key, message in rule.check(ctx):
-            out.append(Finding(rule.id, rule.level, key, message))
-    return out
-
-
-def validate_settings_full(settings, tp_size=3, validated=frozenset(), packed=False, timing=False):
-    """``(errors, warnings)``: two lists of messages, one per broken rule (and key)."""
-    found = check_settings(settings, tp_size, validated, packed, timing)
-    return ([f.message for f in found if f.level == "error"],
-            [f.message for f in found if f.level != "error"])
-
-
-def validate_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False):
-    """Error messages only (warnings: :func:`validate_settings_full`)."""
-    return validate_settings_full(settings, tp_size, validated, packed, timing)[0]
+    launch_rules = set((k[0], k[1]) for k in grouped)
+    for f in declared:
+        if (f.rule, f.key) not in launch_rules:
+            out.append({"rule": f.rule, "level": f.level, "key": f.key, "message": f.message, "hosts": []})
+    for (rule, key, got, message), g in grouped.items():
+        fix = "" if g["origin"].startswith(".env") else "; set it explicitly in the .env"
+        out.append({"rule": rule, "level": g["finding"].level, "key": key, "hosts": g["where"],
+                    "message": "%s %s %s from %s: %s%s" % (", ".join(g["where"]),
+                                                           "receives" if len(g["where"]) == 1 else "receive",
+                                                           shown(key, got), g["origin"], message, fix)})
+    return out + unknown, notes

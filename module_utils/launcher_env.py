@@ -45,30 +45,6 @@ __metaclass__ = type
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 
 
-def effective_engram_dir(env, host, is_head, login_user):
-    """Directory the launcher bind-mounts at /engram for ``host`` at its next serve.
-
-    ``env``: the ``.env`` text or an already parsed dict. Head: ENGRAM_DIR (default
-    ~/dsv41-engram of the head's login user). Worker: WORKER_ENGRAM_DIR_<HOST> if set, else
-    WORKER_ENGRAM_DIR, else $WORKER_DIR/engram with WORKER_DIR defaulting to
-    /home/$WORKER_USER/dsv41-3x-spark. Same as the ``dsv41_launcher_engram_dir`` filter.
-    """
-    home = "/home/%s" % login_user
-    if isinstance(env, dict):
-        env = dict((k, env_text(v) or "") for k, v in env.items())
-    else:
-        env = parse_env(env, {"HOME": home})
-    if is_head:
-        return env.get("ENGRAM_DIR") or "%s/dsv41-engram" % home
-    override = "WORKER_ENGRAM_DIR_" + re.sub(r"[^A-Z0-9]", "_", str(host).upper())
-    if env.get(override):
-        return env[override]
-    if env.get("WORKER_ENGRAM_DIR"):
-        return env["WORKER_ENGRAM_DIR"]
-    worker_dir = env.get("WORKER_DIR") or "/home/%s/dsv41-3x-spark" % (env.get("WORKER_USER") or login_user)
-    return "%s/engram" % worker_dir
-
-
 # ---------------------------------------------------------------------------------------------
 # Key-level diff (secrets redacted)
 # ---------------------------------------------------------------------------------------------

@@ -97,8 +97,6 @@ def test_env_filters_use_the_hosts_launcher_parser():
     text = 'WORKER_USER=zurih\nexport API_KEY="sk-secret"\nWORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n'
     assert fleet.dsv41_env_parse(text) == {"WORKER_USER": "zurih", "API_KEY": "sk-secret",
                                            "WORKER_ENGRAM_DIR_SPARK2": "/data/dsv41-engram"}
-    assert fleet.dsv41_launcher_engram_dir(text, "spark2", False, "zurih") == "/data/dsv41-engram"
-    assert fleet.dsv41_launcher_engram_dir(text, "spark1", True, "mia") == "/home/mia/dsv41-engram"
     from ansible.module_utils import launcher_env
     assert fleet._env is launcher_env                      # the very module the hosts run
 
@@ -108,7 +106,7 @@ def test_env_filters_refuse_what_is_not_data_naming_the_line():
     with pytest.raises(AnsibleFilterError, match="line 2: \\$\\( ... \\) runs a command"):
         fleet.dsv41_env_parse("A=1\nB=$(touch /tmp/x)\n")
     with pytest.raises(AnsibleFilterError, match="line 1: a command word"):
-        fleet.dsv41_launcher_engram_dir("touch /tmp/x\n", "spark2", False, "zurih")
+        fleet.dsv41_env_parse("touch /tmp/x\n")
 
 
 def test_env_render_filter_is_the_one_writer():

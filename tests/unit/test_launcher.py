@@ -1,13 +1,15 @@
-"""module_utils/launcher.py: .env parsing, start.sh forward lists, the settings rules, sitecustomize."""
+"""module_utils/launcher.py: .env parsing, forwarding and rules on the effective launch, the settings rules.
 import os
 
 import pytest
 
 from ansible.module_utils import launcher as L
+from ansible.module_utils.launch_record import effective_launch
+from launcher_fixtures import BASELINE_ENV, VARIANTS, checkout
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-START_SH = os.path.join(ROOT, "lab", "standins", "legacy", "start.sh")  # forward arrays
+START_SH = os.path.join(ROOT, "lab", "standins", "start.sh")
 LAUNCHER_ENV = os.path.join(ROOT, "lab", "seed", "launcher.env")
 HOME = {"HOME": "/home/mia"}
 
@@ -77,121 +79,108 @@ def test_baseline_env_is_the_report():
     assert env["MEM_FRACTION_STATIC"] == "0.95" and env["SGLANG_FLASHINFER_MOE_FUSED_FINALIZE"] == "0"
 
 
-@pytest.mark.parametrize("extra,host,is_head,user,expected", [
-    ("", "spark1", True, "mia", "/home/mia/dsv41-engram"),
-    ("", "spark2", False, "zurih", "/home/zurih/dsv41-3x-spark/engram"),
-    ("WORKER_ENGRAM_DIR=/srv/engram\n", "spark3", False, "zurih", "/srv/engram"),
-    ("WORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n", "spark2", False, "zurih", "/data/dsv41-engram"),
-    ("WORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n", "spark3", False, "zurih", "/home/zurih/dsv41-3x-spark/engram"),
-    ("ENGRAM_DIR=$HOME/other\n", "spark1", True, "mia", "/home/mia/other"),
-])
-def test_effective_engram_dir_follows_launcher_rules(extra, host, is_head, user, expected):
-    text = ENV_CASES + extra
-    assert L.effective_engram_dir(text, host, is_head, user) == expected
-    parsed = L.parse_env(text, {"HOME": "/home/%s" % user})
-    assert L.effective_engram_dir(parsed, host, is_head, user) == expected
+# ------------------------------------------------------------------------------------------ effective launch
+
+def ctn(host, role, rank, env, mounts=()):
+    return {"host": host, "name": "dsv41-" + role, "role": role, "rank": rank, "env": dict(env),
+            "env_order": list(env), "mounts": [dict(source=s, target=t) for s, t in mounts]}
 
 
-def test_effective_engram_dir_defaults():
-    assert L.effective_engram_dir("WORKER_USER=bob\n", "spark2", False, "zurih") == "/home/bob/dsv41-3x-spark/engram"
-    assert L.effective_engram_dir("", "spark-4.lab", False, "zurih") == "/home/zurih/dsv41-3x-spark/engram"
-    assert L.effective_engram_dir("WORKER_ENGRAM_DIR_SPARK_4_LAB=/x\n", "spark-4.lab", False, "zurih") == "/x"
+def fake_launch(head_env, worker_env, mounts=()):
+    return {"containers": [ctn("spark2", "worker", 1, worker_env, mounts), ctn("spark3", "worker", 2, worker_env, mounts),
+                           ctn("spark1", "head", 0, head_env, mounts)]}
 
 
-# ------------------------------------------------------------------------------------------ start.sh
-
-def test_forward_lists_of_the_lab_launcher():
-    fl = L.parse_forward_lists(read(START_SH))
-    assert fl["head"][0] == "API_KEY" and "API_KEY" not in fl["worker"]
-    assert fl["worker"] == fl["head"][1:]
-    for name in ("DSV41_AUTOTUNE_KEEP", "DSV41_ENGRAM_PREFETCH", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE",
-                 "DSV41_VERIFY_CAP", "OFFLOAD_MODE"):
-        assert name in fl["head"] and name in fl["worker"]
-    assert len(fl["head"]) == 21 and len(fl["worker"]) == 20
-
-
-def test_lab_launcher_drops_folded_sampling_and_prefetch_check_on_both_paths():
-    fl = L.parse_forward_lists(read(START_SH))
-    settings = baseline(SGLANG_DSPARK_FOLDED_SAMPLING="0", DSV41_ENGRAM_PREFETCH_CHECK="1",
-                        DSV41_ENGRAM_PREFETCH="1")
-    missing = L.unforwarded(settings, fl)
-    assert missing == {"head": ["DSV41_ENGRAM_PREFETCH_CHECK", "SGLANG_DSPARK_FOLDED_SAMPLING"],
-                       "worker": ["DSV41_ENGRAM_PREFETCH_CHECK", "SGLANG_DSPARK_FOLDED_SAMPLING"]}
-    msgs = L.unforwarded_messages(missing)
-    assert ("SGLANG_DSPARK_FOLDED_SAMPLING is set but the worker launch path does not forward it "
-            "(start.sh WORKER_FORWARD)") in msgs
-    assert ("DSV41_ENGRAM_PREFETCH_CHECK is set but the head launch path does not forward it "
-            "(start.sh HEAD_FORWARD)") in msgs
+def test_a_setting_is_forwarded_where_the_container_receives_the_declared_value():
+    launch = fake_launch({"A": "1", "D": "2", "API_KEY": "sk-abcdef"}, {"A": "1", "D": "3"})
+    effects = {"B": {"effect": False}, "C": {"effect": True}}
+    got = L.forwarding({"A": 1, "B": "0", "C": "x", "D": "2", "E": None, "API_KEY": "sk-abcdef"}, launch, effects)
+    # API_KEY goes to the workers too; B changes nothing; C is read by the launcher itself; E is unset
+    assert got["unforwarded"] == {"head": ["B"], "worker": ["API_KEY", "B"]}
+    assert got["gaps"] == [
+        "API_KEY is set but the worker launch path does not forward it: spark2 (dsv41-worker, rank 1), spark3 "
+        "(dsv41-worker, rank 2) do not receive it",
+        "B is set but the head launch path does not forward it: spark1 (dsv41-head, rank 0) does not receive it "
+        "(nor does the launcher read it: it has no effect)",
+        "B is set but the worker launch path does not forward it: spark2 (dsv41-worker, rank 1), spark3 "
+        "(dsv41-worker, rank 2) do not receive it (nor does the launcher read it: it has no effect)"]
+    assert got["no_effect"] == ["B='0' is set but has no effect: the launcher does not read it and no container "
+                                "receives it"]
+    assert got["launcher_reads"] == ["C"]
+    assert got["overridden"] == [
+        "spark2 (dsv41-worker, rank 1): the container receives D='3', not the declared D='2' (the launcher sets it)",
+        "spark3 (dsv41-worker, rank 2): the container receives D='3', not the declared D='2' (the launcher sets it)"]
+    assert L.received(launch, "head") == ["A", "D", "API_KEY"] and L.received(launch, "worker") == ["A", "D"]
+    assert L.unreceived_keys({"A": 1, "B": 0, "D": 2, "API_KEY": "sk-abcdef"}, launch) == ["API_KEY", "B", "D"]
 
 
-def test_baseline_is_fully_forwarded_and_launcher_keys_are_exempt():
-    fl = L.parse_forward_lists(read(START_SH))
-    assert L.unforwarded(baseline(), fl) == {"head": [], "worker": []}
-    # engine arguments and directories are consumed by start.sh itself
-    extra = baseline(WORKER_ENGRAM_DIR_SPARK2="/data/x", DIST_PORT="20001", SERVE_TIMEOUT="300")
-    assert L.unforwarded(extra, fl) == {"head": [], "worker": []}
-    # unset / empty values are not "set"; an explicit 0 is
-    assert L.unforwarded({"NEW_VAR": None, "OTHER": ""}, fl) == {"head": [], "worker": []}
-    assert L.unforwarded({"NEW_VAR": 0}, fl) == {"head": ["NEW_VAR"], "worker": ["NEW_VAR"]}
+def test_container_paths_map_through_the_longest_mount():
+    c = ctn("spark1", "head", 0, {}, [("/home/mia/co/state", "/state"), ("/srv", "/"), ("/x/deep", "/state/deep")])
+    assert L.host_path(c, "/state/dspark_sps.json") == "/home/mia/co/state/dspark_sps.json"
+    assert L.host_path(c, "/state/deep/t.json") == "/x/deep/t.json"
+    assert L.host_path(c, "/other/t") == "/srv/other/t"
+    assert L.host_path(ctn("h", "head", 0, {}), "/state/t") is None
 
 
-def test_api_key_is_head_only():
-    missing = L.unforwarded({"API_KEY": "sk-x"}, {"head": [], "worker": []})
-    assert missing == {"head": ["API_KEY"], "worker": []}
+def test_sps_table_is_judged_by_whether_the_file_exists_where_the_container_reads_it(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {"DSPARK_SPS_TABLE": "/state/dspark_sps.json", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": "0"}
+    launch = {"containers": [ctn("spark1", "head", 0, env, [(str(state), "/state")])]}
+    settings = {"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": "0"}
+    findings, notes = L.check_launch(settings, launch, {})
+    assert findings == []
+    assert notes == ["spark1 (dsv41-head, rank 0): DSPARK_SPS_TABLE=/state/dspark_sps.json not found (%s/dspark_sps.json "
+                     "on spark1); staying on the verify-all schedule" % state]
+    (state / "dspark_sps.json").write_text("{}")
+    findings, notes = L.check_launch(settings, launch, {})
+    assert [f["rule"] for f in findings] == ["sps_table"] and notes == []
+    assert findings[0]["message"].startswith(
+        "spark1 (dsv41-head, rank 0) receives DSPARK_SPS_TABLE='/state/dspark_sps.json' from the launcher default in "
+        "start.sh (DSPARK_SPS_TABLE is not in the .env): DSPARK_SPS_TABLE='/state/dspark_sps.json' enables ragged (SPS) "
+        "verification and the table exists where the container reads it (%s/dspark_sps.json)" % state)
+    # a worker's file cannot be seen from the head: said, not guessed
+    worker = {"containers": [ctn("spark2", "worker", 1, env, [("/home/zurih/co/state", "/state")])]}
+    findings, notes = L.check_launch(settings, worker, {})
+    assert notes == [] and [(f["level"], f["message"]) for f in findings] == [
+        ("warning", "spark2 (dsv41-worker, rank 1): cannot tell whether /home/zurih/co/state/dspark_sps.json "
+                    "(DSPARK_SPS_TABLE=/state/dspark_sps.json) exists on spark2; the engine uses the table if it is there")]
+    findings, notes = L.check_launch(settings, worker, {}, path_exists=lambda host, path, head: False)
+    assert findings == [] and "not found" in notes[0]
 
 
-def test_launcher_keys_match_the_engine_arguments_of_start_sh():
-    text = read(START_SH)
-    body = text[text.index("engine_args() {"):text.index("worker_run_command() {")]
-    for key in ("TP_SIZE", "EP_SIZE", "MODEL_PATH", "API_PORT", "DSPARK_BLOCK_SIZE", "MAX_RUNNING_REQUESTS",
-                "CHUNKED_PREFILL_SIZE", "MEM_FRACTION_STATIC", "MOE_RUNNER_BACKEND", "HEAD_HOST", "DIST_PORT",
-                "MAX_TOTAL_TOKENS"):
-        assert "$" + key in body and key in L.LAUNCHER_KEYS
+def test_origin_of_a_value_names_the_env_or_the_launcher():
+    assert L.origin("X", "1", {"X": "1"}) == ".env"
+    assert L.origin("X", "1", {"X": "0"}) == "start.sh, which replaces the .env value X='0'"
+    assert L.origin("X", "1", {}) == "the launcher default in start.sh (X is not in the .env)"
 
 
-FORWARD_VARIANT = """#!/bin/bash
-COMMON=( A_ONE   # comment ) with a paren
-  "A_TWO" 'A_THREE' A_FOUR
-)
-# HEAD_FORWARD=( NOT_THIS )
-HEAD_FORWARD=(API_KEY "${COMMON[@]}")
-declare -a WORKER_FORWARD=(
-  "${COMMON[@]}" A_ONE
-)
-WORKER_FORWARD+=( EXTRA \\
-  MORE )
-f() { local -a args=(-e "$v"); ARGS+=(--x "$y"); }
-"""
-
-
-def test_forward_lists_tolerate_formatting():
-    fl = L.parse_forward_lists(FORWARD_VARIANT)
-    assert fl["head"] == ["API_KEY", "A_ONE", "A_TWO", "A_THREE", "A_FOUR"]
-    assert fl["worker"] == ["A_ONE", "A_TWO", "A_THREE", "A_FOUR", "EXTRA", "MORE"]
-
-
-@pytest.mark.parametrize("text, needle", [
-    ("HEAD_FORWARD=(A B)\n", "start.sh has no WORKER_FORWARD=( ... ) block"),
-    ("WORKER_FORWARD=(A)\n", "start.sh has no HEAD_FORWARD=( ... ) block"),
-    ("HEAD_FORWARD=(A B\nWORKER_FORWARD=(A)\n", "unexpected '('"),
-    ("HEAD_FORWARD=(A\n", "HEAD_FORWARD=( is not closed"),
-    ("HEAD_FORWARD=(A $B)\nWORKER_FORWARD=(A)\n", "HEAD_FORWARD holds '$B', which is not a variable name"),
-    ("HEAD_FORWARD=(\"${NOPE[@]}\")\nWORKER_FORWARD=(A)\n", "no NOPE=( ... ) array comes before it"),
-    ("HEAD_FORWARD=('A)\nWORKER_FORWARD=(A)\n", "unterminated ' quote"),
-])
-def test_forward_list_errors_are_clear(text, needle):
-    with pytest.raises(L.LauncherError) as err:
-        L.parse_forward_lists(text)
-    assert needle in str(err.value)
-
-
-def test_real_start_sh_without_worker_block_fails():
-    text = read(START_SH)
-    start = text.index("WORKER_FORWARD=(")
-    broken = text[:start] + text[text.index(")", start) + 1:]
-    with pytest.raises(L.LauncherError) as err:
-        L.parse_forward_lists(broken, source="/home/mia/dsv41-3x-spark/start.sh")
-    assert str(err.value).startswith("/home/mia/dsv41-3x-spark/start.sh has no WORKER_FORWARD")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_launcher_defaults_the_rules_forbid_are_refused_naming_key_value_and_origin(tmp_path, variant):
+    env = BASELINE_ENV.replace("DSV41_CACHE_GIB=0\n", "").replace("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=0\n", "")
+    script, home = checkout(tmp_path, variant, env)
+    launch = effective_launch(script, head="spark1", home=home)
+    values = L.parse_env(env, {"HOME": home})
+    settings = dict(values)
+    findings, notes = L.check_launch(settings, launch, values)
+    errors = dict((f["key"], f["message"]) for f in findings if f["level"] == "error")
+    everyone = "spark2 (dsv41-worker, rank 1), spark3 (dsv41-worker, rank 2), spark1 (dsv41-head, rank 0) receive "
+    assert errors["DSV41_CACHE_GIB"] == (
+        everyone + "DSV41_CACHE_GIB='4' from the launcher default in start.sh (DSV41_CACHE_GIB is not in the .env): "
+        "DSV41_CACHE_GIB='4' copies TP4's 4 GiB Engram row cache onto TP3; only a small cache (0.25/0.5 GiB) once "
+        "headroom is proven; set it explicitly in the .env")
+    assert errors["SGLANG_FLASHINFER_MOE_FUSED_FINALIZE"] == (
+        everyone + "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE='1' from the launcher default in start.sh "
+        "(SGLANG_FLASHINFER_MOE_FUSED_FINALIZE is not in the .env): SGLANG_FLASHINFER_MOE_FUSED_FINALIZE='1' turns fused "
+        "MoE finalize on: it must be 0; set it explicitly in the .env")
+    # the table the launcher names is missing on the head: verify-all there, not a refusal
+    assert "DSPARK_SPS_TABLE" not in errors or "spark1" not in errors["DSPARK_SPS_TABLE"]
+    assert any("spark1" in n and "staying on the verify-all schedule" in n for n in notes)
+    # set explicitly in the .env, nothing is refused
+    findings, _ = L.check_launch(dict(settings, DSV41_CACHE_GIB="0", SGLANG_FLASHINFER_MOE_FUSED_FINALIZE="0"),
+                                 effective_launch(script, head="spark1", home=home, env_text=BASELINE_ENV),
+                                 L.parse_env(BASELINE_ENV, {"HOME": home}))
+    assert [f for f in findings if f["level"] == "error"] == []
 
 
 # ------------------------------------------------------------------------------------------ rules
@@ -376,3 +365,22 @@ def test_env_writable_rule_names_the_key(key, value, needle):
     found = [f for f in L.check_settings(baseline(**{key: value})) if f.rule == "env_writable"]
     assert len(found) == 1 and found[0].key == key and needle in found[0].message
     assert value not in found[0].message or key.startswith(("FOO", "1"))
+
+
+def test_engine_arguments_the_launcher_defaults_are_judged_too(tmp_path):
+    script, home = checkout(tmp_path, "explicit", BASELINE_ENV.replace("MEM_FRACTION_STATIC=0.95\n", ""))
+    with open(script) as fh:
+        text = fh.read()
+    with open(script, "w") as fh:
+        fh.write(text.replace('MEM_FRACTION_STATIC="${MEM_FRACTION_STATIC:-0.95}"', 'MEM_FRACTION_STATIC="${MEM_FRACTION_STATIC:-0.80}"'))
+    launch = effective_launch(script, head="spark1", home=home)
+    assert L.engine_settings(launch["containers"][0]["command"])["MEM_FRACTION_STATIC"] == "0.80"
+    values = L.parse_env(BASELINE_ENV.replace("MEM_FRACTION_STATIC=0.95\n", ""), {"HOME": home})
+    findings, _ = L.check_launch(values, launch, values)
+    [f] = [f for f in findings if f["rule"] == "tp4_fraction"]
+    assert f["message"].startswith(
+        "spark2 (dsv41-worker, rank 1), spark3 (dsv41-worker, rank 2), spark1 (dsv41-head, rank 0) receive "
+        "MEM_FRACTION_STATIC='0.80' from the launcher default in start.sh as the engine argument --mem-fraction-static "
+        "(MEM_FRACTION_STATIC is not in the .env): MEM_FRACTION_STATIC='0.80' copies TP4's 0.80 memory fraction")
+    assert f["message"].endswith("; set it explicitly in the .env")
+    assert L.engine_settings(["run", "--tp-size=4", "--port", "1", "--max-total-tokens"]) == {"TP_SIZE": "4"}

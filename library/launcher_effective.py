@@ -1,0 +1,216 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: what each container receives at the next serve, from the launcher's own code."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: launcher_effective
+short_description: Evaluate the launcher's serve path in a sandbox and report what each container receives
+description:
+  - Runs on the head. Runs the launcher's own C(serve) path (C(start.sh serve)) with bash in a sandbox - a
+    scratch copy of the checkout, a scratch C(HOME), a C(PATH) of recording stand-ins for C(docker),
+    C(ssh) (a worker command string is itself run through the stand-ins), C(sudo), C(rsync), C(curl),
+    C(nvidia-smi), C(sleep) and every other external command - so nothing on the host changes.
+  - Returns, for the head and each worker, in order of start, the container name, host, rank, image,
+    the exact environment the container gets (C(-e), C(--env), C(--env-file); secrets masked by the
+    project's one secret rule), the mounts with the real source of C(/engram), and the network.
+  - With I(env_text) a proposed C(.env) is evaluated instead of the checkout's, without writing it.
+  - With I(effect_keys), each key is changed in turn and the launch evaluated again, to tell which
+    settings the launcher reads (and which containers and C(/engram) sources they move).
+  - Fails clearly, naming the launcher, when it cannot be evaluated - it runs a program by absolute
+    path outside the sandbox, runs more than I(max_calls) external commands (a loop), does not finish
+    within I(timeout) seconds, exits non-zero or starts no container.
+version_added: "0.1.0"
+author: TP3 fleet config repo
+options:
+  launcher:
+    description: Path of the launcher script (C(start.sh)) in its checkout on the head.
+    type: path
+    required: true
+  command:
+    description: The launcher command to evaluate.
+    type: str
+    default: serve
+  env_text:
+    description:
+      - A proposed C(.env) to evaluate instead of the checkout's (written only into the scratch copy).
+        Omitted - the checkout's own C(.env) (or, when it is missing, what the launcher does then).
+    type: str
+  env_name:
+    description: Name of the launcher's C(.env) inside the checkout.
+    type: str
+    default: .env
+  home:
+    description:
+      - Home directory of the head user (default the module user's); C($HOME) in the launcher and its C(.env)
+        means this.
+    type: path
+  user:
+    description: Login user on the head (default the module user).
+    type: str
+  head_host:
+    description: Name reported as the head's host (default this node's hostname).
+    type: str
+  ports:
+    description: API ports the stand-in C(docker logs) of the head reports ready on (the head's own C(--port) is added).
+    type: list
+    elements: int
+    default: [8888]
+  timeout:
+    description: Seconds the evaluation may take.
+    type: int
+    default: 60
+  max_calls:
+    description: External commands the launcher may run before it counts as looping.
+    type: int
+    default: 2000
+  effect_keys:
+    description: Settings to change one at a time, re-evaluating the launch, to report their effect.
+    type: list
+    elements: str
+    default: []
+notes:
+  - Supports check mode; the module never changes anything (C(changed) is always false).
+  - Shell redirections to files outside the checkout and builtins are bash's own and are not intercepted;
+    read-only queries inside a worker command string (C(getent), C(ip addr)) are answered by the head.
+"""
+
+EXAMPLES = r"""
+- name: What each container would receive at the next serve
+  launcher_effective:
+    launcher: "{{ dsv41_launcher_dir }}/start.sh"
+    head_host: "{{ inventory_hostname }}"
+  register: launch
+
+- name: Evaluate a proposed .env without writing it, and which engram settings move /engram
+  launcher_effective:
+    launcher: /home/mia/dsv41-3x-spark/start.sh
+    env_text: "{{ proposed_env }}"
+    effect_keys: [WORKER_ENGRAM_DIR, WORKER_ENGRAM_DIR_SPARK2]
+"""
+
+RETURN = r"""
+containers:
+  description:
+    - Every container the launch starts, in order of start - name, host, role (head/worker), rank, image,
+      env (secrets C(***)), env_order, env_sources, mounts (source, target, type, read_only),
+      engram_source, network, command, argv (secrets masked), order.
+  returned: always
+  type: list
+  elements: dict
+ranks:
+  description: Per rank (a string), host, container, role, image, order and the C(/engram) source.
+  returned: always
+  type: dict
+order:
+  description: C(host/container) in order of start.
+  returned: always
+  type: list
+  elements: str
+unstubbed:
+  description: External commands the launcher ran that have no stand-in (recorded, not run).
+  returned: always
+  type: list
+  elements: dict
+not_run:
+  description: File-writing commands aimed outside the sandbox (recorded, not run).
+  returned: always
+  type: list
+  elements: dict
+calls:
+  description: Every recorded external command (host, command, argv with secrets masked, kind).
+  returned: always
+  type: list
+  elements: dict
+key_effects:
+  description: Per I(effect_keys) key, effect (bool), ranks whose container changed, engram_ranks, error.
+  returned: always
+  type: dict
+skipped:
+  description: Checkout files not copied into the sandbox (too large, or links leaving the checkout).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.launch_record import effective_launch, key_effects, masked, summary
+from ansible.module_utils.launch_sandbox import LaunchError
+from ansible.module_utils.launcher_env import EnvError, parse_env
+
+
+def base_env_text(launcher, env_text, env_name):
+    """The .env the evaluation sees: the proposal, else the checkout's, else its .env.example."""
+    if env_text is not None:
+        return env_text
+    checkout = os.path.dirname(os.path.abspath(launcher))
+    for name in (env_name, ".env.example"):
+        path = os.path.join(checkout, name)
+        if os.path.isfile(path):
+            with open(path) as fh:
+                return fh.read()
+    return ""
+
+
+def run(params):
+    """The module result (without ``changed``); raises LaunchError."""
+    kw = dict(command=params["command"], env_name=params["env_name"], home=params["home"], user=params["user"],
+              head=params["head_host"] or socket.gethostname().split(".")[0], ports=params["ports"],
+              timeout=params["timeout"], max_calls=params["max_calls"])
+    launch = effective_launch(params["launcher"], env_text=params["env_text"], **kw)
+    effects = {}
+    if params["effect_keys"]:
+        text = base_env_text(params["launcher"], params["env_text"], params["env_name"])
+        try:
+            values = parse_env(text, {"HOME": kw["home"] or os.path.expanduser("~")})
+        except EnvError:
+            values = {}
+        effects = key_effects(params["launcher"], text, params["effect_keys"], values, **kw)
+    shown = masked(launch)
+    return {
+        "launcher": params["launcher"], "containers": shown["containers"], "ranks": summary(launch),
+        "order": ["%s/%s" % (c["host"], c["name"]) for c in launch["containers"]],
+        "unstubbed": shown["unstubbed"], "not_run": shown["not_run"], "calls": shown["calls"],
+        "key_effects": effects, "skipped": launch["skipped"],
+    }, launch["secrets"]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            launcher=dict(type="path", required=True),
+            command=dict(type="str", default="serve"),
+            env_text=dict(type="str", no_log=True),
+            env_name=dict(type="str", default=".env"),
+            home=dict(type="path"),
+            user=dict(type="str"),
+            head_host=dict(type="str"),
+            ports=dict(type="list", elements="int", default=[8888]),
+            timeout=dict(type="int", default=60),
+            max_calls=dict(type="int", default=2000),
+            effect_keys=dict(type="list", elements="str", default=[], no_log=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["timeout"] < 1 or p["max_calls"] < 1:
+        module.fail_json(msg="launcher_effective: timeout and max_calls must be positive (got %d, %d)"
+                         % (p["timeout"], p["max_calls"]), changed=False)
+    try:
+        result, secrets = run(p)
+    except LaunchError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    for value in secrets:
+        module.no_log_values.add(value)
+    result["changed"] = False
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

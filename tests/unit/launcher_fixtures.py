@@ -1,0 +1,71 @@
+"""Launcher checkouts for the tests: a fixture launcher of the real family's shape in a scratch home.
+
+``tests/unit/fixtures/launchers/`` holds launchers shaped as SPEC section 3 describes the real ones:
+``explicit.sh`` (explicit switch lists on both paths), ``extra_env.sh`` (adapter switches only through
+``EXTRA_CONTAINER_ENV``), ``printf_array.sh`` (the worker arguments as an array printed with
+``printf %q``) and ``indirect.sh`` (worker names by ``${!v}``, the worker start shipped with
+``declare -f``). ``lab/standins/start.sh`` is the lab's launcher.
+"""
+import hashlib
+import os
+import shutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+FIXTURES = os.path.join(HERE, "fixtures", "launchers")
+VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
+LAB_START_SH = os.path.join(ROOT, "lab", "standins", "start.sh")
+API_KEY = "sk-lab-0000000000000000000000000000"
+
+# The report's .env (lab/seed/launcher.env) as the real fleet writes it.
+BASELINE_ENV = """MODEL_PATH=/srv/models/DeepSeek-V4.1-Flash
+IMAGE=dsv41-sglang:tp3
+WORKER_USER=zurih
+WORKER_DIR=/home/zurih/dsv41-3x-spark
+ENGRAM_DIR=/home/mia/dsv41-engram
+TP_SIZE=3
+DSPARK_BLOCK_SIZE=3
+MAX_RUNNING_REQUESTS=4
+MEM_FRACTION_STATIC=0.95
+DSV41_MOE_DENSE_ROUTING=1
+DSV41_CACHE_GIB=0
+DSV41_CACHE_WAYS=4
+SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=0
+API_KEY=%s
+""" % API_KEY
+
+
+def launcher_path(variant):
+    return LAB_START_SH if variant == "lab" else os.path.join(FIXTURES, variant + ".sh")
+
+
+def checkout(tmp_path, variant="explicit", env=BASELINE_ENV, example=None):
+    """``(start.sh path, home)``: the launcher in ``<home>/dsv41-3x-spark`` with ``env`` as its .env
+    (None: no .env) and ``example`` as its .env.example."""
+    home = tmp_path / "home" / "mia"
+    co = home / "dsv41-3x-spark"
+    (co / "adapter").mkdir(parents=True)
+    (co / "state").mkdir()
+    shutil.copy(launcher_path(variant), str(co / "start.sh"))
+    if variant == "lab":
+        env = (env or "") + "WORKER_HOSTS='spark2 spark3'\nHEAD_HOST=spark1\nLAB_SERVE_POLL_SECONDS=0\n"
+    if env is not None:
+        (co / ".env").write_text(env)
+    if example is not None:
+        (co / ".env.example").write_text(example)
+    return str(co / "start.sh"), str(home)
+
+
+def tree_hash(path):
+    """sha256 over every name, mode and content under ``path`` (what 'nothing changed' means)."""
+    digest = hashlib.sha256()
+    for base, dirs, files in sorted(os.walk(str(path))):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            full = os.path.join(base, name)
+            st = os.lstat(full)
+            digest.update(("%s %o\n" % (os.path.relpath(full, str(path)), st.st_mode)).encode())
+            if os.path.isfile(full) and not os.path.islink(full):
+                with open(full, "rb") as fh:
+                    digest.update(fh.read())
+    return digest.hexdigest()

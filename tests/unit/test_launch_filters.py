@@ -1,0 +1,36 @@
+"""filter_plugins/launch.py: which launcher settings move a rank's /engram, and the advice built on it."""
+import launch
+
+
+EFFECTS = {"ENGRAM_DIR": {"effect": True, "engram_ranks": ["0"]},
+           "WORKER_ENGRAM_DIR": {"effect": True, "engram_ranks": ["1", "2"]},
+           "WORKER_ENGRAM_DIR_SPARK2": {"effect": False, "engram_ranks": []}}
+
+
+def test_settings_that_move_a_rank():
+    assert launch.dsv41_engram_settings(EFFECTS, 1) == [{"key": "WORKER_ENGRAM_DIR", "ranks": ["1", "2"]}]
+    assert launch.dsv41_engram_settings(EFFECTS, "0") == [{"key": "ENGRAM_DIR", "ranks": ["0"]}]
+    assert launch.dsv41_engram_settings({}, 1) == []
+
+
+def test_advice_offers_only_what_the_launcher_can_express():
+    assert launch.dsv41_engram_advice(EFFECTS, [1, 0]) == [
+        "rank 1: set WORKER_ENGRAM_DIR, which the launcher uses for ranks 1, 2 alike: the new directory must have "
+        "room on each of them",
+        "rank 0: set ENGRAM_DIR (this rank only)"]
+    # a per-host key the launcher does not read is never offered
+    assert "SPARK2" not in " ".join(launch.dsv41_engram_advice(EFFECTS, [1]))
+    assert launch.dsv41_engram_advice({}, 2) == [
+        "rank 2: no setting the launcher reads moves its /engram; only a change to the launcher itself can give it "
+        "another destination"]
+    assert launch.FilterModule().filters()["dsv41_engram_advice"] is launch.dsv41_engram_advice
+
+
+def test_launch_lines_show_each_container_in_order():
+    result = {"containers": [{"order": 1, "host": "spark2", "rank": 1, "name": "dsv41-worker", "image": "img",
+                              "engram_source": "/e", "env": {"A": "1", "API_KEY": "***"}},
+                             {"order": 2, "host": "spark1", "rank": 0, "name": "dsv41-head", "image": "img",
+                              "engram_source": None, "env": {}}]}
+    assert launch.dsv41_launch_lines(result) == [
+        "1. spark2 rank 1 dsv41-worker (img): /engram <- /e", "   A=1 API_KEY=***",
+        "2. spark1 rank 0 dsv41-head (img): /engram <- nothing", "   "]
