@@ -16,19 +16,25 @@ def _names(values, what):
     return names
 
 
-def dsv41_forward_block(unforwarded):
-    """The managed block added to start.sh for the variables a launch path does not forward.
+def dsv41_forward_request(settings, unforwarded):
+    """What ``launcher_forward`` must make reach every container: ``{KEY: declared value}``.
 
-    ``unforwarded``: ``{"head": [...], "worker": [...]}`` (the ``launcher_settings`` result). One
-    ``HEAD_FORWARD+=(...)`` / ``WORKER_FORWARD+=(...)`` line per path that misses any; empty text
-    when none does. Names are checked to be shell identifiers, so nothing else reaches the script.
+    ``unforwarded``: ``{"head": [...], "worker": [...]}`` (the ``launcher_settings`` result); a key missing
+    on either path is requested once, with the value the inventory declares (the edit is verified by
+    evaluating the launcher with that value). Names are checked to be shell identifiers, so nothing else
+    reaches the script.
     """
-    lines = []
-    for path, array in (("head", "HEAD_FORWARD"), ("worker", "WORKER_FORWARD")):
-        names = _names((unforwarded or {}).get(path), "unforwarded." + path)
-        if names:
-            lines.append("%s+=(%s)" % (array, " ".join(names)))
-    return "".join(line + "\n" for line in lines)
+    from ansible.errors import AnsibleFilterError
+    wanted = []
+    for path in ("head", "worker"):
+        for name in _names((unforwarded or {}).get(path), "unforwarded." + path):
+            if name not in wanted:
+                wanted.append(name)
+    settings = settings or {}
+    missing = [n for n in wanted if n not in settings]
+    if missing:
+        raise AnsibleFilterError("unforwarded names no declared setting: %s" % ", ".join(missing))
+    return dict((n, "" if settings[n] is None else str(settings[n])) for n in wanted)
 
 
 def dsv41_null_keys(mapping):
@@ -56,7 +62,7 @@ def dsv41_env_report(result):
 class FilterModule(object):
     def filters(self):
         return {
-            "dsv41_forward_block": dsv41_forward_block,
+            "dsv41_forward_request": dsv41_forward_request,
             "dsv41_null_keys": dsv41_null_keys,
             "dsv41_env_report": dsv41_env_report,
         }

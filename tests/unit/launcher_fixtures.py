@@ -4,7 +4,9 @@
 ``explicit.sh`` (explicit switch lists on both paths), ``extra_env.sh`` (adapter switches only through
 ``EXTRA_CONTAINER_ENV``), ``printf_array.sh`` (the worker arguments as an array printed with
 ``printf %q``) and ``indirect.sh`` (worker names by ``${!v}``, the worker start shipped with
-``declare -f``). ``lab/standins/start.sh`` is the lab's launcher.
+``declare -f``). Variant ``lab`` is the lab's legacy launcher (``lab/standins/legacy/start.sh``: explicit
+``HEAD_FORWARD``/``WORKER_FORWARD`` arrays and a per-host ``WORKER_ENGRAM_DIR_<HOST>``), the invented
+conventions the rules must not trust.
 """
 import hashlib
 import os
@@ -14,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(HERE, "fixtures", "launchers")
 VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
-LAB_START_SH = os.path.join(ROOT, "lab", "standins", "start.sh")
+LAB_START_SH = os.path.join(ROOT, "lab", "standins", "legacy", "start.sh")
 API_KEY = "sk-lab-0000000000000000000000000000"
 
 # The report's .env (lab/seed/launcher.env) as the real fleet writes it.

@@ -14,17 +14,25 @@ def stay_a_module_process():
     module_utils_internal.is_controller = was
 
 
-def test_forward_block_lists_each_path_that_misses_a_variable():
-    assert F.dsv41_forward_block({"head": ["A", "B_2"], "worker": ["C"]}) == "HEAD_FORWARD+=(A B_2)\nWORKER_FORWARD+=(C)\n"
-    assert F.dsv41_forward_block({"head": [], "worker": ["C"]}) == "WORKER_FORWARD+=(C)\n"
-    assert F.dsv41_forward_block({"head": [], "worker": []}) == "" and F.dsv41_forward_block(None) == ""
+def test_forward_request_asks_once_per_key_with_the_declared_value():
+    settings = {"A": "1", "B_2": 0, "C": "conf:0.1", "D": "x"}
+    assert F.dsv41_forward_request(settings, {"head": ["A", "B_2"], "worker": ["C", "A"]}) == \
+        {"A": "1", "B_2": "0", "C": "conf:0.1"}
+    assert F.dsv41_forward_request(settings, {"head": [], "worker": []}) == {}
+    assert F.dsv41_forward_request(settings, None) == {}
 
 
 @pytest.mark.parametrize("bad", ["A B", "$(id)", "X)", "", 3])
-def test_forward_block_refuses_what_is_not_a_name(bad):
+def test_forward_request_refuses_what_is_not_a_name(bad):
     from ansible.errors import AnsibleFilterError
     with pytest.raises(AnsibleFilterError, match="unforwarded.head: .* is not a shell variable name"):
-        F.dsv41_forward_block({"head": ["OK", bad], "worker": []})
+        F.dsv41_forward_request({"OK": "1"}, {"head": ["OK", bad], "worker": []})
+
+
+def test_forward_request_refuses_a_key_nothing_declares():
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="names no declared setting: GHOST"):
+        F.dsv41_forward_request({"OK": "1"}, {"head": ["OK"], "worker": ["GHOST"]})
 
 
 def test_null_keys_are_the_removals_in_order():
@@ -43,4 +51,4 @@ def test_report_names_kept_and_removed_keys():
 
 
 def test_filters_are_registered():
-    assert set(F.FilterModule().filters()) == {"dsv41_forward_block", "dsv41_null_keys", "dsv41_env_report"}
+    assert set(F.FilterModule().filters()) == {"dsv41_forward_request", "dsv41_null_keys", "dsv41_env_report"}

@@ -1,4 +1,4 @@
-"""module_utils/launcher.py: .env parsing, forwarding and rules on the effective launch, the settings rules.
+"""module_utils/launcher.py: .env parsing, forwarding and rules on the effective launch, the settings rules."""
 import os
 
 import pytest
