@@ -15,7 +15,12 @@ import shutil
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(HERE, "fixtures", "launchers")
-VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
+FIXTURE_VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
+# The lab's launchers (lab/standins/start*.sh, what the lab fleet serves with) take the same shapes in
+# longer scripts (status, logs, build, the lab's wait): every launcher check runs on both.
+LAB_VARIANTS = {"lab-explicit": "start.sh", "lab-extra_env": "start-extra_env.sh",
+                "lab-printf_array": "start-printf_array.sh", "lab-indirect": "start-indirect.sh"}
+VARIANTS = FIXTURE_VARIANTS + tuple(LAB_VARIANTS)
 LAB_START_SH = os.path.join(ROOT, "lab", "standins", "legacy", "start.sh")
 API_KEY = "sk-lab-0000000000000000000000000000"
 
@@ -38,7 +43,11 @@ API_KEY=%s
 
 
 def launcher_path(variant):
-    return LAB_START_SH if variant == "lab" else os.path.join(FIXTURES, variant + ".sh")
+    if variant == "lab":
+        return LAB_START_SH
+    if variant in LAB_VARIANTS:
+        return os.path.join(ROOT, "lab", "standins", LAB_VARIANTS[variant])
+    return os.path.join(FIXTURES, variant + ".sh")
 
 
 def checkout(tmp_path, variant="explicit", env=BASELINE_ENV, example=None):
@@ -49,8 +58,11 @@ def checkout(tmp_path, variant="explicit", env=BASELINE_ENV, example=None):
     (co / "adapter").mkdir(parents=True)
     (co / "state").mkdir()
     shutil.copy(launcher_path(variant), str(co / "start.sh"))
-    if variant == "lab":
+    if variant == "lab" or variant in LAB_VARIANTS:  # the lab's launchers take the hosts from the .env
         env = (env or "") + "WORKER_HOSTS='spark2 spark3'\nHEAD_HOST=spark1\nLAB_SERVE_POLL_SECONDS=0\n"
+    if variant in LAB_VARIANTS:  # and, like a real fleet's .env, the site keys (addresses, worker names by index)
+        with open(os.path.join(ROOT, "lab", "seed", "launcher.env.site")) as handle:
+            env += handle.read()
     if env is not None:
         (co / ".env").write_text(env)
     if example is not None:

@@ -41,7 +41,7 @@ def test_blocks_are_found_and_mapped_to_the_ranks_they_feed(tmp_path):
 def test_adding_forwards_reaches_both_paths_once_and_rolls_back(tmp_path, monkeypatch, capsys, variant, via):
     script, home = checkout(tmp_path, variant)
     # the EXTRA_CONTAINER_ENV launcher's own way is its .env line; every other shape is edited in the script
-    target = script[:-len("start.sh")] + ".env" if (variant, via) == ("extra_env", "auto") else script
+    target = script[:-len("start.sh")] + ".env" if variant.endswith("extra_env") and via == "auto" else script
     original, original_script = read(target), read(script)
     mode = os.stat(target).st_mode
 

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Run the lab-level suites (testinfra, every molecule scenario, every playbook test module) on several
+lab instances at once, so `make test` waits for the slowest share instead of the sum.
+
+Each share gets its own scratch checkout under ``$DSV41_TEST_WORK`` (default ``/tmp/dsv41-lab-suites``):
+the files git knows (tracked and untracked-but-not-ignored, as they are in this working tree, so local
+edits are tested), the project's ``.venv`` linked, and its own lab (``DSV41_LAB_INSTANCE`` = 1..N: the
+connection files live in the checkout's inventory, which is why a share needs its own copy). Instance 0,
+the lab `make demo` and `make lab-up` drive, is never touched.
+
+Jobs are spread by their last measured duration (longest first onto the least loaded share; first run:
+the estimates below), kept in ``lab/.state/suite-durations.json`` (untracked). Every job runs even when
+one fails; the summary names each failed job with the tail of its log, and the exit status is 1 when
+any failed. Logs: ``<work>/logs/<job>.log``.
+
+    python3 tests/run_lab_suites.py                 # every job, DSV41_TEST_SHARES (default 3) shares
+    python3 tests/run_lab_suites.py --shares 2 --only playbooks/test_stage_a.py molecule/engine
+    python3 tests/run_lab_suites.py --list          # the jobs, their shares and expected seconds
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DURATIONS = ROOT / "lab" / ".state" / "suite-durations.json"
+# First-run estimates (seconds on 2 cores, lab engine at LAB_ENGINE_SPEED=10); replaced by measurements.
+DEFAULT_SECONDS = {"testinfra": 30, "molecule": 40, "playbooks": 120}
+BIG_FIRST_GUESS = {"playbooks/test_stage_c.py": 800, "playbooks/test_drift.py": 700,
+                   "playbooks/test_stage_a.py": 300, "playbooks/test_stage_b.py": 300}
+TAIL_LINES = 60
+
+
+def jobs():
+    """[(name, argv relative to a checkout)] in a stable order."""
+    out = [("testinfra", ["pytest", "-q", "-p", "no:cacheprovider", "tests/testinfra",
+                          "--hosts=ansible://dsv41_ranks", "--ansible-inventory=inventory/lab",
+                          "--connection=ansible"])]
+    for scenario in sorted(ROOT.glob("roles/*/molecule/*/molecule.yml")):
+        role, name = scenario.parent.parent.parent.name, scenario.parent.name
+        out.append(("molecule/%s" % role if name == "default" else "molecule/%s/%s" % (role, name),
+                    ["bash", "-c", 'cd "roles/$0" && exec molecule test -s "$1"', role, name]))
+    for module in sorted((ROOT / "tests" / "playbooks").glob("test_*.py")):
+        out.append(("playbooks/%s" % module.name,
+                    ["pytest", "-q", "-p", "no:cacheprovider", "--durations=5", "tests/playbooks/%s" % module.name]))
+    return out
+
+
+def expected_seconds(name, measured):
+    if name in measured:
+        return float(measured[name])
+    return float(BIG_FIRST_GUESS.get(name, DEFAULT_SECONDS[name.split("/")[0]]))
+
+
+def spread(selected, shares, measured):
+    """Longest job first onto the share with the least expected time (LPT): [[job, ...], ...]."""
+    plan = [[] for _ in range(shares)]
+    load = [0.0] * shares
+    for job in sorted(selected, key=lambda j: -expected_seconds(j[0], measured)):
+        i = load.index(min(load))
+        plan[i].append(job)
+        load[i] += expected_seconds(job[0], measured)
+    return plan, load
+
+
+def checkout_copy(dest):
+    """The working tree's files (as git lists them, local edits included) copied to ``dest``; .venv linked."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            check=True, stdout=subprocess.PIPE).stdout.decode().split("\0")
+    if dest.exists():
+        # keep the copy's lab state (ssh keys, generated checkpoints) so a second run starts warm
+        for child in dest.iterdir():
+            if child.name not in ("lab",):
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if not src.exists() and not src.is_symlink():
+            continue  # deleted in the working tree, not yet in the index
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink() or src.is_dir():
+            if target.is_symlink() or target.exists():
+                target.unlink()
+            os.symlink(os.readlink(src), target)
+        else:
+            shutil.copy2(src, target)
+    venv = dest / ".venv"
+    if venv.is_symlink() or venv.exists():
+        venv.unlink()
+    venv.symlink_to((ROOT / ".venv").resolve())
+
+
+def job_env(checkout, instance):
+    env = dict(os.environ)
+    env.update({
+        "PATH": "%s:%s" % (checkout / ".venv" / "bin", env.get("PATH", "")),
+        "DSV41_LAB_ONLY": "1", "DSV41_LAB_INSTANCE": str(instance), "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_CONFIG": str(checkout / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(checkout / "roles"),
+        "ANSIBLE_LIBRARY": str(checkout / "library"), "ANSIBLE_MODULE_UTILS": str(checkout / "module_utils"),
+        "ANSIBLE_FILTER_PLUGINS": str(checkout / "filter_plugins"),
+    })
+    # the suites check structure, never speed: the lab engine's request path runs 10x faster
+    env.setdefault("DSV41_LAB_ENGINE_KNOBS", "LAB_ENGINE_SPEED=10")
+    return env
+
+
+def run_share(index, share, work, results, lock):
+    instance = index + 1
+    checkout = work / ("checkout-%d" % instance)
+    logs = work / "logs"
+    env = job_env(checkout, instance)
+
+    def run(name, argv):
+        log = logs / (name.replace("/", "__") + ".log")
+        t0 = time.monotonic()
+        with open(log, "w") as handle:
+            handle.write("# share %d, lab instance %d, checkout %s\n# %s\n" % (instance, instance, checkout, argv))
+            handle.flush()
+            rc = subprocess.run(argv, cwd=checkout, env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
+        seconds = time.monotonic() - t0
+        with lock:
+            results.append({"job": name, "share": instance, "rc": rc, "seconds": round(seconds, 1), "log": str(log)})
+            print("[suites] share %d: %-45s %s in %4.0f s" % (instance, name, "ok" if rc == 0 else "FAILED (rc %d)" % rc,
+                                                          seconds), flush=True)
+        return rc
+
+    checkout_copy(checkout)
+    if run("lab-up-%d" % instance, ["python3", "lab/labctl.py", "up"]) != 0:
+        with lock:
+            for name, _argv in share:
+                results.append({"job": name, "share": instance, "rc": None, "seconds": 0, "log": None})
+        return
+    for name, argv in share:
+        run(name, argv)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shares", type=int, default=int(os.environ.get("DSV41_TEST_SHARES", "3")),
+                        help="lab instances run at once (1..9; default DSV41_TEST_SHARES or 3)")
+    parser.add_argument("--only", nargs="*", metavar="JOB", help="only these jobs (names as --list prints them)")
+    parser.add_argument("--list", action="store_true", help="print the plan and exit")
+    parser.add_argument("--keep-labs", action="store_true", help="leave the share labs up afterwards")
+    args = parser.parse_args()
+    if not 1 <= args.shares <= 9:
+        raise SystemExit("--shares must be 1..9 (lab instances 1..9; 0 is the demo lab)")
+    measured = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    selected = jobs()
+    if args.only:
+        unknown = sorted(set(args.only) - {name for name, _ in selected})
+        if unknown:
+            raise SystemExit("unknown job(s): %s (see --list)" % ", ".join(unknown))
+        selected = [j for j in selected if j[0] in args.only]
+    shares = min(args.shares, len(selected)) or 1
+    plan, load = spread(selected, shares, measured)
+    for i, share in enumerate(plan):
+        print("[suites] share %d (lab instance %d), about %.0f s: %s"
+              % (i + 1, i + 1, load[i], ", ".join(name for name, _ in share)), flush=True)
+    if args.list:
+        return 0
+    work = Path(os.environ.get("DSV41_TEST_WORK", "/tmp/dsv41-lab-suites"))
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    for old in (work / "logs").glob("*.log"):
+        old.unlink()
+    results, lock = [], threading.Lock()
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=run_share, args=(i, share, work, results, lock)) for i, share in enumerate(plan)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    if not args.keep_labs:
+        for i in range(shares):
+            checkout = work / ("checkout-%d" % (i + 1))
+            subprocess.run(["python3", "lab/labctl.py", "down"], cwd=checkout, env=job_env(checkout, i + 1),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    for r in results:
+        if r["rc"] == 0 and not r["job"].startswith("lab-up-"):
+            measured[r["job"]] = r["seconds"]
+    DURATIONS.parent.mkdir(parents=True, exist_ok=True)
+    DURATIONS.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
+    failed = [r for r in results if r["rc"] != 0]
+    for r in failed:
+        print("\n[suites] FAILED %s (share %s, rc %s); last lines of %s:" % (r["job"], r["share"], r["rc"], r["log"]))
+        if r["log"]:
+            print("".join(open(r["log"], errors="replace").readlines()[-TAIL_LINES:]))
+    busy = sum(r["seconds"] for r in results)
+    print("[suites] %d jobs on %d lab instances: %.0f s wall, %.0f s of jobs; %d failed"
+          % (len(results), shares, wall, busy, len(failed)), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
