@@ -39,6 +39,19 @@ options:
       - A proposed C(.env) to evaluate instead of the checkout's (written only into the scratch copy).
         Omitted - the checkout's own C(.env) (or, when it is missing, what the launcher does then).
     type: str
+  settings:
+    description:
+      - Declared settings to evaluate as the next serve will see them - converged into the checkout's C(.env)
+        as C(launcher_env) writes them (undeclared keys kept), nothing written. Ignored with I(env_text).
+    type: dict
+  api_key:
+    description: The API key the proposed C(.env) carries (with I(settings)).
+    type: str
+  remove_keys:
+    description: Undeclared keys the converge would remove (with I(settings)).
+    type: list
+    elements: str
+    default: []
   env_name:
     description: Name of the launcher's C(.env) inside the checkout.
     type: str
@@ -142,7 +155,7 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.launch_record import effective_launch, key_effects, masked, summary
 from ansible.module_utils.launch_sandbox import LaunchError
-from ansible.module_utils.launcher_env import EnvError, parse_env
+from ansible.module_utils.launcher_env import EnvError, parse_env, proposed_env
 
 
 def base_env_text(launcher, env_text, env_name):
@@ -159,7 +172,11 @@ def base_env_text(launcher, env_text, env_name):
 
 
 def run(params):
-    """The module result (without ``changed``); raises LaunchError."""
+    """The module result (without ``changed``); raises LaunchError (or EnvError for a proposal)."""
+    if params.get("settings") is not None and params["env_text"] is None:
+        checkout = os.path.dirname(os.path.abspath(params["launcher"]))
+        params = dict(params, env_text=proposed_env(params["settings"], os.path.join(checkout, params["env_name"]),
+                                                    params.get("api_key"), params.get("remove_keys") or ()))
     kw = dict(command=params["command"], env_name=params["env_name"], home=params["home"], user=params["user"],
               head=params["head_host"] or socket.gethostname().split(".")[0], ports=params["ports"],
               timeout=params["timeout"], max_calls=params["max_calls"])
@@ -187,6 +204,9 @@ def main():
             launcher=dict(type="path", required=True),
             command=dict(type="str", default="serve"),
             env_text=dict(type="str", no_log=True),
+            settings=dict(type="dict"),
+            api_key=dict(type="str", no_log=True),
+            remove_keys=dict(type="list", elements="str", default=[], no_log=False),
             env_name=dict(type="str", default=".env"),
             home=dict(type="path"),
             user=dict(type="str"),
@@ -204,7 +224,7 @@ def main():
                          % (p["timeout"], p["max_calls"]), changed=False)
     try:
         result, secrets = run(p)
-    except LaunchError as exc:
+    except (LaunchError, EnvError) as exc:
         module.fail_json(msg=str(exc), changed=False)
     for value in secrets:
         module.no_log_values.add(value)

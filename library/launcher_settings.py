@@ -56,6 +56,18 @@ options:
       - The C(.env) the next serve will read (a check-mode preview of a change). Default - the settings
         (and I(api_key)) rendered by the project's C(.env) writer.
     type: str
+  env_path:
+    description:
+      - The checkout's current C(.env) on the head. When given (and I(env_text) is not), the evaluated
+        C(.env) is that file with the declared settings converged into it as C(launcher_env) writes it, so
+        the keys the inventory does not declare (addresses, worker names, site keys the launcher reads)
+        take part exactly as they will at the next serve. A missing file means the settings alone.
+    type: path
+  remove_keys:
+    description: Undeclared keys the converge will remove (C(container_env_remove_keys)); with I(env_path).
+    type: list
+    elements: str
+    default: []
   api_key:
     description: The API key the rendered C(.env) carries (only used when I(env_text) is not given).
     type: str
@@ -206,7 +218,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import launcher as L
 from ansible.module_utils.launch_record import effective_launch, key_effects, summary
 from ansible.module_utils.launch_sandbox import LaunchError
-from ansible.module_utils.launcher_env import render_env
+from ansible.module_utils.launcher_env import proposed_env
 from ansible.module_utils.secret_rule import MIN_SECRET_CHARS
 
 
@@ -230,7 +242,8 @@ def _probe(worker_files):
 
 
 def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=False, fail_on_unforwarded=True,
-             env_text=None, api_key=None, worker_files=None, home=None, head_host=None, timeout=60):
+             env_text=None, api_key=None, worker_files=None, home=None, head_host=None, timeout=60,
+             env_path=None, remove_keys=()):
     """The module result (without ``changed``); raises LaunchError when the launcher cannot be evaluated."""
     base = {"launcher": launcher, "settings": L.mask_settings(settings), "forward_lists": {"head": [], "worker": []},
             "unforwarded": {"head": [], "worker": []}, "forwarding_gaps": [], "no_effect": [], "overridden": [],
@@ -243,8 +256,7 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
         return base
     home = home or os.path.expanduser("~")
     if env_text is None:        # the one writer takes the API key apart from the settings
-        plain = dict((k, v) for k, v in settings.items() if k != "API_KEY")
-        env_text = render_env(plain, api_key or L.norm_value(settings.get("API_KEY")))
+        env_text = proposed_env(settings, env_path, api_key or L.norm_value(settings.get("API_KEY")), remove_keys)
     text = env_text
     kw = dict(home=home, head=head_host or socket.gethostname().split(".")[0], timeout=timeout)
     launch = effective_launch(launcher, env_text=text, **kw)
@@ -276,6 +288,8 @@ def run_module():
             launcher=dict(type="path", required=True),
             tp_size=dict(type="int", required=True),
             env_text=dict(type="str", no_log=True),
+            env_path=dict(type="path"),
+            remove_keys=dict(type="list", elements="str", default=[], no_log=False),
             api_key=dict(type="str", no_log=True),
             validated=dict(type="list", elements="str", default=[]),
             packed=dict(type="bool", default=False),
@@ -304,7 +318,7 @@ def run_module():
     try:
         result = evaluate(settings, p["launcher"], p["tp_size"], p["validated"], p["packed"], p["timing"],
                           p["fail_on_unforwarded"], p["env_text"], p["api_key"], p["worker_files"], p["home"],
-                          p["head_host"], p["timeout"])
+                          p["head_host"], p["timeout"], p["env_path"], p["remove_keys"])
     except (LaunchError, L.EnvError) as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False)
     result["changed"] = False

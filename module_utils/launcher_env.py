@@ -308,3 +308,15 @@ def rollback_env(path, run_id=None, base=None, check_mode=False, extra_secrets=(
     except OSError as exc:
         raise EnvError("%s: cannot restore: %s" % (path, exc.strerror))
     return result
+
+
+def proposed_env(settings, path, api_key=None, remove_keys=()):
+    """The ``.env`` text the next serve reads once ``settings`` are converged into the file at ``path``
+    (merged as :func:`converge_env` merges them: keys the settings do not declare are kept), or the
+    settings alone when there is no file. Nothing is written. ``API_KEY`` in ``settings`` counts as the key."""
+    plain = dict((k, v) for k, v in (settings or {}).items() if k != API_KEY)
+    key = api_key or (settings or {}).get(API_KEY) or None
+    old, _st = read_env_file(path) if path else (None, None)
+    if old is None:
+        return render_env(dict((k, v) for k, v in plain.items() if v is not None), key)
+    return merge_env(old, plain, key, remove_keys=list(remove_keys or ()), source=path)["text"]

@@ -1,9 +1,13 @@
-"""launcher_effective on the lab: the effective launch equals what the lab's containers really received when
-its launcher served (docker inspect), key for key and mount for mount, and evaluating changes nothing."""
+"""launcher_effective on the lab: on each lab launcher variant, the effective launch equals what the lab's
+containers really received when its launcher served (docker inspect), key for key and mount for mount, and
+evaluating changes nothing."""
 import json
+import os
 import subprocess
 
-from labhelpers import LAB_INVENTORY, ROOT, env, sh, snapshot
+import pytest
+
+from labhelpers import LAB_INVENTORY, ROOT, env, lab, sh, snapshot
 
 LAUNCHER = "/home/mia/dsv41-3x-spark/start.sh"
 HOSTS = {"spark1": ("dsv41-head", "mia"), "spark2": ("dsv41-worker", "zurih"), "spark3": ("dsv41-worker", "zurih")}
@@ -27,7 +31,24 @@ def inspect(host):
             [m["Source"] for m in data["Mounts"] if m["Destination"] == "/engram"])
 
 
-def test_effective_launch_equals_the_running_containers_and_changes_nothing():
+VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
+
+
+def install(variant):
+    subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), "launcher"], check=True, cwd=ROOT,
+                   env={**os.environ, "DSV41_LAB_LAUNCHER_VARIANT": variant})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lab_up():
+    lab("ensure")
+    yield
+    install("explicit")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_effective_launch_equals_the_running_containers_and_changes_nothing(variant):
+    install(variant)
     sh("spark1", "cd /home/mia/dsv41-3x-spark && ./start.sh serve >/dev/null", user="mia")
     roots = {"spark1": ["/home/mia"], "spark2": ["/home/zurih"], "spark3": ["/home/zurih"]}
     before = snapshot(roots)
@@ -37,5 +58,5 @@ def test_effective_launch_equals_the_running_containers_and_changes_nothing():
     for c in res["containers"]:
         got_env, got_engram = inspect(c["host"])
         masked = {k: ("***" if k == "API_KEY" else v) for k, v in got_env.items()}
-        assert c["env"] == masked, c["host"]
+        assert c["env"] == masked, (variant, c["host"])
         assert [c["engram_source"]] == got_engram, c["host"]

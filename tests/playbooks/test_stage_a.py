@@ -1,6 +1,10 @@
 """Stage A (Engram packing) on the lab: preflight verdicts, check mode, packing, restart, packed checks.
 
-Each test module starts from a fresh lab in the report's state (`labctl.py up`).
+Each test module starts from a fresh lab in the report's state (`labctl.py reset`). The module runs on the
+lab's legacy launcher (DSV41_LAB_LAUNCHER_VARIANT=legacy), the one shape that reads a per-host
+WORKER_ENGRAM_DIR_SPARK2: the packing tests need spark2 alone to pack into its spare volume. What a
+real-shaped launcher offers instead (one WORKER_ENGRAM_DIR for every worker) is checked on the default
+launcher in test_a_real_shaped_launcher_offers_only_what_it_can_express.
 """
 import json
 import os
@@ -26,10 +30,21 @@ WATCHED = {
 }
 
 
+def install_launcher(variant):
+    """Install a lab launcher variant as start.sh on every host (labctl.py launcher)."""
+    subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), "launcher"], check=True, cwd=ROOT,
+                   env={**os.environ, "DSV41_LAB_LAUNCHER_VARIANT": variant})
+
+
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("reset")
-    yield
+    os.environ["DSV41_LAB_LAUNCHER_VARIANT"] = "legacy"
+    try:
+        lab("reset")
+        yield
+    finally:
+        os.environ.pop("DSV41_LAB_LAUNCHER_VARIANT", None)
+        install_launcher("explicit")
 
 
 @pytest.fixture
@@ -155,6 +170,21 @@ def test_destination_the_engine_does_not_read_is_refused(roomy_inventory):
     assert "Nothing was written on any rank." in out
     assert "WORKER_ENGRAM_DIR_SPARK2" in out
     assert snapshot(WATCHED) == before
+
+
+def test_a_real_shaped_launcher_offers_only_what_it_can_express(roomy_inventory):
+    install_launcher("explicit")
+    try:
+        before = snapshot(WATCHED)
+        rc, out = playbook("stage_a_pack.yml", "-e", "maintenance_window=true",
+                           inventories=lab_inventories(roomy_inventory))
+        after = snapshot(WATCHED)
+    finally:
+        install_launcher("legacy")
+    assert rc != 0 and before == after
+    flat = " ".join(out.split())
+    assert f"spark2 (rank 1): the inventory destination {ROOMY_DEST} is not where the engine will look" in flat
+    assert "set WORKER_ENGRAM_DIR" in flat and "WORKER_ENGRAM_DIR_SPARK2" not in flat
 
 
 def test_packing_outside_a_maintenance_window_is_refused(roomy_inventory):

@@ -135,3 +135,17 @@ def test_tp_size_follows_the_inventory_and_secrets_never_leak(monkeypatch, capsy
     assert res["settings"]["HF_TOKEN"] == "***"
     assert "HF_TOKEN is set but the worker launch path does not forward it" in res["msg"]
     assert any("HF_TOKEN='***' is set but has no effect" in m for m in res["no_effect"])
+
+
+def test_the_evaluated_env_keeps_the_undeclared_keys_the_launcher_reads(monkeypatch, capsys, tmp_path):
+    """The lab's indirect launcher names its workers by WORKER1_HOST/WORKER2_HOST, site keys the inventory
+    does not declare: with env_path the check evaluates the .env the converge will leave (those keys kept)."""
+    declared = settings(HEAD_HOST="spark1", WORKER_HOSTS="spark2 spark3")
+    declared.pop("API_KEY")
+    res = run(monkeypatch, capsys, tmp_path / "a", "lab-indirect", settings=declared, api_key=API_KEY,
+              env_path=str(tmp_path / "a" / "home" / "mia" / "dsv41-3x-spark" / ".env"), fail_on_unforwarded=False)
+    assert [res["ranks"][r]["host"] for r in ("0", "1", "2")] == ["spark1", "spark2", "spark3"], res.get("msg")
+    alone = run(monkeypatch, capsys, tmp_path / "b", "lab-indirect", settings=declared, api_key=API_KEY,
+                fail_on_unforwarded=False)
+    assert sorted(alone.get("ranks") or {}) == ["0"], "the declared keys alone name no worker"
+    assert API_KEY not in res["_raw"] and API_KEY not in alone["_raw"]
