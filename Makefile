@@ -17,7 +17,7 @@ export ANSIBLE_MODULE_UTILS := $(abspath module_utils)
 export ANSIBLE_FILTER_PLUGINS := $(abspath filter_plugins)
 export ANSIBLE_FORCE_COLOR := 0
 
-.PHONY: help setup apt apt-check fresh-check lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status drift \
+.PHONY: help setup apt apt-check fresh-check lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status drift lab-suites \
         test lint argspecs unit lab-tests molecule playbook-tests bench lab-reset
 
 help:
@@ -119,7 +119,14 @@ molecule: setup ## molecule scenarios of every role, on one lab reset between sc
 playbook-tests: setup ## stage and check-mode tests of the playbooks on the lab (reset before each test module)
 	$(BIN)/pytest -q --durations=15 tests/playbooks
 
-test: lint argspecs unit lab-tests molecule playbook-tests ## everything CI runs
+# Every lab-level job (testinfra, each molecule scenario, each playbook test module) spread over
+# DSV41_TEST_SHARES lab instances (default 3, instances 1..N, each in its own scratch checkout; the demo
+# lab, instance 0, is left alone), longest first by their last measured durations. Logs and the plan:
+# tests/run_lab_suites.py --list; /tmp/dsv41-lab-suites/logs/.
+lab-suites: lab-image ## testinfra, molecule and playbook tests on several lab instances at once
+	$(PY) tests/run_lab_suites.py
+
+test: lint argspecs unit lab-suites ## everything CI runs (the lab-level jobs in parallel, see lab-suites)
 
 bench: setup ## benchmarks (ratios against a baseline in the same run)
 	$(PY) bench/bench_plan.py
