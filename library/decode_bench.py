@@ -41,9 +41,9 @@ options:
     description: API key sent as C(Authorization Bearer); never printed (scrubbed from messages and raw output).
     type: str
   model:
-    description: Model name sent in each request.
+    description: Model name sent in each request (the served name C(/v1/models) lists).
     type: str
-    default: DeepSeek-V4.1-Flash
+    default: deepseek-v4.1-flash
   prompt_files:
     description:
       - "Workload name -> path (on the worker) of a JSON list of prompts. An entry is a string (one

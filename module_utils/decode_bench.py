@@ -61,7 +61,7 @@ __metaclass__ = type
 
 MIN_REPETITIONS = 5
 DEFAULTS = {
-    "model": "DeepSeek-V4.1-Flash",
+    "model": "deepseek-v4.1-flash",         # the served model name (SPEC: /v1/models lists it)
     "concurrency": [1, 4],
     "repetitions": 5,
     "warmups": 1,

@@ -720,6 +720,10 @@ def test_head_health_503_while_booting_then_200(lab):
         with pytest.raises(urllib.error.HTTPError) as exc:
             request(port, "/health", key=None)
         assert exc.value.code == 503 and exc.value.read() == b""
+        with pytest.raises(urllib.error.HTTPError) as exc:     # a chat request while booting: the error object
+            request(port, "/v1/chat/completions", CHAT, key=None)
+        body = json.load(exc.value)
+        assert exc.value.code == 503 and body["object"] == "error" and body["code"] == 503
         text = proc.wait_for(f"Ready: API on port {port}", timeout=30)
         assert "Ready:" not in proc.stream("stderr") and proc.stream("stdout").endswith(f"Ready: API on port {port}\n")
         with request(port, "/health", key=None) as r:

@@ -196,7 +196,7 @@ def test_stream_tokens_come_from_usage_not_messages(engine, prompt_files):
     body = engine.bodies[-1]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["chat_template_kwargs"] == {"thinking": False}
-    assert (body["model"], body["max_tokens"], body["temperature"]) == ("DeepSeek-V4.1-Flash", 256, 0.0)
+    assert (body["model"], body["max_tokens"], body["temperature"]) == ("deepseek-v4.1-flash", 256, 0.0)
 
     engine.usage_tokens = 47                      # usage is the only source, whatever the messages say
     res = bench(engine, prompt_files)
