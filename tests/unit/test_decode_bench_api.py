@@ -11,6 +11,8 @@ from ansible.module_utils import decode_steps
 
 import decode_bench
 from modrun import run_module
+# a generous per-request timeout: these tests assert figures, and a loaded test machine must not turn
+# them into timeouts
 from test_decode_bench import KEY, bench, engine, prompt_files  # noqa: F401  (fixtures)
 
 
@@ -19,7 +21,7 @@ from test_decode_bench import KEY, bench, engine, prompt_files  # noqa: F401  (f
 def test_reasoning_and_answer_reported_apart(engine, prompt_files):  # noqa: F811
     engine.reasoning_messages = 5
     engine.usage_extra = {"reasoning_tokens": 15}
-    res = bench(engine, prompt_files, names=("code",), thinking=True)
+    res = bench(engine, prompt_files, names=("code",), thinking=True, timeout=30)
     (cond,) = res["results"]
     assert engine.bodies[-1]["chat_template_kwargs"] == {"thinking": True}
     assert cond["requests"] == 5 and cond["reasoning_tokens_total"] == 5 * 15
@@ -46,7 +48,7 @@ def test_usage_details_read_in_both_places():
 def test_speculative_counts_summed_with_accept_rate(engine, prompt_files):  # noqa: F811
     engine.usage_extra = {"completion_tokens_details": {"reasoning_tokens": 0, "accepted_prediction_tokens": 30,
                                                         "rejected_prediction_tokens": 10}}
-    (cond,) = bench(engine, prompt_files, names=("code",))["results"]
+    (cond,) = bench(engine, prompt_files, names=("code",), timeout=30)["results"]
     assert cond["speculative"] == {"totals": {"accepted_prediction_tokens": 150, "rejected_prediction_tokens": 50},
                                    "accept_rate": 0.75}
     assert cond["reasoning_tokens_total"] == 0 and cond["answer_tokens_total"] == 300
@@ -55,7 +57,7 @@ def test_speculative_counts_summed_with_accept_rate(engine, prompt_files):  # no
 def test_error_event_and_abort_are_failed_repetitions_with_codes(engine, prompt_files):  # noqa: F811
     # one prompt, C1: request n is round n (request 0 is the warm-up)
     engine.fail = {2: "error", 4: "abort"}
-    res = bench(engine, prompt_files, names=("code",))
+    res = bench(engine, prompt_files, names=("code",), timeout=30)
     (cond,) = res["results"]
     assert res["requests_sent"] == len(engine.bodies) == 8 and res["incomplete"] == []
     assert cond["rounds"] == 5 and cond["complete"] is True and cond["requests"] == 5
@@ -69,20 +71,21 @@ def test_error_event_and_abort_are_failed_repetitions_with_codes(engine, prompt_
 
 def test_failed_warmup_is_not_a_failed_repetition(engine, prompt_files):  # noqa: F811
     engine.fail = {0: "error"}
-    (cond,) = bench(engine, prompt_files, names=("code",))["results"]
+    (cond,) = bench(engine, prompt_files, names=("code",), timeout=30)["results"]
     assert cond["failed_warmups"] == 1 and cond["failed_repetitions"] == 0 and cond["rounds"] == 5
     assert cond["warmup_rounds"] == 0 and cond["error_codes"] == {"503": 1}
 
 
 def test_non_stream_error_body_and_abort(engine, prompt_files):  # noqa: F811
     engine.fail = {1: "error", 2: "abort"}
-    (cond,) = bench(engine, prompt_files, names=("code",), stream=False, failed_repetition_retries=3)["results"]
+    (cond,) = bench(engine, prompt_files, names=("code",), stream=False, failed_repetition_retries=3,
+                    timeout=30)["results"]
     assert cond["error_codes"] == {"503": 1, "abort": 1} and cond["rounds"] == 5
 
 
 def test_too_many_failures_leave_the_condition_incomplete(engine, prompt_files, tmp_path):  # noqa: F811
     engine.fail = {1: "error", 2: "error"}
-    res = bench(engine, prompt_files, names=("code",), failed_repetition_retries=1)
+    res = bench(engine, prompt_files, names=("code",), failed_repetition_retries=1, timeout=30)
     (cond,) = res["results"]
     assert cond["rounds"] == 0 and cond["complete"] is False and cond["aggregate_tok_s"]["median"] is None
     assert res["incomplete"] == ["code C1: 0 of 5 measured repetitions (2 failed, error codes 503 x2)"]
@@ -92,7 +95,7 @@ def test_too_many_failures_leave_the_condition_incomplete(engine, prompt_files, 
     raw = tmp_path / "raw.json"
     out = run_module(decode_bench.main, {"url": engine.url, "api_key": KEY, "prompt_files": {"code": prompt_files["code"]},
                                          "concurrency": [1], "failed_repetition_retries": 1, "host_label": "spark2",
-                                         "raw_output": str(raw), "timeout": 5})
+                                         "raw_output": str(raw), "timeout": 30})
     assert out["failed"] is True and out["msg"] == (
         "spark2: failed repetitions left too few measured rounds: code C1: 0 of 5 measured repetitions "
         "(2 failed, error codes 503 x2)")
@@ -109,7 +112,7 @@ def test_module_reports_the_new_figures(engine, prompt_files):  # noqa: F811
     engine.usage_extra = {"reasoning_tokens": 6}
     engine.fail = {3: "abort"}
     out = run_module(decode_bench.main, {"url": engine.url, "api_key": KEY, "prompt_files": {"code": prompt_files["code"]},
-                                         "concurrency": [1, 2], "thinking": True, "host_label": "spark2", "timeout": 5})
+                                         "concurrency": [1, 2], "thinking": True, "host_label": "spark2", "timeout": 30})
     assert not out.get("failed"), out
     c1 = out["summary"]["code"]["c1"]
     assert c1["failed_repetitions"] == 1 and c1["error_codes"] == {"abort": 1} and c1["rounds"] == 5
@@ -121,10 +124,10 @@ def test_pre_stream_error_code_reported(engine, prompt_files):  # noqa: F811
     engine.status = 400
     engine.error_body = {"object": "error", "message": "context too long", "type": "BadRequestError", "code": 400}
     with pytest.raises(db.BenchError) as exc:
-        bench(engine, prompt_files, names=("code",))
+        bench(engine, prompt_files, names=("code",), timeout=30)
     assert exc.value.status == 400 and exc.value.code == 400 and "context too long" in str(exc.value)
     out = run_module(decode_bench.main, {"url": engine.url, "api_key": KEY, "prompt_files": {"code": prompt_files["code"]},
-                                         "host_label": "spark2", "timeout": 5})
+                                         "host_label": "spark2", "timeout": 30})
     assert out["failed"] and out["status"] == 400 and out["error_code"] == 400
 
 
@@ -155,7 +158,7 @@ def test_sampled_requests_need_a_seed_and_carry_fixed_settings(engine, prompt_fi
         with pytest.raises(db.BenchError, match=word):
             db.validate_settings(bad)
     bench(engine, prompt_files, names=("code",), temperature=0.7, top_p=0.9, top_k=20, seed=1234,
-          concurrency=[2], max_tokens=99)
+          concurrency=[2], max_tokens=99, timeout=30)
     for body in engine.bodies:
         assert (body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (0.7, 0.9, 20, 1234)
         assert body["max_completion_tokens"] == body["max_tokens"] == 99
