@@ -21,8 +21,14 @@ description:
     prompts and limits are used in every round.
   - Per round, aggregate tok/s = sum(completion_tokens) / round wall time, and per-stream tok/s =
     each stream's tokens / its own wall time (median over the streams). Each condition reports the
-    median, min, max and sample stdev over the measured rounds, TTFT, token and request counts and
-    the number of distinct outputs per prompt (determinism).
+    median, min, max and sample stdev over the measured rounds, TTFT (first text, first reasoning,
+    first answer), inter-token latency, reasoning and answer tokens apart, request counts and the
+    number of distinct outputs per prompt (determinism), distinct answers apart from distinct reasoning.
+  - A request that ends in an error event (an C(error) object with its C(code) after the stream
+    started) or with C(finish_reason) C(abort) makes its round a failed repetition, never a measurement; it is counted
+    and reported with the error's own code, and up to I(failed_repetition_retries) extra rounds per
+    condition replace failed ones. The task fails (with the results) when a condition is left with
+    fewer than I(repetitions) measured rounds. Errors before the stream (HTTP 4xx/5xx) fail at once.
   - All logic is in C(module_utils/decode_bench.py); this module is a thin wrapper.
 version_added: "0.1.0"
 author: TP3 fleet config repo
@@ -35,9 +41,9 @@ options:
     description: API key sent as C(Authorization Bearer); never printed (scrubbed from messages and raw output).
     type: str
   model:
-    description: Model name sent in each request.
+    description: Model name sent in each request (the served name C(/v1/models) lists).
     type: str
-    default: DeepSeek-V4.1-Flash
+    default: deepseek-v4.1-flash
   prompt_files:
     description:
       - "Workload name -> path (on the worker) of a JSON list of prompts. An entry is a string (one
@@ -64,15 +70,35 @@ options:
         Default all prompts of the workload.
     type: int
   max_tokens:
-    description: C(max_tokens) of every request.
+    description: Completion limit of every request, sent as C(max_completion_tokens) (which overrides the
+      deprecated C(max_tokens)) and as C(max_tokens) for older builds.
     type: int
     default: 256
   temperature:
-    description: Sampling temperature; 0 is greedy (the default, unless the stage is about sampling).
+    description: Sampling temperature; 0 is greedy (the default, unless the stage is about sampling); above 0
+      needs I(seed).
     type: float
     default: 0.0
+  top_p:
+    description: C(top_p) of every request (0 < top_p <= 1); not sent when unset.
+    type: float
+  top_k:
+    description: C(top_k) of every request (>= 1); not sent when unset.
+    type: int
+  seed:
+    description:
+      - C(seed) of every request (the same one), so sampled repeats are comparable. Required when
+        I(temperature) > 0 (sampled requests without a fixed seed are refused).
+    type: int
+  failed_repetition_retries:
+    description:
+      - Extra rounds a condition may run to replace failed repetitions (a request ended in an error
+        event or an abort). Failed rounds are never measurements.
+    type: int
+    default: 2
   thinking:
-    description: Sent as C(chat_template_kwargs.thinking).
+    description: Sent as C(chat_template_kwargs.thinking); the engine then streams the reasoning as
+      C(reasoning_content), reported apart from the answer.
     type: bool
     default: false
   stream:
@@ -98,8 +124,8 @@ options:
     type: str
 notes:
   - Check mode sends nothing and returns C(skipped=true) with the plan.
-  - Errors (HTTP 401/5xx, timeouts, missing usage) fail with the host label, the URL and the status;
-    the API key is never printed.
+  - Errors (HTTP 401/5xx, timeouts, missing usage) fail with the host label, the URL, the status and
+    the error body's C(code) (C(error_code)); the API key is never printed.
   - C(changed) is true only when I(raw_output) was written.
 """
 
@@ -120,6 +146,21 @@ EXAMPLES = r"""
 
 - ansible.builtin.debug:
     msg: "prose C1 {{ bench.summary.prose.c1.aggregate_tok_s_median | round(2) }} tok/s"
+
+- name: Sampled C1/C2 decode timings with thinking on (fixed sampling settings and seed)
+  decode_bench:
+    url: "http://{{ head_host }}:8888"
+    api_key: "{{ dsv41_api_key }}"
+    prompt_files:
+      math: "{{ bench_dir }}/math.json"
+    concurrency: [1, 2]
+    temperature: 0.6
+    top_p: 0.95
+    top_k: 20
+    seed: 1234
+    thinking: true
+    raw_output: "{{ bench_dir }}/raw-sampled.json"
+  delegate_to: spark2
 """
 
 RETURN = r"""
@@ -140,6 +181,42 @@ results:
     ttft_ms_median: {description: Median TTFT in ms over measured requests (None without streaming), type: float}
     ttft_ms_min: {description: Minimum TTFT in ms, type: float}
     ttft_ms_max: {description: Maximum TTFT in ms, type: float}
+    ttft_reasoning_ms_median: {description: Median time to the first reasoning text in ms (None without reasoning), type: float}
+    ttft_reasoning_ms_min: {description: Minimum time to the first reasoning text in ms, type: float}
+    ttft_reasoning_ms_max: {description: Maximum time to the first reasoning text in ms, type: float}
+    ttft_answer_ms_median: {description: Median time to the first answer text (C(delta.content)) in ms, type: float}
+    ttft_answer_ms_min: {description: Minimum time to the first answer text in ms, type: float}
+    ttft_answer_ms_max: {description: Maximum time to the first answer text in ms, type: float}
+    itl_ms_median:
+      description:
+        - Median gap in ms between text-bearing stream messages, pooled over measured requests (the
+          engine sends one message per speculative step, so this is the step time a client sees).
+      type: float
+    itl_ms_p90: {description: 90th percentile of those gaps in ms, type: float}
+    itl_ms_min: {description: Smallest gap in ms, type: float}
+    itl_ms_max: {description: Largest gap in ms, type: float}
+    tokens_per_message_median:
+      description: Median over requests of usage tokens per text-bearing message (committed tokens per step a client sees).
+      type: float
+    reasoning_tokens_total: {description: Sum of usage reasoning_tokens (None when the server reported none), type: int}
+    answer_tokens_total: {description: Completion tokens minus reasoning tokens (None when that cannot be told), type: int}
+    distinct_answers: {description: Max over prompts of distinct answer texts (reasoning left out), type: int}
+    distinct_answers_per_prompt: {description: Prompt id -> distinct answer texts, type: dict}
+    distinct_reasoning: {description: Max over prompts of distinct reasoning texts, type: int}
+    distinct_reasoning_per_prompt: {description: Prompt id -> distinct reasoning texts, type: dict}
+    speculative:
+      description:
+        - Sums of the numeric counts of C(usage.completion_tokens_details) other than reasoning tokens
+          (C(totals)) and C(accept_rate) from accepted/rejected prediction tokens; None when absent.
+      type: dict
+    failed_repetitions: {description: Measured rounds that failed (error event or abort), never measurements, type: int}
+    failed_warmups: {description: Warm-up rounds that failed, type: int}
+    failed_requests: {description: Failed requests over every round of the condition, type: int}
+    error_codes: {description: Error code (the error event's own code, or abort) -> failed requests, type: dict}
+    failures:
+      description: Each failed request (kind, round, stream, prompt_id, code, message, finish_reason).
+      type: list
+    complete: {description: The condition has its I(repetitions) measured rounds, type: bool}
     completion_tokens_total: {description: Sum of usage.completion_tokens of measured requests, type: int}
     requests: {description: Measured requests, type: int}
     rounds: {description: Measured rounds, type: int}
@@ -158,11 +235,13 @@ results:
     prompt_ids: {description: Prompt ids of the workload, type: list}
     settings: {description: Settings used, type: dict}
 summary:
-  description: "Workload -> C(c<N>) -> medians (aggregate/per-stream tok/s, TTFT ms) and distinct_outputs."
+  description: "Workload -> C(c<N>) -> medians (aggregate/per-stream tok/s, TTFT ms, answer TTFT ms, ITL ms),
+    distinct_outputs, distinct_answers, rounds, failed_repetitions and error_codes."
   returned: success
   type: dict
 settings:
-  description: Settings used (model, max_tokens, temperature, thinking, stream, repetitions, warmups, concurrency, timeout).
+  description: Settings used (model, max_tokens, temperature, top_p, top_k, seed, thinking, stream, repetitions,
+    warmups, failed_repetition_retries, concurrency, timeout, prompts_per_stream).
   returned: always
   type: dict
 url:
@@ -174,9 +253,22 @@ measured_on:
   returned: always
   type: str
 requests_sent:
-  description: Requests sent, warm-ups included.
+  description: Requests sent, warm-ups and failed repetitions included.
   returned: success
   type: int
+failed_repetitions:
+  description: Failed measured rounds over every condition.
+  returned: success
+  type: int
+incomplete:
+  description: Conditions left with fewer measured rounds than I(repetitions) (the task then fails).
+  returned: success
+  type: list
+  elements: str
+error_code:
+  description: The error body's own C(code) of a request refused before the stream.
+  returned: failure
+  type: raw
 raw_output:
   description: Path of the raw JSON record, if requested.
   returned: always
@@ -206,6 +298,10 @@ def run_module():
             prompts_per_stream=dict(type="int"),
             max_tokens=dict(type="int", default=db.DEFAULTS["max_tokens"]),
             temperature=dict(type="float", default=db.DEFAULTS["temperature"]),
+            top_p=dict(type="float"),
+            top_k=dict(type="int"),
+            seed=dict(type="int"),
+            failed_repetition_retries=dict(type="int", default=db.DEFAULTS["failed_repetition_retries"]),
             thinking=dict(type="bool", default=db.DEFAULTS["thinking"]),
             stream=dict(type="bool", default=db.DEFAULTS["stream"]),
             timeout=dict(type="float", default=db.DEFAULTS["timeout"]),
@@ -218,7 +314,7 @@ def run_module():
     p = module.params
     label = p["host_label"] or (socket.gethostname().split(".")[0] or "this host")
     keys = ("model", "concurrency", "repetitions", "warmups", "prompts_per_stream", "max_tokens",
-            "temperature", "thinking", "stream", "timeout")
+            "temperature", "top_p", "top_k", "seed", "failed_repetition_retries", "thinking", "stream", "timeout")
     common = {"url": p["url"], "measured_on": p["measured_on"], "raw_output": p["raw_output"],
               "host_label": label}
     try:
@@ -253,12 +349,19 @@ def run_module():
         if not msg.startswith(label):
             msg = "%s: %s" % (label, msg)
         module.fail_json(msg=db.redact(msg, p["api_key"]), changed=bool(p["raw_output"]),
-                         status=exc.status, **common)
+                         status=exc.status, error_code=exc.code, **common)
     except (IOError, OSError) as exc:
         module.fail_json(msg="%s: cannot write raw output %s: %s" % (label, p["raw_output"], exc),
                          changed=False, **common)
     result["changed"] = bool(p["raw_output"])
     result["host_label"] = label
+    if result["incomplete"]:
+        # fewer than the asked repetitions is not a measurement (SPEC "Measuring"); the figures and the
+        # failures go with the failure so the record keeps them
+        result.pop("msg", None)
+        module.fail_json(msg=db.redact("%s: failed repetitions left too few measured rounds: %s"
+                                       % (label, "; ".join(result["incomplete"])), p["api_key"]),
+                         **db.redact_data(result, [p["api_key"]] if p["api_key"] else []))
     # Same redaction as the raw file, on the data before Ansible encodes it.
     module.exit_json(**db.redact_data(result, [p["api_key"]] if p["api_key"] else []))
 

@@ -13,15 +13,24 @@ Method (SPEC section 3, "Measuring"):
   A round is C threads ("streams") started together; stream i sends the workload's prompts in
   turn starting at prompt ``i mod len(prompts)`` (``prompts_per_stream`` of them, default all),
   one request after the other. Same prompts, limits and settings in every round.
-* Per request: TTFT (first chunk carrying generated text, streaming only), wall time,
-  ``completion_tokens`` (from usage), the output text.
+* Per request: TTFT (first chunk carrying generated text, streaming only; first reasoning and first
+  answer text apart), the gaps between text-bearing messages, wall time, ``completion_tokens`` and
+  ``reasoning_tokens`` (from usage), the reasoning and answer texts.
+* A request that ends in an error event or ``finish_reason: "abort"`` fails its round: a failed
+  repetition, never a measurement. It is counted and reported with the error's own code, and up to
+  ``failed_repetition_retries`` extra rounds per condition replace failed ones; a condition left with
+  fewer than ``repetitions`` measured rounds is reported in ``incomplete``.
+* Sampled requests (temperature > 0) carry a fixed ``seed`` (refused without one) and the same
+  ``top_p``/``top_k`` in every request, so repeats are comparable; ``max_completion_tokens`` (which
+  overrides the deprecated ``max_tokens``) is sent with the same limit as ``max_tokens``.
   Per round: aggregate tok/s = sum(completion_tokens) / round wall time (first request sent to
   last response finished); per-stream tok/s = a stream's tokens / that stream's own wall time,
   and the round's per-stream figure is the median over its streams.
-  Per condition: median/min/max/stdev (sample standard deviation) over the measured rounds of
-  both rates, TTFT median/min/max in ms over all measured requests, total completion tokens,
-  request counts and ``distinct_outputs`` (distinct output texts per prompt across every measured
-  request of that prompt; 1 for each prompt means deterministic).
+  Per condition (``decode_bench_summary``): median/min/max/stdev (sample standard deviation) over
+  the measured rounds of both rates, TTFT and inter-token latency in ms, reasoning and answer tokens,
+  request counts, ``distinct_outputs`` (distinct output texts per prompt across every measured
+  request of that prompt; 1 for each prompt means deterministic), distinct answers apart from
+  distinct reasoning, failed repetitions with their error codes.
 * Every request opens its own HTTP connection (like a fresh client); TTFT therefore includes
   connecting. The API key is sent as ``Authorization: Bearer`` and is scrubbed from every error
   message (before a server's text is cut to length, so a cut cannot leave part of it) and from the
@@ -32,28 +41,36 @@ Method (SPEC section 3, "Measuring"):
 """
 from __future__ import absolute_import, division, print_function
 
-import hashlib
 import json
-import os
 import statistics
 import threading
 import time
 
-from ansible.module_utils.secret_rule import redact as redact_data
 # One request (client, errors, endpoint) lives in decode_bench_client; re-exported for the module and tests.
 from ansible.module_utils.decode_bench_client import (  # noqa: F401
     ERROR_BODY_CHARS, BenchError, Client, endpoint, redact)
+# The statistics of a condition live in decode_bench_summary; re-exported under their old names.
+from ansible.module_utils.decode_bench_summary import (  # noqa: F401
+    count as _count, degenerate as _degenerate, public_settings, round_failed, round_failures,
+    spread as _spread, summarize)
+# The raw record (every request and response, written atomically and redacted) lives in decode_bench_record.
+from ansible.module_utils.decode_bench_record import (  # noqa: F401
+    raw_round as _raw_round, redact_data, write_raw)
 
 __metaclass__ = type
 
 MIN_REPETITIONS = 5
 DEFAULTS = {
-    "model": "DeepSeek-V4.1-Flash",
+    "model": "deepseek-v4.1-flash",         # the served model name (SPEC: /v1/models lists it)
     "concurrency": [1, 4],
     "repetitions": 5,
     "warmups": 1,
     "max_tokens": 256,
     "temperature": 0.0,
+    "top_p": None,
+    "top_k": None,
+    "seed": None,
+    "failed_repetition_retries": 2,
     "thinking": False,
     "stream": True,
     "timeout": 300.0,
@@ -117,7 +134,8 @@ def load_prompts(path):
 def validate_settings(settings):
     """Check and complete a settings dict (keys of DEFAULTS). Returns a new dict."""
     s = dict(DEFAULTS)
-    s.update(dict((k, v) for k, v in settings.items() if v is not None or k == "prompts_per_stream"))
+    nullable = ("prompts_per_stream", "top_p", "top_k", "seed")
+    s.update(dict((k, v) for k, v in settings.items() if v is not None or k in nullable))
     if int(s["repetitions"]) < MIN_REPETITIONS:
         raise BenchError("repetitions=%s refused: at least %d measured repetitions per condition"
                          % (s["repetitions"], MIN_REPETITIONS))
@@ -133,8 +151,24 @@ def validate_settings(settings):
         raise BenchError("timeout must be > 0 seconds, got %s" % s["timeout"])
     if s["prompts_per_stream"] is not None and int(s["prompts_per_stream"]) < 1:
         raise BenchError("prompts_per_stream must be >= 1, got %s" % s["prompts_per_stream"])
-    for key in ("repetitions", "warmups", "max_tokens"):
+    if float(s["temperature"]) < 0:
+        raise BenchError("temperature must be >= 0, got %s" % s["temperature"])
+    if s["top_p"] is not None and not 0 < float(s["top_p"]) <= 1:
+        raise BenchError("top_p must be in (0, 1], got %s" % s["top_p"])
+    if s["top_k"] is not None and int(s["top_k"]) < 1:
+        raise BenchError("top_k must be >= 1, got %s" % s["top_k"])
+    if s["seed"] is not None and int(s["seed"]) < 0:
+        raise BenchError("seed must be >= 0, got %s" % s["seed"])
+    if float(s["temperature"]) > 0 and s["seed"] is None:
+        raise BenchError("sampled requests (temperature=%s) need a fixed seed: repeats must sample alike to be "
+                         "compared" % s["temperature"])
+    if int(s["failed_repetition_retries"]) < 0:
+        raise BenchError("failed_repetition_retries must be >= 0, got %s" % s["failed_repetition_retries"])
+    for key in ("repetitions", "warmups", "max_tokens", "failed_repetition_retries"):
         s[key] = int(s[key])
+    for key in ("top_k", "seed"):
+        s[key] = None if s[key] is None else int(s[key])
+    s["top_p"] = None if s["top_p"] is None else float(s["top_p"])
     s["temperature"] = float(s["temperature"])
     s["timeout"] = float(s["timeout"])
     s["thinking"] = bool(s["thinking"])
@@ -147,10 +181,14 @@ def build_body(messages, settings):
         "model": settings["model"],
         "messages": messages,
         "max_tokens": settings["max_tokens"],
+        "max_completion_tokens": settings["max_tokens"],
         "temperature": settings["temperature"],
         "chat_template_kwargs": {"thinking": settings["thinking"]},
         "stream": settings["stream"],
     }
+    for key in ("top_p", "top_k", "seed"):
+        if settings.get(key) is not None:
+            body[key] = settings[key]
     if settings["stream"]:
         body["stream_options"] = {"include_usage": True}
     return body
@@ -170,6 +208,9 @@ def run_round(client, prompts, settings, concurrency):
     """One round: ``concurrency`` streams started together. Returns the round dict.
 
     Raises the first :class:`BenchError` of any stream (the others stop after their current request).
+    A request that failed on the server's side (error event, abort) is kept in its stream with
+    ``failed`` set and the stream goes on, so the other streams keep their load; the round is then a
+    failed repetition (``failed`` in the round dict).
     """
     assignment = stream_plan(len(prompts), concurrency, settings.get("prompts_per_stream"))
     barrier = threading.Barrier(concurrency + 1)
@@ -218,7 +259,7 @@ def run_round(client, prompts, settings, concurrency):
     total = 0
     per_stream = []
     for st in streams:
-        tokens = sum(r["completion_tokens"] for r in st["requests"])
+        tokens = sum(r["completion_tokens"] or 0 for r in st["requests"])
         own = st["end"] - st["start"]
         st["tokens"] = tokens
         st["wall_s"] = own
@@ -233,98 +274,7 @@ def run_round(client, prompts, settings, concurrency):
         "per_stream_tok_s": statistics.median(per_stream),
         "per_stream_tok_s_all": per_stream,
         "streams": streams,
-    }
-
-
-def _spread(values):
-    if not values:
-        return {"median": None, "min": None, "max": None, "stdev": None, "rounds": []}
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
-        "rounds": list(values),
-    }
-
-
-def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None):
-    """Statistics of one condition (workload x concurrency) from its measured rounds."""
-    requests = [r for rd in rounds for st in rd["streams"] for r in st["requests"]]
-    ttfts = [r["ttft_s"] * 1000.0 for r in requests if r.get("ttft_s") is not None]
-    outputs = dict((p["id"], set()) for p in prompts)
-    for r in requests:
-        outputs[r["prompt_id"]].add((r.get("reasoning") or "", r["text"]))
-    per_prompt = dict((pid, len(texts)) for pid, texts in outputs.items() if texts)
-    distinct = max(per_prompt.values()) if per_prompt else 0
-    # sha256 of each distinct (reasoning, answer) per prompt: greedy answers can be compared across
-    # concurrency levels and arms without carrying the texts
-    digests = dict((pid, sorted(hashlib.sha256(json.dumps(list(t)).encode("utf-8")).hexdigest()[:16] for t in texts))
-                   for pid, texts in outputs.items() if texts)
-    degenerate = sum(1 for r in requests if _degenerate(r["text"]))
-    out = {
-        "workload": workload,
-        "concurrency": rounds[0]["concurrency"] if rounds else None,
-        "aggregate_tok_s": _spread([rd["aggregate_tok_s"] for rd in rounds]),
-        "per_stream_tok_s": _spread([rd["per_stream_tok_s"] for rd in rounds]),
-        "ttft_ms_median": statistics.median(ttfts) if ttfts else None,
-        "ttft_ms_min": min(ttfts) if ttfts else None,
-        "ttft_ms_max": max(ttfts) if ttfts else None,
-        "completion_tokens_total": sum(r["completion_tokens"] for r in requests),
-        "requests": len(requests),
-        "rounds": len(rounds),
-        "warmup_rounds": len(warmup_rounds),
-        "warmup_requests": sum(len(st["requests"]) for rd in warmup_rounds for st in rd["streams"]),
-        "round_wall_s": [rd["wall_s"] for rd in rounds],
-        "distinct_outputs": distinct,
-        "distinct_outputs_per_prompt": per_prompt,
-        "deterministic": distinct == 1,
-        "output_digests": digests,
-        "degenerate_outputs": degenerate,
-        "finish_reasons": _count(r.get("finish_reason") for r in requests),
-    }
-    if settings is not None:
-        out["settings"] = public_settings(settings)
-    return out
-
-
-def _degenerate(text):
-    """An answer of several tokens that are all the same one (what non-finite logits decode to)."""
-    words = (text or "").split()
-    return len(words) >= 4 and len(set(words)) == 1
-
-
-def _count(items):
-    out = {}
-    for item in items:
-        key = str(item)
-        out[key] = out.get(key, 0) + 1
-    return out
-
-
-def public_settings(settings):
-    keys = ("model", "max_tokens", "temperature", "thinking", "stream", "repetitions", "warmups",
-            "concurrency", "timeout", "prompts_per_stream")
-    return dict((k, settings.get(k)) for k in keys)
-
-
-def _raw_request(rec):
-    return {
-        "prompt_id": rec["prompt_id"], "prompt_index": rec["prompt_index"],
-        "request": rec["request"], "ttft_ms": None if rec["ttft_s"] is None else rec["ttft_s"] * 1000.0,
-        "wall_s": rec["wall_s"], "completion_tokens": rec["completion_tokens"],
-        "prompt_tokens": rec.get("prompt_tokens"), "finish_reason": rec.get("finish_reason"),
-        "content_messages": rec.get("messages"), "text": rec["text"], "reasoning": rec.get("reasoning"),
-        "response": rec["raw"],
-    }
-
-
-def _raw_round(rd, kind, number):
-    return {
-        "kind": kind, "round": number, "wall_s": rd["wall_s"], "completion_tokens": rd["completion_tokens"],
-        "aggregate_tok_s": rd["aggregate_tok_s"], "per_stream_tok_s": rd["per_stream_tok_s_all"],
-        "streams": [{"stream": st["stream"], "wall_s": st["wall_s"], "tokens": st["tokens"],
-                     "requests": [_raw_request(r) for r in st["requests"]]} for st in rd["streams"]],
+        "failed": round_failed({"streams": streams}),
     }
 
 
@@ -357,6 +307,7 @@ def run_benchmark(url, workloads, settings, api_key=None, host_label=None, raw_o
     settings = validate_settings(settings)
     client = Client(url, api_key=api_key, timeout=settings["timeout"], host_label=host_label)
     results = []
+    sent = 0
     raw = {"url": client.full_url, "host_label": host_label, "measured_on": measured_on,
            "settings": public_settings(settings), "started": time.time(), "conditions": [], "error": None}
     try:
@@ -365,16 +316,36 @@ def run_benchmark(url, workloads, settings, api_key=None, host_label=None, raw_o
             for c in settings["concurrency"]:
                 cond = {"workload": name, "concurrency": c, "rounds": []}
                 raw["conditions"].append(cond)
-                warm, measured = [], []
-                for i in range(settings["warmups"] + settings["repetitions"]):
+                warm, measured, failures = [], [], []
+                failed_measured = failed_warm = 0
+                i = 0
+                # failed repetitions are replaced by extra rounds, up to failed_repetition_retries of them
+                while len(measured) < settings["repetitions"] and (
+                        failed_measured <= settings["failed_repetition_retries"]):
                     rd = run_round(client, prompts, settings, c)
+                    sent += sum(len(st["requests"]) for st in rd["streams"])
                     is_warm = i < settings["warmups"]
-                    (warm if is_warm else measured).append(rd)
-                    cond["rounds"].append(_raw_round(rd, "warmup" if is_warm else "measured",
-                                                     i if is_warm else i - settings["warmups"]))
+                    kind = "warmup" if is_warm else "measured"
+                    number = i if is_warm else i - settings["warmups"]
+                    if rd["failed"]:
+                        failures.extend(round_failures(rd, kind, number))
+                        if is_warm:
+                            failed_warm += 1
+                        else:
+                            failed_measured += 1
+                    elif is_warm:
+                        warm.append(rd)
+                    else:
+                        measured.append(rd)
+                    cond["rounds"].append(_raw_round(rd, kind, number))
                     if progress:
                         progress(name, c, i, is_warm, rd)
-                res = summarize(measured, prompts, warm, workload=name, settings=settings)
+                    i += 1
+                    if failed_measured > settings["failed_repetition_retries"]:
+                        break
+                res = summarize(measured, prompts, warm, workload=name, settings=settings, failures=failures,
+                                failed_rounds=failed_measured, failed_warmups=failed_warm)
+                res["concurrency"] = c
                 res["prompt_ids"] = [p["id"] for p in prompts]
                 results.append(res)
     except BenchError as exc:
@@ -393,7 +364,17 @@ def run_benchmark(url, workloads, settings, api_key=None, host_label=None, raw_o
             "per_stream_tok_s_median": res["per_stream_tok_s"]["median"],
             "ttft_ms_median": res["ttft_ms_median"],
             "distinct_outputs": res["distinct_outputs"],
+            "itl_ms_median": res["itl_ms_median"],
+            "ttft_answer_ms_median": res["ttft_answer_ms_median"],
+            "distinct_answers": res["distinct_answers"],
+            "rounds": res["rounds"],
+            "failed_repetitions": res["failed_repetitions"],
+            "error_codes": res["error_codes"],
         }
+    incomplete = ["%s C%d: %d of %d measured repetitions (%d failed, error codes %s)"
+                  % (r["workload"], r["concurrency"], r["rounds"], settings["repetitions"], r["failed_repetitions"],
+                     ", ".join("%s x%d" % kv for kv in sorted(r["error_codes"].items())) or "none")
+                  for r in results if r["rounds"] < settings["repetitions"]]
     return {
         "url": client.full_url,
         "host_label": host_label,
@@ -402,25 +383,7 @@ def run_benchmark(url, workloads, settings, api_key=None, host_label=None, raw_o
         "results": results,
         "summary": summary,
         "raw_output": raw_output,
-        "requests_sent": sum(r["requests"] + r["warmup_requests"] for r in results),
+        "requests_sent": sent,
+        "failed_repetitions": sum(r["failed_repetitions"] for r in results),
+        "incomplete": incomplete,
     }
-
-
-def write_raw(path, raw, api_key=None):
-    """Write the raw record atomically (``.partial`` then rename), redacted before it is encoded.
-
-    Redacting the data rather than the JSON text: a key echoed by the server that holds ``"`` or
-    ``\\`` appears escaped in the text (``\\"``) and would not match there. The text is checked
-    again afterwards (the key in any escaped form left is replaced too).
-    """
-    safe = redact_data(raw, [api_key] if api_key else [])
-    text = redact(json.dumps(safe, indent=1, sort_keys=False, default=str), api_key)
-    d = os.path.dirname(os.path.abspath(path))
-    if d and not os.path.isdir(d):
-        os.makedirs(d)
-    tmp = path + ".partial"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)

@@ -49,6 +49,17 @@ so tests can turn them on without changing the launcher; the environment wins ov
   LAB_ENGINE_NO_SMALL_ROW=1  the image has no small-row kernel: wo_a_w8 prints its einsum bridge line
   LAB_ENGINE_STATS_SECONDS=<s>  period of the prefetch CHECK line in the lab (default DSV41_STATS_SECONDS, else
                            60, divided by LAB_ENGINE_SPEED)
+  LAB_ENGINE_STREAM_ERROR_EVERY=<n>  every n-th chat request (counted from 1 since the boot) fails after its
+                           stream started: about half its tokens, then ``data: {"error": {"message": ...,
+                           "type": "ServiceUnavailableError", "param": null, "code": 503}}`` and ``data: [DONE]``
+                           (no finish chunk, no usage); not streamed: HTTP 503 with the error object
+  LAB_ENGINE_ABORT_EVERY=<n>  every n-th chat request is aborted gracefully after about half its tokens: a
+                           chunk with ``finish_reason: "abort"``, then the usage chunk (tokens so far) and
+                           ``[DONE]``; not streamed: 200 with ``finish_reason: "abort"`` and usage
+                           (both knobs: 0 or unset is off; a request both would hit gets the error)
+  LAB_ENGINE_SPEC_USAGE=1  a newer build's usage: ``completion_tokens_details`` with the speculative counts
+                           ``accepted_prediction_tokens`` (draft tokens committed) and
+                           ``rejected_prediction_tokens`` (draft tokens proposed and refused; lab names)
 
 Streams (as the real engine): Python logging lines go to STDERR with the prefix
 ``[YYYY-MM-DD HH:MM:SS TP{r} EP{r}] `` (scheduler) or ``[YYYY-MM-DD HH:MM:SS] `` (main process, before the
@@ -182,10 +193,15 @@ HTTP (head; bound right after the marker so /health can answer while booting):
   /v1/models: the served model name. /v1/chat/completions: ``Authorization: Bearer <API_KEY>`` or
   ``x-api-key``; a bad key -> 401 ``{"error":"Unauthorized"}``; bad JSON -> 400
   ``{"object":"error","message":...,"type":"BadRequestError","param":null,"code":400}``.
+  A request the engine refuses before generating (``max_tokens``/``max_completion_tokens`` not a
+  non-negative integer, ``temperature`` < 0, ``top_p`` outside (0, 1], ``top_k`` 0 or below -1) -> 400 with the
+  same error object; 503 with it (``ServiceUnavailableError``) while booting.
   ``max_completion_tokens`` overrides ``max_tokens``; ``chat_template_kwargs: {"thinking": true}`` puts the
-  first 256 tokens in ``reasoning_content`` (usage ``reasoning_tokens``). Streaming: the role chunk
-  (``{"role":"assistant","content":""}``) is sent together with the first text, one SSE message per
-  speculative step, a usage chunk with ``choices: []`` when ``stream_options.include_usage``, ``data: [DONE]``.
+  first 256 tokens in ``reasoning_content`` (usage ``reasoning_tokens``); without it no reasoning is split
+  out. Streaming: the role chunk (``{"role":"assistant","content":""}``) is sent together with the first
+  text (same write), one SSE message per speculative step, a finish chunk, a usage chunk with
+  ``choices: []`` when ``stream_options.include_usage`` (never elsewhere), ``data: [DONE]``.
+  Errors after the stream started and aborts: see LAB_ENGINE_STREAM_ERROR_EVERY / LAB_ENGINE_ABORT_EVERY.
 
 Latency model of the chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED):
   TTFT            = 60 ms + 0.05 ms * prompt_tokens
@@ -199,7 +215,9 @@ Latency model of the chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED
   Concurrency is capped at --max-running-requests with a semaphore (extra requests queue).
   "Known ranks": workers started with --dist-init-addr report their packed state to the head's rendezvous
   port (a lab detail); without it the head uses its own state.
-  Output text: words drawn from a hash of the messages (temperature 0: deterministic; > 0: random seed);
+  ``gen throughput`` of the Decode batch line is the batch's: this request's rate times #running-req.
+  Output text: words drawn from a hash of the messages (temperature 0: deterministic; > 0 with a ``seed``:
+  deterministic per (messages, seed); > 0 without one: random; ``top_p``/``top_k`` are accepted);
   completion length = min(max tokens, natural), natural = 64 + hash % 961 (+256 with thinking).
 """
 from __future__ import annotations
@@ -1377,7 +1395,13 @@ class Engine:
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).digest()
         h = int.from_bytes(digest[:8], "little")
         temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
-        rng = random.Random(h) if temperature <= 0 else random.Random(int.from_bytes(os.urandom(8), "little"))
+        seed = body.get("seed")
+        if temperature <= 0:
+            rng = random.Random(h)
+        elif isinstance(seed, int) and not isinstance(seed, bool):
+            rng = random.Random(h ^ (seed * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF))   # fixed seed: repeatable
+        else:
+            rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         kwargs = body.get("chat_template_kwargs") or {}
         thinking = bool(kwargs.get("thinking") or kwargs.get("enable_thinking"))
         natural = 64 + h % 961 + (THINKING_TOKENS if thinking else 0)
@@ -1411,9 +1435,17 @@ class Engine:
             accept += 0.02
         if adapter_on("verify_cap"):
             accept += 0.02
+        every_error = int(env_float("LAB_ENGINE_STREAM_ERROR_EVERY", 0))
+        every_abort = int(env_float("LAB_ENGINE_ABORT_EVERY", 0))
+        cut = None
+        if every_error > 0 and number % every_error == 0:
+            cut = "error"
+        elif every_abort > 0 and number % every_abort == 0:
+            cut = "abort"
         return {"words": words, "prompt_tokens": count_prompt_tokens(messages), "accept": min(accept, 0.95),
                 "finish": "length" if n_out < natural else "stop", "rng": rng,
-                "reasoning": min(THINKING_TOKENS, n_out) if thinking else 0}
+                "reasoning": min(THINKING_TOKENS, n_out) if thinking else 0,
+                "cut": cut, "cut_at": max(1, n_out // 2), "accepted": 0, "proposed": 0}
 
     def steps(self, plan: dict):
         """Yield lists of committed words, sleeping one speculative step per list."""
@@ -1424,7 +1456,10 @@ class Engine:
         while i < len(words):
             n = 1 + sum(1 for _ in range(k) if rng.random() < plan["accept"])
             speed_sleep(self.step_ms() * rng.uniform(0.97, 1.03) / 1000.0)
-            yield words[i:i + n]
+            block = words[i:i + n]
+            plan["accepted"] += max(0, len(block) - 1)     # the first token of a step is the target's own
+            plan["proposed"] += k
+            yield block
             i += n
 
     def enter(self, plan: dict):
@@ -1451,7 +1486,7 @@ class Engine:
             self.lookups += plan["prompt_tokens"] + n_tokens
             lookups = self.lookups
         self.sem.release()
-        rate = n_tokens / wall if wall > 0 else 0.0
+        rate = (n_tokens / wall if wall > 0 else 0.0) * (running + 1)   # the batch's tokens per second
         used = plan["prompt_tokens"] + n_tokens
         mem = self.state["mem"]
         accept_len = n_tokens / max(1, steps)
@@ -1475,6 +1510,23 @@ class Engine:
             else:
                 log(f"Engram layer={layer} lookups={lookups} hit_rate=0.0% reads={lookups} "
                     f"cache={cache:.1f}GiB({ways}-way) scales=0.0GiB threads=96 packed={self.state['packed']}")
+
+
+def check_sampling(body: dict) -> None:
+    """The request checks the engine makes before generating (ValueError -> 400 with the error object)."""
+    for key in ("max_tokens", "max_completion_tokens"):
+        v = body.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(f"{key} must be a non-negative integer, got {v!r}")
+    t = body.get("temperature")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0):
+        raise ValueError(f"temperature must be a non-negative number, got {t!r}")
+    p = body.get("top_p")
+    if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {p!r}")
+    k = body.get("top_k")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or (k < 1 and k != -1)):
+        raise ValueError(f"top_k must be -1 (disabled) or at least 1, got {k!r}")
 
 
 def make_handler(engine: Engine | None):
@@ -1566,6 +1618,7 @@ def make_handler(engine: Engine | None):
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
                     raise ValueError("messages must be a list")
+                check_sampling(body)
             except ValueError as exc:
                 self.send_error_obj(400, f"bad request: {exc}", "BadRequestError")
                 return
@@ -1592,7 +1645,14 @@ def make_handler(engine: Engine | None):
                          "total_tokens": plan["prompt_tokens"] + n_tokens}
                     if plan["reasoning"]:
                         u["reasoning_tokens"] = min(plan["reasoning"], n_tokens)
+                    if flag("LAB_ENGINE_SPEC_USAGE"):
+                        u["completion_tokens_details"] = {
+                            "accepted_prediction_tokens": plan["accepted"],
+                            "rejected_prediction_tokens": plan["proposed"] - plan["accepted"]}
                     return u
+
+                cut_error = {"message": "The engine failed while generating (lab knob LAB_ENGINE_STREAM_ERROR_EVERY)",
+                             "type": "ServiceUnavailableError", "param": None, "code": 503}
 
                 if body.get("stream"):
                     self.send_response(200)
@@ -1613,6 +1673,7 @@ def make_handler(engine: Engine | None):
                                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
                     first = True
+                    cut = False
                     for block in engine.steps(plan):
                         pieces = []
                         for word in block:
@@ -1628,9 +1689,15 @@ def make_handler(engine: Engine | None):
                             out.append(chunk({field: ("" if first else " ") + " ".join(ws)}))
                             first = False
                         sse(*out)
+                        if plan["cut"] and n_tokens >= plan["cut_at"]:
+                            cut = True
+                            break
+                    if cut and plan["cut"] == "error":
+                        sse({"error": cut_error}, "[DONE]")   # no finish chunk, no usage: the real shape
+                        return
                     if first:
                         sse(chunk({"role": "assistant", "content": ""}))
-                    sse(chunk({}, plan["finish"]))
+                    sse(chunk({}, "abort" if cut else plan["finish"]))
                     if (body.get("stream_options") or {}).get("include_usage"):
                         sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
                              "choices": [], "usage": usage()})
@@ -1640,13 +1707,19 @@ def make_handler(engine: Engine | None):
                     for block in engine.steps(plan):
                         out.extend(block)
                         n_steps += 1
+                        if plan["cut"] and len(out) >= plan["cut_at"]:
+                            break
                     n_tokens = len(out)
+                    if plan["cut"] == "error":
+                        self.send_json(503, {"object": "error", **cut_error})
+                        return
                     message = {"role": "assistant", "content": " ".join(out[plan["reasoning"]:])}
                     if plan["reasoning"]:
                         message["reasoning_content"] = " ".join(out[:plan["reasoning"]])
                     self.send_json(200, {
                         "id": rid, "object": "chat.completion", "created": created, "model": model,
-                        "choices": [{"index": 0, "message": message, "finish_reason": plan["finish"]}],
+                        "choices": [{"index": 0, "message": message,
+                                     "finish_reason": "abort" if plan["cut"] else plan["finish"]}],
                         "usage": usage()})
             except (BrokenPipeError, ConnectionResetError):
                 pass

@@ -720,6 +720,10 @@ def test_head_health_503_while_booting_then_200(lab):
         with pytest.raises(urllib.error.HTTPError) as exc:
             request(port, "/health", key=None)
         assert exc.value.code == 503 and exc.value.read() == b""
+        with pytest.raises(urllib.error.HTTPError) as exc:     # a chat request while booting: the error object
+            request(port, "/v1/chat/completions", CHAT, key=None)
+        body = json.load(exc.value)
+        assert exc.value.code == 503 and body["object"] == "error" and body["code"] == 503
         text = proc.wait_for(f"Ready: API on port {port}", timeout=30)
         assert "Ready:" not in proc.stream("stderr") and proc.stream("stdout").endswith(f"Ready: API on port {port}\n")
         with request(port, "/health", key=None) as r:
@@ -1276,3 +1280,158 @@ def test_profile_trace_names_the_kernels_that_ran(lab, env, kernel, absent):
     (trace,) = traces.glob("*-TP-0.trace.json")
     names = [e["name"] for e in json.loads(trace.read_text())["traceEvents"]]
     assert kernel in names and not any(absent in n for n in names)
+
+
+# ------------------------------------------------------------------ head HTTP API shapes (SPEC section 3)
+
+def sse_events(port, body, key="sk-test-secret"):
+    """Every ``data:`` payload of one streamed answer, JSON decoded (``[DONE]`` kept as the string)."""
+    with request(port, "/v1/chat/completions", body, key=key) as r:
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        lines = [line[6:] for line in r.read().decode().splitlines() if line.startswith("data: ")]
+    return [e if e == "[DONE]" else json.loads(e) for e in lines]
+
+
+STREAM = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def test_head_stream_reasoning_apart_only_with_thinking(head):
+    port = head["port"]
+    events = sse_events(port, {**STREAM, "max_tokens": 400, "chat_template_kwargs": {"thinking": True}})
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    kinds = [k for d in deltas for k in ("reasoning_content", "content") if d.get(k)]
+    # all the reasoning first, then the answer; the first text right after the role chunk is reasoning
+    assert kinds[0] == "reasoning_content" and "content" in kinds
+    assert kinds == sorted(kinds, key=lambda k: k == "content")
+    assert "reasoning_content" in deltas[1]
+    usage = chunks[-1]["usage"]
+    assert chunks[-1]["choices"] == [] and all("usage" not in c or c["usage"] is None for c in chunks[:-1])
+    reasoning = sum(len(d["reasoning_content"].split()) for d in deltas if d.get("reasoning_content"))
+    answer = sum(len(d["content"].split()) for d in deltas if d.get("content"))
+    assert reasoning == usage["reasoning_tokens"] == 256 and reasoning + answer == usage["completion_tokens"]
+    assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+
+    plain = sse_events(port, {**CHAT, "stream": True})          # no thinking, no include_usage
+    assert not any(c["choices"][0]["delta"].get("reasoning_content") for c in plain[:-1] if c["choices"])
+    assert not any(c.get("usage") for c in plain[:-1]), "usage only when stream_options.include_usage"
+
+
+def test_head_refuses_bad_sampling_before_the_stream(head):
+    for bad in ({"top_p": 1.5}, {"temperature": -1}, {"max_completion_tokens": -3}, {"top_k": 0}):
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            request(head["port"], "/v1/chat/completions", {**STREAM, **bad})
+        body = json.load(exc.value)
+        assert exc.value.code == 400 and body["object"] == "error" and body["code"] == 400, bad
+        assert list(bad)[0] in body["message"]
+
+
+def test_head_seeded_sampling_repeats_and_the_seed_matters(head):
+    port = head["port"]
+    sampled = {**CHAT, "temperature": 0.7, "top_p": 0.95, "top_k": 20, "seed": 7}
+    assert answer(port, sampled) == answer(port, sampled)
+    assert answer(port, sampled) != answer(port, {**sampled, "seed": 8})
+    assert answer(port, sampled) != answer(port), "sampled is not the greedy answer"
+
+
+def test_stream_error_knob_sends_an_error_event_then_done(lab):
+    port, proc = head_with(lab, {"LAB_ENGINE_STREAM_ERROR_EVERY": "2"})
+    try:
+        ok = sse_events(port, STREAM)                          # request 1
+        assert ok[-2]["usage"]["completion_tokens"] > 0
+        bad = sse_events(port, STREAM)                         # request 2: the knob's
+        assert bad[-1] == "[DONE]" and set(bad[-2]) == {"error"}
+        assert bad[-2]["error"]["code"] == 503 and bad[-2]["error"]["message"]
+        assert any(c.get("choices") and c["choices"][0]["delta"].get("content") for c in bad[:-2]), "mid-stream"
+        assert not any(c.get("usage") or (c.get("choices") and c["choices"][0].get("finish_reason"))
+                       for c in bad[:-2]), "no finish chunk and no usage after an error"
+        answer(port)                                           # request 3
+        with pytest.raises(urllib.error.HTTPError) as exc:    # request 4, not streamed
+            answer(port)
+        body = json.load(exc.value)
+        assert exc.value.code == 503 and body["object"] == "error" and body["code"] == 503
+    finally:
+        assert proc.stop() == 0
+
+
+def test_abort_knob_finishes_with_abort_and_usage(lab):
+    port, proc = head_with(lab, {"LAB_ENGINE_ABORT_EVERY": "1", "LAB_ENGINE_SPEC_USAGE": "1"})
+    try:
+        events = sse_events(port, {**STREAM, "max_tokens": 1000})
+        assert events[-1] == "[DONE]" and events[-2]["choices"] == []
+        assert events[-3]["choices"][0]["finish_reason"] == "abort"
+        usage = events[-2]["usage"]
+        streamed = sum(len(c["choices"][0]["delta"].get("content", "").split()) for c in events[:-2] if c["choices"])
+        assert 0 < streamed == usage["completion_tokens"] < 1000
+        details = usage["completion_tokens_details"]
+        # every step commits its own token plus the accepted draft tokens; K=3 drafts per step
+        assert details["accepted_prediction_tokens"] < usage["completion_tokens"]
+        assert (details["accepted_prediction_tokens"] + details["rejected_prediction_tokens"]) % 3 == 0
+        with request(port, "/v1/chat/completions", CHAT) as r:
+            data = json.load(r)
+        assert data["choices"][0]["finish_reason"] == "abort" and data["usage"]["completion_tokens"] > 0
+    finally:
+        assert proc.stop() == 0
+
+
+def test_decode_batch_lines_give_tokens_per_step(lab):
+    from ansible.module_utils.decode_steps import step_stats
+    port, proc = head_with(lab, {})
+    try:
+        for _ in range(3):
+            answer(port)
+        proc.wait_for("Decode batch")
+        time.sleep(0.2)
+        stats = step_stats(proc.stream("stderr"), running=1)
+    finally:
+        assert proc.stop() == 0
+    assert stats["lines"] == 3 and stats["missing"] is None
+    # K=3: 1 to 4 committed tokens per step; prose acceptance 0.55 -> about 2.65 on average
+    assert 1.5 < stats["committed_tokens_per_step"]["median"] < 3.8
+    assert stats["step_ms"]["median"] > 0
+
+
+def bench_against(port, tmp_path, **kw):
+    from ansible.module_utils import decode_bench as db
+    prompts = tmp_path / "prose.json"
+    prompts.write_text(json.dumps([{"id": "sparks", "prompt": "Write a short story about three sparks."}]))
+    settings = {"concurrency": [1], "repetitions": 5, "warmups": 0, "max_tokens": 64, "timeout": 30, **kw}
+    return db.run_benchmark(f"http://127.0.0.1:{port}", {"prose": db.load_prompts(str(prompts))}, settings,
+                            api_key="sk-test-secret", host_label="spark2", measured_on="lab output")
+
+
+def test_benchmark_counts_a_stream_error_as_a_failed_repetition(lab, tmp_path):
+    port, proc = head_with(lab, {"LAB_ENGINE_STREAM_ERROR_EVERY": "3"})
+    try:
+        res = bench_against(port, tmp_path)
+    finally:
+        assert proc.stop() == 0
+    (cond,) = res["results"]
+    # requests 3 and 6 fail; two extra rounds replace them: five measured rounds out of seven sent
+    assert res["requests_sent"] == 7 and cond["rounds"] == 5 and cond["complete"] is True
+    assert cond["failed_repetitions"] == 2 and cond["error_codes"] == {"503": 2}
+    assert [f["round"] for f in cond["failures"]] == [2, 5] and res["incomplete"] == []
+    assert len(cond["aggregate_tok_s"]["rounds"]) == 5 and cond["distinct_outputs"] == 1
+    assert res["summary"]["prose"]["c1"]["error_codes"] == {"503": 2}
+
+
+def test_benchmark_module_fails_when_aborts_leave_too_few_repetitions(lab, tmp_path):
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    from modrun import run_module
+    import decode_bench
+    port, proc = head_with(lab, {"LAB_ENGINE_ABORT_EVERY": "2"})
+    prompts = tmp_path / "prose.json"
+    prompts.write_text(json.dumps(["Write a short story about three sparks."]))
+    try:
+        res = run_module(decode_bench.main, {
+            "url": f"http://127.0.0.1:{port}", "api_key": "sk-test-secret", "prompt_files": {"prose": str(prompts)},
+            "concurrency": [1], "warmups": 0, "max_tokens": 64, "failed_repetition_retries": 1,
+            "thinking": True, "host_label": "spark2", "timeout": 30})
+    finally:
+        assert proc.stop() == 0
+    assert res["failed"] is True and "prose C1: 2 of 5 measured repetitions (2 failed, error codes abort x2)" in res["msg"]
+    (cond,) = res["results"]
+    assert cond["error_codes"] == {"abort": 2} and cond["failures"][0]["finish_reason"] == "abort"
+    assert cond["reasoning_tokens_total"] == 2 * 64 and cond["answer_tokens_total"] == 0

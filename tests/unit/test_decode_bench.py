@@ -36,6 +36,10 @@ class FakeEngine(object):
         self.chunked = False          # HTTP/1.1 chunked transfer encoding (uvicorn style)
         self.echo = None              # a header echoed back in the text and a secret-named field
         self.pad_401 = 0              # characters of padding before the echoed key in a 401 body
+        self.reasoning_messages = 0   # the first N messages are reasoning_content, the rest content
+        self.usage_extra = {}         # merged into usage (reasoning_tokens, completion_tokens_details)
+        self.fail = {}                # request number -> "error" (event, code 503) or "abort", half-way
+        self.error_body = None        # the body of a status != 200 answer (default an error message)
 
     def text_for(self, body, n_request):
         prompt = body["messages"][-1]["content"]
@@ -80,7 +84,7 @@ def make_server(engine):
                                                                          self.headers.get("Authorization"))}})
                 return
             if engine.status != 200:
-                self._json(engine.status, {"error": {"message": "engine exploded"}})
+                self._json(engine.status, engine.error_body or {"error": {"message": "engine exploded"}})
                 return
             with engine.lock:
                 engine.in_flight += 1
@@ -89,12 +93,19 @@ def make_server(engine):
                 time.sleep(engine.delay)
                 words = engine.text_for(body, n)
                 pieces = [" ".join([w] * engine.per_message) for w in words]
-                usage = {"prompt_tokens": 7, "completion_tokens": engine.usage_tokens,
-                         "total_tokens": 7 + engine.usage_tokens}
+                usage = dict({"prompt_tokens": 7, "completion_tokens": engine.usage_tokens,
+                              "total_tokens": 7 + engine.usage_tokens}, **engine.usage_extra)
+                fail = engine.fail.get(n)
+                nr = engine.reasoning_messages
                 if not body.get("stream"):
-                    self._json(200, {"choices": [{"index": 0, "message": {"role": "assistant",
-                                                                            "content": " ".join(pieces)},
-                                                  "finish_reason": "length"}],
+                    if fail == "error":
+                        self._json(200, {"error": {"message": "lost a rank", "code": 503}})
+                        return
+                    message = {"role": "assistant", "content": " ".join(pieces[nr:])}
+                    if nr:
+                        message["reasoning_content"] = " ".join(pieces[:nr])
+                    self._json(200, {"choices": [{"index": 0, "message": message,
+                                                  "finish_reason": "abort" if fail else "length"}],
                                      "usage": usage if engine.send_usage else None})
                     return
                 if engine.chunked:
@@ -113,9 +124,17 @@ def make_server(engine):
 
                 sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "usage": None})
                 for i, piece in enumerate(pieces):
-                    sse({"choices": [{"index": 0, "delta": {"content": (" " if i else "") + piece},
+                    if fail and i == len(pieces) // 2:
+                        break
+                    field = "reasoning_content" if i < nr else "content"
+                    sse({"choices": [{"index": 0, "delta": {field: (" " if i not in (0, nr) else "") + piece},
                                       "finish_reason": None}], "usage": None})
-                sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "usage": None})
+                if fail == "error":
+                    sse({"error": {"message": "lost a rank", "type": "ServiceUnavailableError", "code": 503}})
+                    sse("[DONE]")
+                    return
+                sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "abort" if fail else "length"}],
+                     "usage": None})
                 if engine.send_usage and (body.get("stream_options") or {}).get("include_usage"):
                     sse({"choices": [], "usage": usage})
                 sse("[DONE]")
@@ -177,7 +196,7 @@ def test_stream_tokens_come_from_usage_not_messages(engine, prompt_files):
     body = engine.bodies[-1]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["chat_template_kwargs"] == {"thinking": False}
-    assert (body["model"], body["max_tokens"], body["temperature"]) == ("DeepSeek-V4.1-Flash", 256, 0.0)
+    assert (body["model"], body["max_tokens"], body["temperature"]) == ("deepseek-v4.1-flash", 256, 0.0)
 
     engine.usage_tokens = 47                      # usage is the only source, whatever the messages say
     res = bench(engine, prompt_files)
@@ -304,7 +323,7 @@ def test_prompt_files_validation(tmp_path):
         assert needle in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["prose", "code"])
+@pytest.mark.parametrize("name", ["prose", "code", "json", "math"])
 def test_shipped_prompt_files(name):
     import os
     path = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "benchmark", "files", "prompts", name + ".json")
@@ -493,4 +512,7 @@ def test_bench_rows_filter_formats_each_condition():
            "aggregate_tok_s": {"median": 12.345, "min": 11.0, "max": 13.0, "stdev": 0.5},
            "per_stream_tok_s": {"median": 3.1}}
     assert bf.dsv41_bench_rows([row]) == [{"w": "prose", "c": "C4", "agg": "12.35 [11.0..13.0] sd 0.5", "per": "3.1",
-                                           "ttft": "81.0", "n": 40, "distinct": 1}]
+                                           "ttft": "81.0", "itl": "-", "n": 40, "distinct": 1, "failed": "0"}]
+    row.update(itl_ms_median=30.04, failed_repetitions=2, error_codes={"503": 1, "abort": 1})
+    assert bf.dsv41_bench_rows([row])[0]["itl"] == "30.0"
+    assert bf.dsv41_bench_rows([row])[0]["failed"] == "2 (503 x1, abort x1)"

@@ -1,0 +1,102 @@
+# -*- coding: utf-8 -*-
+"""Committed tokens per speculative step and step time from the engine's ``Decode batch`` lines.
+
+One subject: the speculative-step figures the stages need (SPEC section 3, "Measuring"; the report's
+"committed tokens per speculative step / step time") when the server's responses do not carry them:
+the rank-0 log's ``Decode batch, #running-req: 1, ..., accept len: 3.08, accept rate: 0.41, ...,
+gen throughput (token/s): 3.12, #queue-req: 0`` lines. The line itself is read by the one engine log
+reader (``engine_log.parse_line``: prefixes, colour and cursor codes, CRLF); this module only turns
+the fields into figures.
+
+* ``accept len`` is the committed tokens per step of each running request (the bonus token included).
+* ``gen throughput`` is the batch's tokens per second over the logging interval, so one step of the
+  batch takes ``#running-req * accept len / gen throughput`` seconds.
+* Older builds print no ``accept len``: their lines are counted but give no figure, and the result
+  says so instead of guessing.
+* Only the latest boot counts (lines after the last ``server_args`` marker); a half-written last line
+  (no trailing newline and no ``#queue-req``, the line's last field) is left out.
+"""
+from __future__ import absolute_import, division, print_function
+
+import statistics
+
+from ansible.module_utils.engine_log import parse_line
+
+__metaclass__ = type
+
+
+def _num(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def decode_batch_lines(text, running=None):
+    """``Decode batch`` lines of the latest boot in ``text`` (str or bytes) as dicts.
+
+    Each dict: ``running_req``, ``accept_len``, ``accept_rate``, ``gen_throughput`` (None when the
+    line lacks the field) and ``queue_req``. ``running``: keep only lines with that many running
+    requests (a C1 figure from C1 lines).
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    text = text or ""
+    lines = text.splitlines()
+    partial_last = bool(lines) and not text.endswith(("\n", "\r"))
+    out = []
+    for i, line in enumerate(lines):
+        ev = parse_line(line)
+        if ev is None:
+            continue
+        kind, fields = ev
+        if kind == "boot":
+            out = []                    # an earlier boot's lines say nothing about this one
+            continue
+        if kind != "decode":
+            continue
+        if partial_last and i == len(lines) - 1 and "queue_req" not in fields:
+            continue
+        rec = {"running_req": _num(fields.get("running_req")), "accept_len": _num(fields.get("accept_len")),
+               "accept_rate": _num(fields.get("accept_rate")),
+               "gen_throughput": _num(fields.get("gen_throughput_token_s")),
+               "queue_req": _num(fields.get("queue_req"))}
+        if running is not None and rec["running_req"] != float(running):
+            continue
+        out.append(rec)
+    return out
+
+
+def _describe(values):
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def step_time_s(rec):
+    """Seconds one step of the batch took, from one line (None when a field is missing or zero)."""
+    if not rec.get("accept_len") or not rec.get("gen_throughput") or not rec.get("running_req"):
+        return None
+    return rec["running_req"] * rec["accept_len"] / rec["gen_throughput"]
+
+
+def step_stats(text, running=None):
+    """Committed tokens per step and step time (ms) over the latest boot's ``Decode batch`` lines.
+
+    Returns ``lines`` (count), ``committed_tokens_per_step``, ``step_ms`` and ``accept_rate`` (each
+    median/min/max/n, or None) and ``missing``: why a figure is absent (None when both are there).
+    """
+    recs = decode_batch_lines(text, running=running)
+    per_step = [r["accept_len"] for r in recs if r["accept_len"] is not None]
+    steps = [step_time_s(r) * 1000.0 for r in recs if step_time_s(r) is not None]
+    rates = [r["accept_rate"] for r in recs if r["accept_rate"] is not None]
+    missing = None
+    where = "" if running is None else " with #running-req: %s" % running
+    if not recs:
+        missing = "no Decode batch line%s in the latest boot" % where
+    elif not per_step:
+        missing = ("%d Decode batch line(s)%s but none carries accept len (an older engine build); committed "
+                   "tokens per step and step time need it" % (len(recs), where))
+    elif not steps:
+        missing = "no Decode batch line%s carries a non-zero gen throughput; step time unknown" % where
+    return {"lines": len(recs), "committed_tokens_per_step": _describe(per_step), "step_ms": _describe(steps),
+            "accept_rate": _describe(rates), "missing": missing}
