@@ -11,7 +11,8 @@ Runs on the control node (``bin/fleet-drift``); pure functions, no I/O. Each fin
   shards missing or stale, a clamped KV pool, autotune disagreement, MemAvailable under the floor,
   the engine not serving);
 * ``unmanaged``: containers neither serving nor in the contention inventory, a changed default
-  target or display manager;
+  target or display manager, a ``.env`` key the inventory does not declare (a converge keeps it as it
+  is; ``playbooks/adopt.yml`` proposes declaring it; a team accepts its site keys in ``drift_accepted``);
 * ``probe``: a probe failed or the host was unreachable (what could not be checked; exit code 3).
 
 Secrets arrive masked by the host (``(secret)`` / ``(secret changed)``), so a finding on a secret key
@@ -63,8 +64,9 @@ def _env(host, env):
         want, got = declared.get(key), actual.get(key)
         if want == got:
             continue
+        # a key the inventory does not declare is not the repo's to judge: the converge keeps it
         out.append(finding(host, "env", key, UNSET if want is None else shown_secret(want),
-                           UNSET if got is None else shown_secret(got), "drift"))
+                           UNSET if got is None else shown_secret(got), "drift" if key in declared else "unmanaged"))
     return out
 
 

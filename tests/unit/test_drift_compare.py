@@ -65,7 +65,7 @@ def test_a_snapshot_as_declared_has_no_finding():
     ({"clock__reset_unit_file": True}, ("clock_lock", "reset unit", "absent", "installed", "drift")),
     ({"env__actual__MAX_RUNNING_REQUESTS": "6"}, ("env", "MAX_RUNNING_REQUESTS", "4", "6", "drift")),
     ({"env__actual__API_KEY": "(secret changed)"}, ("env", "API_KEY", "(secret)", "changed", "drift")),
-    ({"env__actual__EXTRA": "1"}, ("env", "EXTRA", "(unset)", "1", "drift")),
+    ({"env__actual__EXTRA": "1"}, ("env", "EXTRA", "(unset)", "1", "unmanaged")),
     ({"env__actual": None}, ("env", "/home/mia/dsv41-3x-spark/.env", "present", "missing", "drift")),
     ({"adapters__files__draft_tau.py": "c" * 64}, ("adapters", "draft_tau.py", "a" * 64, "c" * 64, "drift")),
     ({"adapters__registration_problems": ["draft_tau: no finder entry"]},
