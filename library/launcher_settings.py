@@ -275,7 +275,8 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
         "forward_lists": {"head": L.received(launch, "head"), "worker": L.received(launch, "worker")},
         "unforwarded": fwd["unforwarded"], "forwarding_gaps": fwd["gaps"], "no_effect": fwd["no_effect"],
         "overridden": fwd["overridden"], "launcher_reads": fwd["launcher_reads"], "notes": notes,
-        "errors": errors, "setting_warnings": [f["message"] for f in findings if f["level"] != "error"],
+        "errors": errors,
+        "setting_warnings": [f["message"] for f in findings if f["level"] != "error"] + fwd["no_effect"],
         "findings": findings, "problems": errors + (gaps if fail_on_unforwarded else []), "ranks": summary(launch),
     })
     return base

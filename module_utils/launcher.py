@@ -72,6 +72,14 @@ def unreceived_keys(settings, launch):
     return out
 
 
+# Variables the engine process itself reads from its environment (adapter and engine switches, PyTorch's
+# allocator): declared and received by no container, they are a forwarding gap. Any other key that no
+# container receives and that changes nothing in the launch (a site key of the launcher's wait loop, a
+# per-host name this launcher does not read) is reported as having no effect, not refused: the sandbox
+# sees what reaches the containers, not everything the launcher does.
+ENGINE_ENV_PREFIXES = ("DSV41_", "SGLANG_", "DSPARK_", "PYTORCH_")
+
+
 def forwarding(settings, launch, effects):
     """``{"unforwarded": {"head": [...], "worker": [...]}, "gaps": [...], "no_effect": [...],
     "overridden": [...], "launcher_reads": [...]}``.
@@ -81,6 +89,8 @@ def forwarding(settings, launch, effects):
     from ``launch_record.key_effects``: changing it changes the launch) is consumed by the launcher, not
     a gap. A key that changes nothing at all has no effect: it is a gap on every path, said in the gap.
     A container receiving another value than the declared one is ``overridden`` (the launcher sets it).
+    A key outside :data:`ENGINE_ENV_PREFIXES` that no container receives and that changes nothing is only
+    listed in ``no_effect``.
     """
     out = {"unforwarded": {"head": [], "worker": []}, "gaps": [], "no_effect": [], "overridden": [],
            "launcher_reads": sorted(k for k, e in (effects or {}).items() if e.get("effect"))}
@@ -97,13 +107,15 @@ def forwarding(settings, launch, effects):
             elif got != value:
                 out["overridden"].append("%s: the container receives %s, not the declared %s (the launcher sets it)"
                                          % (_where(c), shown(key, got), shown(key, value)))
-        for path in ("head", "worker"):
-            if missing[path]:
-                out["unforwarded"][path].append(key)
         idle = not getting and effect is not None
         if idle:
             out["no_effect"].append("%s is set but has no effect: the launcher does not read it and no container "
                                     "receives it" % shown(key, value))
+            if not key.startswith(ENGINE_ENV_PREFIXES):
+                continue                                # reported, not a gap: not a variable the engine reads
+        for path in ("head", "worker"):
+            if missing[path]:
+                out["unforwarded"][path].append(key)
         for path in ("head", "worker"):
             if missing[path]:
                 out["gaps"].append("%s is set but the %s launch path does not forward it: %s %s not receive it%s"

@@ -9,6 +9,7 @@ import tempfile
 
 import pytest
 
+from ansible.module_utils.launcher_edit import BACKUP_INFIX
 from labhelpers import ROOT, LAB_INVENTORY, changed_tasks, env, lab, playbook, sh
 
 WRITE = "container_env : Write the launcher settings as data (this run's \"before\" kept as a recorded backup)"
@@ -44,10 +45,26 @@ CE_PLAY = """---
 PREFLIGHT_PLAY = CE_PLAY.split("- name: Launcher")[0]
 
 
+def install_launcher(variant):
+    """Install a lab launcher variant as start.sh on every host (labctl.py launcher)."""
+    subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), "launcher"], check=True, cwd=ROOT,
+                   env={**os.environ, "DSV41_LAB_LAUNCHER_VARIANT": variant})
+
+
+# The .env writer's tests (hostile values, secrets, rollback) run on the lab's legacy launcher, which hands
+# every value to the containers as array words: a value reaches the container exactly as bash holds it.
+# The real-shaped launchers interpolate values into the workers' ssh command string, where such a value
+# cannot be served at all: test_a_value_the_launcher_would_reparse_is_refused shows that refusal, and the
+# forwarding test runs on the default (explicit) launcher.
 @pytest.fixture(scope="module", autouse=True)
 def fresh_lab():
-    lab("reset")
-    yield
+    os.environ["DSV41_LAB_LAUNCHER_VARIANT"] = "legacy"
+    try:
+        lab("reset")
+        yield
+    finally:
+        os.environ.pop("DSV41_LAB_LAUNCHER_VARIANT", None)
+        install_launcher("explicit")
 
 
 def env_text():
@@ -153,7 +170,9 @@ FORBIDDEN = [
     ({"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": 1}, "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE"),
     ({"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": None}, "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE"),
     ({"DSV41_SHARED_PAD_K": 576}, "DSV41_SHARED_PAD_K"),
-    ({"DSPARK_SPS_TABLE": "/adapter/sps.json"}, "DSPARK_SPS_TABLE"),
+    # judged by its effect: refused because the table exists where the head container reads it (/engram is
+    # the head's ENGRAM_DIR; the file is created by the test below)
+    ({"DSPARK_SPS_TABLE": "/engram/dspark_sps.json"}, "DSPARK_SPS_TABLE"),
     ({"OFFLOAD_MODE": "ram"}, "OFFLOAD_MODE"),
     ({"MAX_RUNNING_REQUESTS": 16}, "MAX_RUNNING_REQUESTS"),
     ({"MAX_TOTAL_TOKENS": 8000000}, "MAX_TOTAL_TOKENS"),
@@ -170,9 +189,14 @@ FORBIDDEN = [
 
 @pytest.mark.parametrize("settings,key", FORBIDDEN, ids=[k for _, k in FORBIDDEN])
 def test_forbidden_settings_are_refused_and_nothing_is_written(settings, key):
+    if key == "DSPARK_SPS_TABLE":
+        sh("spark1", "touch /home/mia/dsv41-engram/dspark_sps.json", user="mia")
     before = launcher_dir()
     text = env_text()
-    rc, out, _err, _ = run_play(CE_PLAY, *overrides(**settings))
+    try:
+        rc, out, _err, _ = run_play(CE_PLAY, *overrides(**settings))
+    finally:
+        sh("spark1", "rm -f /home/mia/dsv41-engram/dspark_sps.json", user="mia")
     assert rc != 0
     assert key in failure(out, VALIDATE)["msg"]
     assert "Write the launcher settings" not in out.split("PLAY RECAP")[0].split(VALIDATE, 1)[1]
@@ -374,7 +398,8 @@ def saved_start_sh():
                             check=True).stdout
     yield
     subprocess.run(["podman", "exec", "-i", "--user", "mia", _container(), "bash", "-c",
-                    f"cat > {DIR}/start.sh && rm -f {DIR}/start.sh.*~"], input=script, check=True)
+                    f"cat > {DIR}/start.sh && rm -f {DIR}/start.sh.*~ {DIR}/start.sh{BACKUP_INFIX}*"],
+                   input=script, check=True)
 
 
 RECORD_PLAY = """---
@@ -464,7 +489,27 @@ def test_secret_like_names_never_appear_in_clear(saved_start_sh, tmp_path):
 
 # --------------------------------------------------------------------------- forwarding (start.sh edited last)
 
+def test_a_value_the_launcher_would_reparse_is_refused():
+    """On a real-shaped launcher a value goes through the workers' ssh command string: one that breaks it
+    (or would run there) is refused by the effective-launch check before the .env is written."""
+    install_launcher("explicit")
+    try:
+        before = env_state()
+        rc, out, err, _ = run_play(CE_PLAY, *overrides(IMAGE=f'x" ; touch {MARKER} ; "'))
+        after = env_state()
+    finally:
+        install_launcher("legacy")
+    assert rc != 0
+    msg = failure(out, VALIDATE)["msg"]
+    assert "in the sandbox" in msg and "could not start rank 1 on spark2" in msg
+    assert "Write the launcher settings" not in out.split("PLAY RECAP")[0].split(VALIDATE, 1)[1]
+    assert after == before and marker_absent()
+    for host in ("spark2", "spark3"):
+        assert sh(host, f"test -e {MARKER} && echo present || echo absent").strip() == "absent"
+
+
 def test_forwarding_gaps_are_reported_by_path_then_fixed_by_the_opt_in_block():
+    install_launcher("explicit")  # the default launcher: launcher_forward edits its builder and heredoc
     settings = overrides(SGLANG_DSPARK_FOLDED_SAMPLING=1, DSV41_ENGRAM_PREFETCH=1, DSV41_ENGRAM_PREFETCH_CHECK=1)
     before = env_text()
     rc, out = playbook("site.yml", *settings, "-e", "container_env_packed=true")
@@ -478,9 +523,13 @@ def test_forwarding_gaps_are_reported_by_path_then_fixed_by_the_opt_in_block():
     rc, out = playbook("site.yml", *settings, "-e", "container_env_packed=true", "-e", "container_env_add_forwards=true")
     assert rc == 0, out[-3000:]
     script = sh("spark1", "cat /home/mia/dsv41-3x-spark/start.sh")
-    assert "# BEGIN dsv41-fleet managed forwards" in script and "# BEGIN" not in script_before
-    assert "SGLANG_DSPARK_FOLDED_SAMPLING" in script.split("# BEGIN dsv41-fleet managed forwards")[1]
-    assert sh("spark1", "ls -a /home/mia/dsv41-3x-spark | grep -c '^start.sh\\..*~$'").strip() == "1"  # backed up
+    # launcher_forward edited the argument builder and the worker heredoc in their own form, marked
+    managed = [line for line in script.splitlines() if "dsv41-fleet managed forward" in line]
+    assert managed and "dsv41-fleet managed forward" not in script_before
+    assert any("SGLANG_DSPARK_FOLDED_SAMPLING" in line for line in managed)
+    assert any("DSV41_ENGRAM_PREFETCH_CHECK" in line for line in managed)
+    backups = sh("spark1", "ls -a /home/mia/dsv41-3x-spark").split()
+    assert len([b for b in backups if b.startswith("start.sh" + BACKUP_INFIX)]) == 1  # backed up once
     assert "SGLANG_DSPARK_FOLDED_SAMPLING=1" in env_text()
     # rollback restores the previous .env
     rc, out = playbook("rollback.yml", "-e", "rollback_launcher_env=true")

@@ -95,17 +95,22 @@ def test_a_setting_is_forwarded_where_the_container_receives_the_declared_value(
     launch = fake_launch({"A": "1", "D": "2", "API_KEY": "sk-abcdef"}, {"A": "1", "D": "3"})
     effects = {"B": {"effect": False}, "C": {"effect": True}}
     got = L.forwarding({"A": 1, "B": "0", "C": "x", "D": "2", "E": None, "API_KEY": "sk-abcdef"}, launch, effects)
-    # API_KEY goes to the workers too; B changes nothing; C is read by the launcher itself; E is unset
-    assert got["unforwarded"] == {"head": ["B"], "worker": ["API_KEY", "B"]}
+    # API_KEY goes to the workers too; B changes nothing (reported, not a gap: no engine variable); C is read
+    # by the launcher itself; E is unset
+    assert got["unforwarded"] == {"head": [], "worker": ["API_KEY"]}
     assert got["gaps"] == [
         "API_KEY is set but the worker launch path does not forward it: spark2 (dsv41-worker, rank 1), spark3 "
-        "(dsv41-worker, rank 2) do not receive it",
-        "B is set but the head launch path does not forward it: spark1 (dsv41-head, rank 0) does not receive it "
-        "(nor does the launcher read it: it has no effect)",
-        "B is set but the worker launch path does not forward it: spark2 (dsv41-worker, rank 1), spark3 "
-        "(dsv41-worker, rank 2) do not receive it (nor does the launcher read it: it has no effect)"]
+        "(dsv41-worker, rank 2) do not receive it"]
     assert got["no_effect"] == ["B='0' is set but has no effect: the launcher does not read it and no container "
                                 "receives it"]
+    # a variable the engine reads that no container receives is a gap on both paths, whatever its effect
+    engine = L.forwarding({"DSV41_X": "1"}, launch, {"DSV41_X": {"effect": False}})
+    assert engine["unforwarded"] == {"head": ["DSV41_X"], "worker": ["DSV41_X"]}
+    assert engine["gaps"] == [
+        "DSV41_X is set but the head launch path does not forward it: spark1 (dsv41-head, rank 0) does not receive "
+        "it (nor does the launcher read it: it has no effect)",
+        "DSV41_X is set but the worker launch path does not forward it: spark2 (dsv41-worker, rank 1), spark3 "
+        "(dsv41-worker, rank 2) do not receive it (nor does the launcher read it: it has no effect)"]
     assert got["launcher_reads"] == ["C"]
     assert got["overridden"] == [
         "spark2 (dsv41-worker, rank 1): the container receives D='3', not the declared D='2' (the launcher sets it)",

@@ -54,21 +54,19 @@ def test_a_setting_no_container_receives_fails_naming_it(monkeypatch, capsys, tm
     assert res["failed"] is True
     everyone = "spark2 (dsv41-worker, rank 1), spark3 (dsv41-worker, rank 2) do not receive it"
     idle = " (nor does the launcher read it: it has no effect)"
+    # the engine's switch is a gap on both paths; the per-host name this launcher never reads is reported only
     assert res["msg"].split("\n") == [
-        "spark1: 4 launcher setting problem(s):",
+        "spark1: 2 launcher setting problem(s):",
         "SGLANG_DSPARK_FOLDED_SAMPLING is set but the head launch path does not forward it: spark1 (dsv41-head, "
         "rank 0) does not receive it" + idle,
-        "SGLANG_DSPARK_FOLDED_SAMPLING is set but the worker launch path does not forward it: " + everyone + idle,
-        "WORKER_ENGRAM_DIR_SPARK2 is set but the head launch path does not forward it: spark1 (dsv41-head, "
-        "rank 0) does not receive it" + idle,
-        "WORKER_ENGRAM_DIR_SPARK2 is set but the worker launch path does not forward it: " + everyone + idle]
+        "SGLANG_DSPARK_FOLDED_SAMPLING is set but the worker launch path does not forward it: " + everyone + idle]
     assert res["no_effect"] == [
         "SGLANG_DSPARK_FOLDED_SAMPLING='0' is set but has no effect: the launcher does not read it and no container "
         "receives it",
         "WORKER_ENGRAM_DIR_SPARK2='/data/engram' is set but has no effect: the launcher does not read it and no "
         "container receives it"]
-    assert res["unforwarded"] == {"head": ["SGLANG_DSPARK_FOLDED_SAMPLING", "WORKER_ENGRAM_DIR_SPARK2"],
-                                  "worker": ["SGLANG_DSPARK_FOLDED_SAMPLING", "WORKER_ENGRAM_DIR_SPARK2"]}
+    assert res["unforwarded"] == {"head": ["SGLANG_DSPARK_FOLDED_SAMPLING"], "worker": ["SGLANG_DSPARK_FOLDED_SAMPLING"]}
+    assert res["no_effect"][1] in res["setting_warnings"]
     res = run(monkeypatch, capsys, tmp_path / "b", settings=settings(SGLANG_DSPARK_FOLDED_SAMPLING="0"),
               fail_on_unforwarded=False)
     assert not res.get("failed") and len(res["no_effect"]) == 1 and res["problems"] == []
@@ -133,8 +131,8 @@ def test_tp_size_follows_the_inventory_and_secrets_never_leak(monkeypatch, capsy
     for value in (API_KEY, "hf_abcdefghijkl", "hunter2-hunter2"):
         assert value not in res["_raw"]
     assert res["settings"]["HF_TOKEN"] == "***"
-    assert "HF_TOKEN is set but the worker launch path does not forward it" in res["msg"]
     assert any("HF_TOKEN='***' is set but has no effect" in m for m in res["no_effect"])
+    assert any("HF_TOKEN='***' is set but has no effect" in m for m in res["setting_warnings"])
 
 
 def test_the_evaluated_env_keeps_the_undeclared_keys_the_launcher_reads(monkeypatch, capsys, tmp_path):
