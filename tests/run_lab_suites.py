@@ -75,7 +75,7 @@ def checkout_copy(dest):
     if dest.exists():
         # keep the copy's lab state (ssh keys, generated checkpoints) so a second run starts warm
         for child in dest.iterdir():
-            if child.name not in ("lab",):
+            if child.name not in ("lab", ".git"):
                 shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     for rel in filter(None, listed):
         src = ROOT / rel
@@ -93,6 +93,14 @@ def checkout_copy(dest):
     if venv.is_symlink() or venv.exists():
         venv.unlink()
     venv.symlink_to((ROOT / ".venv").resolve())
+    # A repository of its own, committed as copied: what reads the checkout through git (drift_schedule
+    # installs `git archive HEAD`) sees exactly the files under test.
+    git = ["git", "-c", "user.name=lab suites", "-c", "user.email=lab-suites@localhost", "-c", "commit.gpgsign=false"]
+    if not (dest / ".git").exists():
+        subprocess.run(git + ["init", "-q"], cwd=dest, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=dest, check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "lab suites: copy of the working tree"], cwd=dest,
+                   check=True, stdout=subprocess.DEVNULL)
 
 
 def job_env(checkout, instance):
