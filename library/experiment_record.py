@@ -85,7 +85,7 @@ EXAMPLES = r"""
     arm_checks: "{{ experiment_arm_checks }}"
     snapshot: "{{ experiment_snapshot }}"
     restored: "{{ experiment_restored }}"
-    baseline_file: "{{ inventory_dir }}/../common/launcher_baseline.yml"
+    baseline_file: "{{ (inventory_dir ~ '/group_vars/dsv41_ranks/launcher_baseline.yml') | realpath }}"
   delegate_to: localhost
   run_once: true
   vars:
