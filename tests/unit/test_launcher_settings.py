@@ -147,3 +147,15 @@ def test_the_evaluated_env_keeps_the_undeclared_keys_the_launcher_reads(monkeypa
                 fail_on_unforwarded=False)
     assert sorted(alone.get("ranks") or {}) == ["0"], "the declared keys alone name no worker"
     assert API_KEY not in res["_raw"] and API_KEY not in alone["_raw"]
+
+
+def test_an_image_the_workers_ssh_string_reparses_is_refused(monkeypatch, capsys, tmp_path):
+    """The lab's explicit launcher puts $IMAGE into the workers' ssh command string unquoted: the quotes of
+    this value are stripped there, so the workers would run another image than the head."""
+    hostile = 'x" ; touch /tmp/dsv41-pwned ; "'
+    res = run(monkeypatch, capsys, tmp_path, "lab-explicit", settings=settings(IMAGE=hostile),
+              env_path=str(tmp_path / "home" / "mia" / "dsv41-3x-spark" / ".env"))  # the lab's .env names the workers
+    assert res["failed"] is True
+    assert "IMAGE=%r is declared but spark2 (dsv41-worker, rank 1) runs" % hostile in res["msg"]
+    assert "the launcher does not pass the value through intact" in res["msg"]
+    assert not __import__("os").path.exists("/tmp/dsv41-pwned")
