@@ -27,6 +27,12 @@ ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "lab" / "standins" / "dsv41_engine.py"
 START_SH = ROOT / "lab" / "standins" / "start.sh"
 SEED_ENV = ROOT / "lab" / "seed" / "launcher.env"
+SITE_ENV = ROOT / "lab" / "seed" / "launcher.env.site"   # appended by the seeder: the .env's undeclared site keys
+
+
+def seeded_env_text() -> str:
+    """The head's .env as the lab seeds it: the rendered baseline, then the site keys."""
+    return SEED_ENV.read_text() + SITE_ENV.read_text()
 SEED_LOG = ROOT / "lab" / "seed" / "dsv41.log"
 ADAPTERS = ROOT / "lab" / "seed" / "adapters"
 REPORT_HOOK = ROOT / "lab" / "seed" / "sitecustomize-report.py"  # the import hook as the report found it
@@ -887,7 +893,7 @@ def checkout(tmp_path):
     d = tmp_path / "dsv41-3x-spark"
     d.mkdir()
     shutil.copy(START_SH, d / "start.sh")
-    shutil.copy(SEED_ENV, d / ".env")
+    (d / ".env").write_text(seeded_env_text())
     return d
 
 
@@ -1016,8 +1022,9 @@ def test_build_on_every_node_with_fakes(checkout, tmp_path):
         "[start.sh] built dsv41-sglang:tp3 on spark3 (rank 2) from /home/zurih/dsv41-3x-spark: image 0123456789ab"]
     lines = calls.read_text().splitlines()
     assert lines[0] == f"head docker build -t dsv41-sglang:tp3 {checkout}"
-    assert "ssh -o BatchMode=yes -o ConnectTimeout=10 zurih@spark2 docker build -t dsv41-sglang:tp3 " \
-           "/home/zurih/dsv41-3x-spark" in lines
+    # the seeded .env names the head's ssh identity (a site key): the launcher passes it to ssh
+    assert "ssh -o BatchMode=yes -o ConnectTimeout=10 -i /home/mia/.ssh/id_ed25519 zurih@spark2 docker build " \
+           "-t dsv41-sglang:tp3 /home/zurih/dsv41-3x-spark" in lines
     assert "spark3 docker build -t dsv41-sglang:tp3 /home/zurih/dsv41-3x-spark" in lines
     # one node fails: the others are still built, exit 1 naming it
     calls.unlink()
@@ -1046,9 +1053,9 @@ def test_build_with_the_docker_standin(tmp_path):
     head = nodes["spark1"]
     shutil.copy(START_SH, head / "start.sh")
     # WORKER_DIR is one path for all workers; the fake ssh maps its @WORKER@ part to the worker's tree
-    env_text = SEED_ENV.read_text().replace("WORKER_DIR=/home/zurih/dsv41-3x-spark",
-                                            f"WORKER_DIR={tmp_path}/@WORKER@/home/zurih/dsv41-3x-spark")
-    assert env_text != SEED_ENV.read_text()
+    env_text = seeded_env_text().replace("WORKER_DIR=/home/zurih/dsv41-3x-spark",
+                                         f"WORKER_DIR={tmp_path}/@WORKER@/home/zurih/dsv41-3x-spark")
+    assert env_text != seeded_env_text()
     (head / ".env").write_text(env_text)
     # stage B's change on spark3 only: the retention adapter is added there
     shutil.copy(ADAPTERS / "autotune_keep.py", nodes["spark3"] / "adapter" / "autotune_keep.py")
