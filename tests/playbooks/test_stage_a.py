@@ -256,6 +256,7 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
     assert changed_tasks(out) <= {"benchmark : Bring the raw output back", "run_record : Create the record directory",
                                   "engine : Keep the latest boot of each rank on the control node",
                                   "run_record : Write each node's record", "run_record : Write the raw benchmark output",
+                                  "run_record : Write the effective launch (secrets masked)",
                                   "run_record : Write summary.md"}, changed_tasks(out)
     assert "Stop the engine" not in out or "skipping" in out.split("Stop the engine", 1)[1][:300]
 
