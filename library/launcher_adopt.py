@@ -93,18 +93,10 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_files import host_label
 from ansible.module_utils.envfile_adopt import adopt_env, proposal_yaml, vault_yaml
 from ansible.module_utils.envfile_shell import EnvError
 from ansible.module_utils.envfile_store import read_env_file
-
-
-def _label(name):
-    if name:
-        return name
-    try:
-        return os.uname().nodename
-    except AttributeError:  # pragma: no cover - non-POSIX
-        return "this host"
 
 
 def run_module():
@@ -117,7 +109,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    who = _label(p["host_label"])
+    who = host_label(p["host_label"])
     try:
         data, _st = read_env_file(p["path"])
         if data is None:

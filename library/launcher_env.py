@@ -177,17 +177,9 @@ replaced:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_files import host_label
 from ansible.module_utils import launcher_env as E
 from ansible.module_utils.secret_rule import MIN_SECRET_CHARS, is_secret_name
-
-
-def _label(name):
-    if name:
-        return name
-    try:
-        return os.uname().nodename
-    except AttributeError:  # pragma: no cover - non-POSIX
-        return "this host"
 
 
 def run_module():
@@ -208,7 +200,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    who = _label(p["host_label"])
+    who = host_label(p["host_label"])
     # Values of secret names must not come back through Ansible's echo of the arguments either.
     for key, value in (p["settings"] or {}).items():
         if is_secret_name(key) and value is not None and len("%s" % (value,)) >= MIN_SECRET_CHARS:

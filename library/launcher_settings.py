@@ -215,20 +215,12 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host_files import host_label
 from ansible.module_utils import launcher as L
 from ansible.module_utils.launch_record import effective_launch, key_effects, summary
 from ansible.module_utils.launch_sandbox import LaunchError
 from ansible.module_utils.launcher_env import proposed_env
 from ansible.module_utils.secret_rule import MIN_SECRET_CHARS
-
-
-def _label(name):
-    if name:
-        return name
-    try:
-        return os.uname().nodename
-    except AttributeError:  # pragma: no cover - non-POSIX
-        return "this host"
 
 
 def _probe(worker_files):
@@ -311,7 +303,7 @@ def run_module():
         v = L.norm_value(value)
         if L.is_secret(key) and v is not None and len(v) >= MIN_SECRET_CHARS:
             module.no_log_values.add(v)
-    who = _label(p["host_label"])
+    who = host_label(p["host_label"])
     if p["tp_size"] < 1:
         module.fail_json(msg="%s: tp_size %d is not a positive integer" % (who, p["tp_size"]), changed=False)
     if not os.path.isfile(p["launcher"]):

@@ -1,5 +1,6 @@
 # -*- coding: utf-8 -*-
-"""The host's files, read under a root that tests can move (standard library only).
+"""The host's files, read under a root that tests can move, and the host's name in messages (standard
+library only).
 
 ``FS_ROOT`` is ``/`` on a host; unit tests point it at a fake tree so /proc and /etc are theirs.
 """
@@ -27,3 +28,14 @@ def read_text(path):
             return f.read().decode("utf-8", "replace")
     except (IOError, OSError):
         return None
+
+
+def host_label(name=None):
+    """The name a module's messages give this host: ``name`` (the inventory name, when the play passes
+    it), else the node's own name."""
+    if name:
+        return name
+    try:
+        return os.uname().nodename
+    except AttributeError:  # pragma: no cover - non-POSIX
+        return "this host"
