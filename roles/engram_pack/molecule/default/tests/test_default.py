@@ -1,13 +1,14 @@
 """After converge every rank has both packed shards, complete and published, and the engine reads them."""
 import json
 import struct
-import sys
 from pathlib import Path
 
+import ansible.module_utils
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[5] / "module_utils"))
-import engine_log  # noqa: E402  (the project's reader, standard library only)
+# The project's one engine-log reader, imported as Ansible ships module_utils to a host.
+ansible.module_utils.__path__.append(str(Path(__file__).resolve().parents[5] / "module_utils"))
+from ansible.module_utils import engine_log_source  # noqa: E402
 
 MAGIC = 0x31344E4531565344
 
@@ -42,7 +43,7 @@ def test_engine_latest_boot_is_packed(host):
         res = host.run(" ".join(args))
         return res.rc, res.stdout, res.stderr
 
-    facts = engine_log.scan_docker(run, name)     # both streams, the project's one reader
+    facts = engine_log_source.scan_docker(run, name)     # both streams, the project's one reader
     assert facts.marker_found and sorted(facts.engram) == [1, 14]
     assert all(facts.engram[layer]["packed"] is True for layer in (1, 14))
     assert json.loads(host.check_output(f"docker inspect {name}"))[0]["State"]["Status"] == "running"
