@@ -145,9 +145,9 @@ def run_share(index, share, work, results, lock):
         return
     previous = None
     for name, argv in share:
-        # A molecule scenario starts from the report's state and its destroy resets what it changed; a
-        # playbook test module resets at its start and leaves its last state: reset after one.
-        if name.startswith("molecule/") and previous is not None and not previous.startswith("molecule/"):
+        # Molecule scenarios and testinfra start from the report's state (a scenario's destroy resets what
+        # it changed); a playbook test module resets at its start and leaves its last state: reset after one.
+        if not name.startswith("playbooks/") and previous is not None and previous.startswith("playbooks/"):
             run("lab-reset-%d-before-%s" % (instance, name.replace("/", "-")), ["python3", "lab/labctl.py", "reset"])
         run(name, argv)
         previous = name
