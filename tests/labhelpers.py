@@ -38,6 +38,12 @@ def lab(action):
     subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), action], check=True, cwd=ROOT)
 
 
+def install_launcher(variant):
+    """Install a lab launcher variant as start.sh on every host (``labctl.py launcher``)."""
+    subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), "launcher"], check=True, cwd=ROOT,
+                   env={**os.environ, "DSV41_LAB_LAUNCHER_VARIANT": variant})
+
+
 def playbook(name, *args, inventories=(LAB_INVENTORY,)):
     """Run a playbook; return (returncode, combined output)."""
     cmd = ["ansible-playbook", str(ROOT / "playbooks" / name)]

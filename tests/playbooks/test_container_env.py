@@ -10,7 +10,7 @@ import tempfile
 import pytest
 
 from ansible.module_utils.launcher_edit import BACKUP_INFIX
-from labhelpers import ROOT, LAB_INVENTORY, changed_tasks, env, lab, playbook, sh
+from labhelpers import install_launcher, ROOT, LAB_INVENTORY, changed_tasks, env, lab, playbook, sh
 
 WRITE = "container_env : Write the launcher settings as data (this run's \"before\" kept as a recorded backup)"
 SHOW = "Show what changed, key by key (as bash sees it, secrets redacted)"
@@ -44,11 +44,6 @@ CE_PLAY = """---
 """
 PREFLIGHT_PLAY = CE_PLAY.split("- name: Launcher")[0]
 
-
-def install_launcher(variant):
-    """Install a lab launcher variant as start.sh on every host (labctl.py launcher)."""
-    subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), "launcher"], check=True, cwd=ROOT,
-                   env={**os.environ, "DSV41_LAB_LAUNCHER_VARIANT": variant})
 
 
 # The .env writer's tests (hostile values, secrets, rollback) run on the lab's legacy launcher, which hands

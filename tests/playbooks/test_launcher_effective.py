@@ -2,12 +2,11 @@
 containers really received when its launcher served (docker inspect), key for key and mount for mount, and
 evaluating changes nothing."""
 import json
-import os
 import subprocess
 
 import pytest
 
-from labhelpers import LAB_INVENTORY, ROOT, env, lab, sh, snapshot
+from labhelpers import install_launcher, LAB_INVENTORY, ROOT, env, lab, sh, snapshot
 
 LAUNCHER = "/home/mia/dsv41-3x-spark/start.sh"
 HOSTS = {"spark1": ("dsv41-head", "mia"), "spark2": ("dsv41-worker", "zurih"), "spark3": ("dsv41-worker", "zurih")}
@@ -34,21 +33,17 @@ def inspect(host):
 VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
 
 
-def install(variant):
-    subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), "launcher"], check=True, cwd=ROOT,
-                   env={**os.environ, "DSV41_LAB_LAUNCHER_VARIANT": variant})
-
 
 @pytest.fixture(scope="module", autouse=True)
 def lab_up():
     lab("ensure")
     yield
-    install("explicit")
+    install_launcher("explicit")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_effective_launch_equals_the_running_containers_and_changes_nothing(variant):
-    install(variant)
+    install_launcher(variant)
     sh("spark1", "cd /home/mia/dsv41-3x-spark && ./start.sh serve >/dev/null", user="mia")
     roots = {"spark1": ["/home/mia"], "spark2": ["/home/zurih"], "spark3": ["/home/zurih"]}
     before = snapshot(roots)

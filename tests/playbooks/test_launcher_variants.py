@@ -5,12 +5,10 @@ launcher serves as the operator would, and the running containers' Config.Env an
 back on every host. Lab output only.
 """
 import json
-import os
-import subprocess
 
 import pytest
 
-from labhelpers import ROOT, lab, sh
+from labhelpers import install_launcher, lab, sh
 
 VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
 DIR = "/home/mia/dsv41-3x-spark"
@@ -19,10 +17,6 @@ ENGRAM = {"spark1": "/home/mia/dsv41-engram", "spark2": "/home/zurih/dsv41-3x-sp
           "spark3": "/home/zurih/dsv41-3x-spark/engram"}
 
 
-def install(variant):
-    subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), "launcher"], check=True, cwd=ROOT,
-                   env={**os.environ, "DSV41_LAB_LAUNCHER_VARIANT": variant})
-
 
 @pytest.fixture(scope="module", autouse=True)
 def lab_up():
@@ -30,7 +24,7 @@ def lab_up():
     sh("spark1", f"cp -p {DIR}/.env /tmp/variants.env.saved", user="mia")
     yield
     sh("spark1", f"cp -p /tmp/variants.env.saved {DIR}/.env && rm /tmp/variants.env.saved", user="mia")
-    install("explicit")
+    install_launcher("explicit")
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +41,7 @@ def inspect(host):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_variant_serves_and_the_containers_get_the_env(variant):
-    install(variant)
+    install_launcher(variant)
     assert sh("spark2", f"cat /etc/dsv41-lab/launcher.variant").strip() == variant
     extra = "EXTRA_CONTAINER_ENV='DSV41_AUTOTUNE_KEEP=1 DSV41_FOLDED_FENCE=1'" if variant == "extra_env" else \
         "DSV41_AUTOTUNE_KEEP=1\nDSV41_FOLDED_FENCE=1"

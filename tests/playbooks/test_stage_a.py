@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from labhelpers import (LAB_INVENTORY, boot_facts, MINI_CHECKPOINT, MODELS, ROOT, changed_tasks, env, lab, playbook,
+from labhelpers import (LAB_INVENTORY, boot_facts, install_launcher, MINI_CHECKPOINT, MODELS, ROOT, changed_tasks, env, lab, playbook,
                         read_bytes, set_launcher_env, sh, snapshot)
 from spec_reader import expected_shard
 
@@ -29,11 +29,6 @@ WATCHED = {
     "spark3": ["/home/zurih/dsv41-3x-spark"],
 }
 
-
-def install_launcher(variant):
-    """Install a lab launcher variant as start.sh on every host (labctl.py launcher)."""
-    subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), "launcher"], check=True, cwd=ROOT,
-                   env={**os.environ, "DSV41_LAB_LAUNCHER_VARIANT": variant})
 
 
 @pytest.fixture(scope="module", autouse=True)
