@@ -142,6 +142,25 @@ def _digest(value):
     return sha256_hex(value.encode("utf-8"))
 
 
+def _converged(path, old, record, settings, api_key, notes, remove_keys, header, base):
+    """What a converge writes for the file ``old`` (bytes or None) at ``path``: ``{old_env, declared, managed,
+    stale, merged}`` (``merged``: :func:`merge_env`'s result).
+
+    A key this role wrote itself (an override of an earlier run, recorded as ``managed`` in ``record``)
+    that is no longer declared and still holds the value it wrote is the project's, not the operator's:
+    it goes (``stale``). Every other undeclared key was set by hand (or adopted) and is kept. Raises
+    :class:`EnvSyntaxError` when ``old`` is not data.
+    """
+    managed = record.get("managed") or {}
+    declared = set(k for k, v in (settings or {}).items() if v is not None) | set([API_KEY] if api_key is not None
+                                                                                 else [])
+    old_env = parse_env(old, base, path) if old is not None else {}
+    stale = [k for k, digest in managed.items() if k in old_env and k not in declared
+             and k not in (remove_keys or ()) and _digest(old_env[k]) == digest]
+    merged = merge_env(old, settings, api_key, notes, list(remove_keys or ()) + stale, header, base, path)
+    return {"old_env": old_env, "declared": declared, "managed": managed, "stale": stale, "merged": merged}
+
+
 def converge_env(path, settings, api_key=None, notes=(), run_id=None, header=DEFAULT_HEADER, mode=ENV_MODE,
                  base=None, check_mode=False, now=None, remove_keys=()):
     """Converge the .env to ``settings`` in place (:func:`merge_env`); keep its "before" for ``run_id``.
@@ -163,20 +182,12 @@ def converge_env(path, settings, api_key=None, notes=(), run_id=None, header=DEF
     old, st = read_env_file(path)
     secrets = [api_key] if api_key else []
     record = load_record(path)
-    managed = record.get("managed") or {}
-    declared = set(k for k, v in (settings or {}).items() if v is not None) | set([API_KEY] if api_key is not None
-                                                                                 else [])
     try:
-        old_env = parse_env(old, base, path) if old is not None else {}
-        # A key this role wrote itself (an override of an earlier run) that is no longer declared and still
-        # holds the value it wrote is the project's, not the operator's: it goes. Every other undeclared
-        # key was set by hand (or adopted) and is kept.
-        stale = [k for k, digest in managed.items() if k in old_env and k not in declared
-                 and k not in (remove_keys or ()) and _digest(old_env[k]) == digest]
-        merged = merge_env(old, settings, api_key, notes, list(remove_keys or ()) + stale, header, base, path)
+        plan = _converged(path, old, record, settings, api_key, notes, remove_keys, header, base)
     except EnvSyntaxError as exc:
         raise EnvError("%s; nothing written: a file that is not data cannot be converged without losing what it "
                        "sets (fix that line, or restore a backup)" % redact_text(str(exc), secrets))
+    old_env, declared, managed, stale, merged = (plan[k] for k in ("old_env", "declared", "managed", "stale", "merged"))
     data = merged["text"].encode("utf-8")
     new_env = parse_env(merged["text"], base, path)
     written = set(merged["rewritten"]) | set(merged["added"])
@@ -312,11 +323,12 @@ def rollback_env(path, run_id=None, base=None, check_mode=False, extra_secrets=(
 
 def proposed_env(settings, path, api_key=None, remove_keys=()):
     """The ``.env`` text the next serve reads once ``settings`` are converged into the file at ``path``
-    (merged as :func:`converge_env` merges them: keys the settings do not declare are kept), or the
+    (merged by the same code as :func:`converge_env`: keys the settings do not declare are kept), or the
     settings alone when there is no file. Nothing is written. ``API_KEY`` in ``settings`` counts as the key."""
     plain = dict((k, v) for k, v in (settings or {}).items() if k != API_KEY)
     key = api_key or (settings or {}).get(API_KEY) or None
     old, _st = read_env_file(path) if path else (None, None)
     if old is None:
         return render_env(dict((k, v) for k, v in plain.items() if v is not None), key)
-    return merge_env(old, plain, key, remove_keys=list(remove_keys or ()), source=path)["text"]
+    # the converge's own merge (the role's stale overrides removed as it removes them)
+    return _converged(path, old, load_record(path), plain, key, (), remove_keys, DEFAULT_HEADER, None)["merged"]["text"]
