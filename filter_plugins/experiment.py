@@ -12,11 +12,11 @@ def _module_utils():
     path = str(Path(__file__).resolve().parent.parent / "module_utils")
     if path not in list(amu.__path__):
         amu.__path__.append(path)
-    from ansible.module_utils import experiment_checks, experiment_snapshot
-    return experiment_checks, experiment_snapshot
+    from ansible.module_utils import decode_steps, experiment_checks, experiment_snapshot
+    return experiment_checks, experiment_snapshot, decode_steps
 
 
-_checks, _snapshot = _module_utils()
+_checks, _snapshot, _steps = _module_utils()
 
 
 def dsv41_experiment_evidence(evidence, logs, ranks, profiles=None):
@@ -44,6 +44,21 @@ def dsv41_snapshot_compare(before, after):
     return _snapshot.compare(before or {}, after or {})
 
 
+def dsv41_experiment_needs_profile(evidence):
+    """True when an arm's evidence reads the profile trace (``when: profile``)."""
+    return _checks.needs_profile(evidence)
+
+
+def dsv41_experiment_phase_seconds(clock):
+    """Seconds of each phase of a condition (apply, boot, benchmark, evidence, total) from its clock marks."""
+    return _checks.phase_seconds(clock or {})
+
+
+def dsv41_experiment_decode_steps(logs, ranks, concurrency=(1, 2, 4)):
+    """Committed tokens per step and step time of a condition, from rank 0's Decode batch lines."""
+    return _steps.condition_steps(logs or {}, ranks or {}, concurrency)
+
+
 class FilterModule:
     """Experiment filters."""
 
@@ -54,4 +69,7 @@ class FilterModule:
             "dsv41_experiment_correctness": dsv41_experiment_correctness,
             "dsv41_experiment_fatal_lines": dsv41_experiment_fatal_lines,
             "dsv41_snapshot_compare": dsv41_snapshot_compare,
+            "dsv41_experiment_needs_profile": dsv41_experiment_needs_profile,
+            "dsv41_experiment_phase_seconds": dsv41_experiment_phase_seconds,
+            "dsv41_experiment_decode_steps": dsv41_experiment_decode_steps,
         }

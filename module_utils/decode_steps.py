@@ -100,3 +100,17 @@ def step_stats(text, running=None):
         missing = "no Decode batch line%s carries a non-zero gen throughput; step time unknown" % where
     return {"lines": len(recs), "committed_tokens_per_step": _describe(per_step), "step_ms": _describe(steps),
             "accept_rate": _describe(rates), "missing": missing}
+
+
+def condition_steps(logs, ranks, concurrency=(1,)):
+    """Speculative-step figures of one condition from the head rank's latest boot (only rank 0 prints
+    ``Decode batch`` lines): ``all`` lines, and ``C<n>`` for each concurrency in ``concurrency``.
+    ``logs``: host -> latest-boot text; ``ranks``: host -> rank. None when no rank 0 log was read."""
+    heads = [h for h, r in (ranks or {}).items() if int(r) == 0 and h in (logs or {})]
+    if not heads:
+        return None
+    text = logs[heads[0]]
+    out = {"host": heads[0], "all": step_stats(text)}
+    for c in concurrency:
+        out["C%d" % int(c)] = step_stats(text, running=int(c))
+    return out

@@ -187,3 +187,28 @@ def fatal_lines(tails, ranks):
             if FATAL_RE.search(msg) and line not in out and not msg.lstrip().startswith(("File ", "^")):
                 out.append(line)
     return out
+
+
+def needs_profile(evidence):
+    """True when an arm's evidence reads the profile trace (an item with ``when: profile``)."""
+    return any(spec.get("when") == "profile" for kind in ("must", "must_not") for spec in (evidence or {}).get(kind, []))
+
+
+PHASES = (("apply_s", "start", "applied"), ("boot_s", "applied", "booted"), ("benchmark_s", "booted", "measured"),
+          ("evidence_s", "measured", "judged"), ("total_s", "start", "judged"))
+
+
+def phase_seconds(clock):
+    """Seconds of each phase of one condition from its clock marks (epoch seconds): apply the settings,
+    boot, benchmark, evidence and checks (profile and log reads included), total. A phase whose marks
+    are missing (the condition stopped before it) is None."""
+    def mark(name):
+        try:
+            return float(clock[name])
+        except (KeyError, TypeError, ValueError):
+            return None
+    out = {}
+    for name, a, b in PHASES:
+        ta, tb = mark(a), mark(b)
+        out[name] = round(tb - ta, 1) if ta is not None and tb is not None else None
+    return out

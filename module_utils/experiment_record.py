@@ -148,6 +148,7 @@ def markdown(record):
         for r in rows:
             if r["workload"] == workload:
                 out.append("| " + " | ".join(["C%d" % r["concurrency"], r["baseline"]] + [r[a] for a in arms]) + " |")
+    out += condition_table(record["conditions"], ["baseline"] + arms)
     if record.get("restore"):
         rs = record["restore"]
         out += ["", "## Restore", "", "Fleet equal to the snapshot: **%s**" % ("yes" if rs.get("equal") else "NO")]
@@ -162,6 +163,47 @@ def markdown(record):
     if record.get("chart"):
         out += ["", "![chart](%s)" % os.path.basename(record["chart"])]
     return "\n".join(out) + "\n"
+
+
+def _secs(value):
+    return "-" if value is None else "%.0f" % value
+
+
+def _steps(stats):
+    """"median [min..max]" of committed tokens per step and of step time, or why there is none."""
+    if not stats:
+        return "-", "-"
+    if stats.get("missing"):
+        return "n/a (%s)" % stats["missing"], "-"
+    return _fig(stats["committed_tokens_per_step"]), _fig(stats["step_ms"])
+
+
+def condition_table(conditions, order):
+    """Each condition's time per phase and its speculative-step figures (rank 0's Decode batch lines)."""
+    rows = []
+    for name in order:
+        c = conditions.get(name)
+        if c is None:
+            continue
+        t = c.get("timing") or {}
+        steps = c.get("decode_steps") or {}
+        for key in ["C1", "C2", "C4", "all"]:
+            if key in steps and (key == "all" or (steps[key] or {}).get("lines")):
+                tok, ms = _steps(steps[key])
+                rows.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    name, _secs(t.get("apply_s")), _secs(t.get("boot_s")), _secs(t.get("benchmark_s")),
+                    _secs(t.get("evidence_s")), _secs(t.get("total_s")), key, tok, ms))
+        if not steps:
+            rows.append("| %s | %s | %s | %s | %s | %s | - | - | - |" % (
+                name, _secs(t.get("apply_s")), _secs(t.get("boot_s")), _secs(t.get("benchmark_s")),
+                _secs(t.get("evidence_s")), _secs(t.get("total_s"))))
+    if not rows:
+        return []
+    return ["", "## Each condition: seconds per phase, committed tokens per step and step time (ms)", "",
+            "Steps from rank 0's `Decode batch` lines of the condition's boot: `accept len` per step, and "
+            "`#running-req * accept len / gen throughput` per step; median [min..max].", "",
+            "| condition | apply | boot | benchmark | evidence | total | lines | tokens/step | step ms |",
+            "|---|---|---|---|---|---|---|---|---|"] + rows
 
 
 def _label(labels):

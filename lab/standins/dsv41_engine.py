@@ -125,9 +125,10 @@ Boot of rank r (new build; * = rank 0 only, H = head only; E = stderr, O = stdou
 Prefetch CHECK (every rank, with DSV41_ENGRAM_PREFETCH=1 and DSV41_ENGRAM_PREFETCH_CHECK=1 in effect, from
   the end of the boot, every stats period): E ``[ts TPr EPr] DSV41 Engram prefetch CHECK: gathers differing
   from the synchronous path per layer = [0, 0]`` (lab: every rank counts as having data for both layers).
-Profiling (head): POST /start_profile -> 200 ``Start profiling.``; POST /stop_profile -> 200 and a trace
-  ``<SGLANG_TORCH_PROFILER_DIR or /tmp>/<ts>-TP-<r>.trace.json`` of rank 0 whose ``traceEvents`` name the
-  kernels that ran: with wo_a_w8 in effect ``wo_a_fp8_gemv_g4 (target)`` / ``wo_a_fp8_gemv_g4 (draft)``
+Profiling (head): POST /start_profile -> 200 ``Start profiling.``; POST /stop_profile -> 200 and, as SGLang's
+  profiler does on every TP rank, a trace ``<SGLANG_TORCH_PROFILER_DIR or /tmp>/<ts>-TP-<r>.trace.json`` on
+  each rank's own host (rank 0 at once; a worker within one report period, about 2 s, when the head's
+  rendezvous reply tells it a profile ended) whose ``traceEvents`` name the kernels that ran: with wo_a_w8 in effect ``wo_a_fp8_gemv_g4 (target)`` / ``wo_a_fp8_gemv_g4 (draft)``
   (``wo_a_fp8_mid`` with MID), without it ``wo_a_bf16_gemv``.
 Serving (head, per request): E [ts] Receive: obj=... (LAB_ENGINE_LOG_REQUESTS), E Prefill batch, ...,
   E [ts] INFO:     127.0.0.1:N - "POST /v1/chat/completions HTTP/1.1" 200 OK,
@@ -1272,6 +1273,9 @@ class RankStates:
     def __init__(self, own_packed: bool):
         self.lock = threading.Lock()
         self.packed = {0: own_packed}
+        # how many /stop_profile calls the head has served; each worker writes its own trace when the
+        # count it reads in the rendezvous reply grows (SGLang's profiler runs on every TP rank)
+        self.profiles_done = 0
 
     def set(self, rank: int, packed: bool) -> None:
         with self.lock:
@@ -1293,7 +1297,8 @@ def start_rendezvous_server(addr: str, states: RankStates) -> None:
             try:
                 msg = json.loads(self.rfile.readline(4096).decode() or "{}")
                 states.set(int(msg["rank"]), bool(msg["packed"]))
-            except (ValueError, KeyError, TypeError):
+                self.wfile.write((json.dumps({"profiles_done": states.profiles_done}) + "\n").encode())
+            except (ValueError, KeyError, TypeError, OSError):
                 pass
 
     class Server(socketserver.ThreadingTCPServer):
@@ -1315,11 +1320,18 @@ def worker_report_loop(addr: str, rank: int, packed: bool) -> None:
     except ValueError:
         return
     msg = (json.dumps({"rank": rank, "packed": packed}) + "\n").encode()
+    seen = None  # profiles the head had served when this worker first heard from it
     while True:
         try:
             with socket.create_connection((host, port), timeout=2) as s:
                 s.sendall(msg)
-        except OSError:
+                s.shutdown(socket.SHUT_WR)
+                reply = json.loads(s.makefile().readline(4096) or "{}")
+            done = int(reply.get("profiles_done", 0))
+            if seen is not None and done > seen:
+                profile_trace(rank)
+            seen = done
+        except (OSError, ValueError, TypeError, AttributeError):
             pass
         time.sleep(2)
 
@@ -1604,7 +1616,10 @@ def make_handler(engine: Engine | None):
                                         "BadRequestError")
                 else:
                     engine.profiling = None
-                    trace = profile_trace(engine)
+                    trace = profile_trace(0)
+                    if engine.ranks is not None:
+                        with engine.ranks.lock:
+                            engine.ranks.profiles_done += 1
                     log(f"Profiling done. Traces are saved to: {os.path.dirname(trace)}")
                     self.send_body(200, b"Stop profiling. This will take some time.", "text/plain")
                 return
@@ -1756,8 +1771,8 @@ def start_periodic(state: dict) -> None:
         threading.Thread(target=prefetch_check_loop, daemon=True).start()
 
 
-def profile_trace(engine: Engine) -> str:
-    """Write rank 0's trace of the profiled window (kernel names of what ran); returns its path."""
+def profile_trace(rank: int) -> str:
+    """Write this rank's trace of the profiled window (kernel names of what ran); returns its path."""
     if adapter_on("wo_a_w8") and not fault("g4_not_taken"):
         mid = flag("DSV41_WO_A_W8_MID") or flag("DSV41_WO_A_W8_DROP")
         kernels = ["wo_a_fp8_gemv_g4 (target)", "wo_a_fp8_gemv_g4 (draft)"] + (["wo_a_fp8_mid (target)"] if mid else [])
@@ -1767,7 +1782,7 @@ def profile_trace(engine: Engine) -> str:
     events = [{"name": k, "ph": "X", "cat": "kernel", "ts": i * 10, "dur": 5, "pid": 0, "tid": 7}
               for i, k in enumerate(kernels)]
     out_dir = os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")
-    path = os.path.join(out_dir, f"{int(time.time())}-TP-0.trace.json")
+    path = os.path.join(out_dir, f"{int(time.time())}-TP-{rank}.trace.json")
     write_atomic(host_path(path, load_mounts()) if path.startswith("/") else path,
                  json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
     return path

@@ -1289,6 +1289,37 @@ def test_profile_trace_names_the_kernels_that_ran(lab, env, kernel, absent):
     assert kernel in names and not any(absent in n for n in names)
 
 
+def test_every_rank_writes_its_own_profile_trace(lab):
+    """SGLang profiles every TP rank: the worker writes its TP-1 trace on its own host when the head's
+    profile ends (it hears of it through the rendezvous reply)."""
+    traces = lab["tmp"] / "traces"
+    rdv = "127.0.0.1:%d" % free_port()
+    env = {"DSV41_WO_A_W8": "1", "SGLANG_TORCH_PROFILER_DIR": str(traces), "API_KEY": "sk-test-secret",
+           "LAB_ENGINE_SPEED": "400"}
+    port = free_port()
+    head = Proc(lab, engine_argv("head", 0, port=port, extra=("--dist-init-addr", rdv)), env=env, name="head")
+    head.wait_for(f"Ready: API on port {port}")
+    worker = Proc(lab, engine_argv("worker", 1, extra=("--dist-init-addr", rdv)), env=env, name="worker")
+    try:
+        worker.wait_for("Uvicorn running")
+        time.sleep(2.5)  # one report round: the worker has read the count of profiles before this one
+        assert not list(traces.glob("*-TP-1.trace.json")), "no trace before a profile ends"
+        with request(port, "/start_profile", {}):
+            pass
+        answer(port)
+        with request(port, "/stop_profile", {}):
+            pass
+        deadline = time.monotonic() + 10
+        while not list(traces.glob("*-TP-1.trace.json")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        worker.stop()
+        head.stop()
+    for rank in (0, 1):
+        (trace,) = traces.glob("*-TP-%d.trace.json" % rank)
+        assert "wo_a_fp8_gemv_g4 (draft)" in [e["name"] for e in json.loads(trace.read_text())["traceEvents"]]
+
+
 # ------------------------------------------------------------------ head HTTP API shapes (SPEC section 3)
 
 def sse_events(port, body, key="sk-test-secret"):

@@ -131,3 +131,15 @@ def test_fatal_lines_name_host_and_rank():
             "[2026-11-30 18:16:19] Received sigquit from a child process. It usually means the child failed.\n")
     out = filters.dsv41_experiment_fatal_lines({"spark1": tail, "spark2": boot(1)}, RANKS)
     assert out == ["spark1 rank 0: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB."]
+
+
+def test_needs_profile_only_for_profile_evidence():
+    assert filters.dsv41_experiment_needs_profile({"must": [{"id": "k", "text": "x", "when": "profile"}]})
+    assert not filters.dsv41_experiment_needs_profile({"must": [{"id": "k", "text": "x"}], "must_not": []})
+    assert not filters.dsv41_experiment_needs_profile(None)
+
+
+def test_phase_seconds_from_clock_marks_strings_included():
+    # set_fact hands the marks over as strings
+    out = filters.dsv41_experiment_phase_seconds({"start": "10.0", "applied": "12.5", "booted": "70.04"})
+    assert out == {"apply_s": 2.5, "boot_s": 57.5, "benchmark_s": None, "evidence_s": None, "total_s": None}

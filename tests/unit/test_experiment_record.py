@@ -134,3 +134,35 @@ def test_module_check_mode_writes_nothing(monkeypatch, capsys, tmp_path):
         "dest": str(tmp_path / "rec"), "definition": definition(), "conditions": conditions([100] * 5),
         "_ansible_check_mode": True})
     assert out["files"] == [] and not (tmp_path / "rec").exists()
+
+
+def test_markdown_gives_each_condition_s_phase_seconds_and_steps():
+    from ansible.module_utils import decode_steps
+    from ansible.module_utils import experiment_checks
+    d = definition()
+    conds = conditions([100, 101, 99, 100, 102])
+    head_log = ("server_args={'x': 1}\n"
+                "[2026-11-30 10:00:00] Decode batch, #running-req: 1, #full token: 10, full token usage: 0.00, "
+                "accept len: 3.00, accept rate: 0.50, cuda graph: True, gen throughput (token/s): 30.00, #queue-req: 0\n"
+                "[2026-11-30 10:00:01] Decode batch, #running-req: 1, #full token: 10, full token usage: 0.00, "
+                "accept len: 2.00, accept rate: 0.40, cuda graph: True, gen throughput (token/s): 25.00, #queue-req: 0\n")
+    conds["baseline"]["decode_steps"] = decode_steps.condition_steps(
+        {"spark1": head_log, "spark2": ""}, {"spark1": 0, "spark2": 1}, (1, 4))
+    conds["baseline"]["timing"] = experiment_checks.phase_seconds(
+        {"start": 0, "applied": 2.2, "booted": 60.0, "measured": 300.4, "judged": 301})
+    conds["fence"]["timing"] = experiment_checks.phase_seconds({"start": 400, "applied": 401})
+    text = er.markdown({"definition": d, "conditions": conds, "verdicts": er.evaluate(d, conds, {})})
+    # 3 tokens in 100 ms and 2 tokens in 80 ms: medians 2.5 tokens and 90 ms
+    assert "| baseline | 2 | 58 | 240 | 1 | 301 | C1 | 2.50 [2.00..3.00] | 90.00 [80.00..100.00] |" in text
+    assert "| baseline | 2 | 58 | 240 | 1 | 301 | all | 2.50 [2.00..3.00] | 90.00 [80.00..100.00] |" in text
+    assert "C4" not in text.split("## Each condition")[1], "a concurrency with no line is left out"
+    assert "| fence | 1 | - | - | - | - | - | - | - |" in text, "a condition that stopped early"
+
+
+def test_condition_steps_say_why_a_figure_is_missing():
+    from ansible.module_utils import decode_steps
+    assert decode_steps.condition_steps({"spark2": "x"}, {"spark2": 1}) is None
+    out = decode_steps.condition_steps({"spark1": "server_args={}\n"}, {"spark1": 0})
+    assert out["all"]["missing"] == "no Decode batch line in the latest boot"
+    assert er.condition_table({"baseline": {"decode_steps": out, "timing": {}}}, ["baseline"])[-1] == (
+        "| baseline | - | - | - | - | - | all | n/a (no Decode batch line in the latest boot) | - |")

@@ -1,0 +1,133 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: which kernels ran on this rank during the engine's latest profiled window?"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: engine_profile_trace
+short_description: Read the kernel names of this rank's SGLang profiler trace
+description:
+  - Read-only. SGLang's C(/start_profile) .. C(/stop_profile) makes every TP rank write
+    C(<ts>-TP-<rank>.trace.json) (or C(.json.gz)) into C(SGLANG_TORCH_PROFILER_DIR), C(/tmp) by
+    default, inside its own container. This module lists the traces modified at or after I(since)
+    in that directory of the rank's container (C(docker exec <container> python3)) and returns the
+    kernel names they hold (events with C(cat=kernel), or every complete event when none is marked).
+  - The W8 adapters print no per-call counter, so a trace is the evidence that the FP8 wo_a path
+    ran for target and draft shapes (stage D). Parsing is C(module_utils/profile_trace.py).
+  - A rank whose trace is not yet written has C(traces) empty (the caller retries, as the profiler
+    writes asynchronously after C(/stop_profile)); a trace still being written is listed in
+    C(unreadable), never parsed half.
+version_added: "0.1.0"
+author: TP3 fleet config repo
+options:
+  container:
+    description: The rank's serving container (C(dsv41-head) or C(dsv41-worker)).
+    type: str
+    required: true
+  directory:
+    description: The profiler directory inside the container (C(SGLANG_TORCH_PROFILER_DIR)).
+    type: str
+    default: /tmp
+  since:
+    description: Epoch seconds; only traces modified at or after it count (the window's start).
+    type: float
+    required: true
+  rank:
+    description: Keep only traces of this TP rank (the file name's C(TP-<rank>)). Default every rank.
+    type: int
+  docker:
+    description: The docker client to run.
+    type: str
+    default: docker
+  host_label:
+    description: Name used in messages (default the node's hostname).
+    type: str
+notes:
+  - Supports check mode; the module never changes anything (C(changed) is always false).
+"""
+
+EXAMPLES = r"""
+- name: Read the kernels of the profiled window on every rank
+  engine_profile_trace:
+    container: "{{ preflight_container_name }}"
+    since: "{{ profile_started }}"
+    rank: "{{ dsv41_rank }}"
+  register: trace
+  until: trace.traces | length > 0
+  retries: 30
+  delay: 2
+"""
+
+RETURN = r"""
+traces:
+  description: Each trace file read, oldest first.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /tmp/1764555000-TP-0.trace.json, rank: 0, mtime: 1764555000.2,
+            kernels: ["wo_a_fp8_gemv_g4 (draft)", "wo_a_fp8_gemv_g4 (target)"]}]
+kernels:
+  description: Kernel names of every trace read, unique and sorted.
+  returned: always
+  type: list
+  elements: str
+unreadable:
+  description: Trace files that could not be parsed (still being written, corrupt), with why.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.probe_runner import make_runner, tail_text
+from ansible.module_utils.profile_trace import LIST_SCRIPT, TraceError, parse_listing, rank_kernels
+
+
+def read_traces(run, docker, container, directory, since, rank=None, label="host"):
+    """The listing of ``container``'s traces, filtered to ``rank``; raises TraceError naming the source."""
+    source = "%s: %s %s:%s" % (label, docker, container, directory)
+    rc, out, err = run([docker, "exec", container, "python3", "-c", LIST_SCRIPT, directory, repr(float(since))])
+    if rc is None:
+        raise TraceError("%s: %s not found" % (source, docker))
+    if rc != 0:
+        raise TraceError("%s: docker exec exited %s: %s" % (source, rc, tail_text(err or out)))
+    listing = parse_listing(out, source)
+    if rank is not None:
+        listing["traces"] = [t for t in listing["traces"] if t["rank"] == rank]
+    listing["kernels"] = rank_kernels(listing)
+    return listing
+
+
+def run_module():
+    module = AnsibleModule(
+        argument_spec=dict(
+            container=dict(type="str", required=True),
+            directory=dict(type="str", default="/tmp"),
+            since=dict(type="float", required=True),
+            rank=dict(type="int"),
+            docker=dict(type="str", default="docker"),
+            host_label=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    label = p["host_label"] or socket.gethostname()
+    try:
+        listing = read_traces(make_runner(module), p["docker"], p["container"], p["directory"], p["since"],
+                              p["rank"], label)
+    except TraceError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    module.exit_json(changed=False, **listing)
+
+
+def main():
+    run_module()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+# -*- coding: utf-8 -*-
+"""Kernel names from the engine's profiler traces (SGLang ``/start_profile`` .. ``/stop_profile``).
+
+One subject: which kernels ran on a rank during a profiled window. SGLang's torch profiler writes, on
+every TP rank, ``<SGLANG_TORCH_PROFILER_DIR or /tmp>/<ts>-TP-<rank>.trace.json`` (``.json.gz`` when
+compressed) inside that rank's container; its ``traceEvents`` hold one complete event (``"ph": "X"``)
+per kernel launch, the GPU kernels with ``"cat": "kernel"``. The W8 adapters print no per-call counter,
+so this trace is the evidence that the FP8 wo_a path actually ran (stage D).
+
+The listing runs inside the container (``docker exec <container> python3 -c SCRIPT``) because the trace
+is written to the container's own filesystem; the script prints one JSON document, parsed here.
+"""
+from __future__ import absolute_import, division, print_function
+
+import json
+import re
+
+__metaclass__ = type
+
+TRACE_NAME = re.compile(r"^(?P<ts>[^/]*?)-TP-(?P<rank>\d+)\.trace\.json(\.gz)?$")
+
+# Run by the container's python3: argv = [dir, since_epoch]. Prints {"files": [{path, mtime, size,
+# names|error}]} for the trace files modified at or after since. Kernel events only when the trace
+# marks any; otherwise every complete event's name (older profiler builds carry no category).
+LIST_SCRIPT = r"""
+import gzip, json, os, re, sys
+d, since = sys.argv[1], float(sys.argv[2])
+pat = re.compile(r"-TP-\d+\.trace\.json(\.gz)?$")
+out = []
+try:
+    names = sorted(os.listdir(d))
+except OSError as exc:
+    print(json.dumps({"error": "%s: %s" % (d, exc.strerror)}))
+    sys.exit(0)
+for n in names:
+    p = os.path.join(d, n)
+    if not pat.search(n) or not os.path.isfile(p) or os.path.islink(p):
+        continue
+    st = os.stat(p)
+    if st.st_mtime < since:
+        continue
+    item = {"path": p, "mtime": st.st_mtime, "size": st.st_size}
+    try:
+        opener = gzip.open if n.endswith(".gz") else open
+        with opener(p, "rt") as fh:
+            doc = json.load(fh)
+        ev = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+        kern = [e for e in ev if e.get("cat") == "kernel"]
+        item["names"] = sorted(set(str(e.get("name", "")) for e in (kern or ev)))
+    except Exception as exc:
+        item["error"] = "%s: %s" % (type(exc).__name__, exc)
+    out.append(item)
+print(json.dumps({"files": out}))
+"""
+
+
+class TraceError(Exception):
+    """A listing that cannot be read (names the source)."""
+
+
+def rank_of(path):
+    """The TP rank in a trace file name, or None."""
+    m = TRACE_NAME.match(path.rsplit("/", 1)[-1])
+    return int(m.group("rank")) if m else None
+
+
+def parse_listing(text, source):
+    """The script's JSON output -> {"traces": [{path, rank, kernels}], "unreadable": [path: why]}."""
+    try:
+        doc = json.loads(text or "")
+    except ValueError:
+        raise TraceError("%s: the trace listing is not JSON: %r" % (source, (text or "")[:200]))
+    if not isinstance(doc, dict):
+        raise TraceError("%s: the trace listing is not an object" % source)
+    if doc.get("error"):
+        raise TraceError("%s: %s" % (source, doc["error"]))
+    traces, unreadable = [], []
+    for item in doc.get("files") or []:
+        if item.get("error"):
+            unreadable.append("%s: %s" % (item.get("path"), item["error"]))   # e.g. still being written
+            continue
+        traces.append({"path": item.get("path"), "rank": rank_of(item.get("path") or ""),
+                       "mtime": item.get("mtime"), "kernels": list(item.get("names") or [])})
+    traces.sort(key=lambda t: (t["mtime"] or 0, t["path"] or ""))
+    return {"traces": traces, "unreadable": unreadable}
+
+
+def rank_kernels(listing, rank=None):
+    """Kernel names of the traces of ``rank`` (every trace when None), unique and sorted."""
+    names = set()
+    for t in listing["traces"]:
+        if rank is None or t["rank"] == rank:
+            names.update(t["kernels"])
+    return sorted(names)

@@ -1,0 +1,88 @@
+"""engine_profile_trace and module_utils/profile_trace: the kernels of a profiled window, per rank.
+
+The listing script runs for real (the fake ``docker exec`` runs it with this Python on a scratch
+directory laid out as the container's profiler directory would be)."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible.module_utils import profile_trace as pt
+from modrun import run_module
+
+import engine_profile_trace as mod
+
+
+def trace(path, names, cat="kernel", mtime=None):
+    events = [{"name": n, "ph": "X", "cat": cat, "ts": i, "dur": 1} for i, n in enumerate(names)]
+    events.append({"name": "process_name", "ph": "M", "args": {"name": "python"}})
+    data = json.dumps({"traceEvents": events})
+    if str(path).endswith(".gz"):
+        with gzip.open(path, "wt") as fh:
+            fh.write(data)
+    else:
+        path.write_text(data)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+
+
+def docker_exec_here(cmd):
+    """``docker exec <container> python3 -c SCRIPT DIR SINCE`` run by this Python, locally."""
+    assert cmd[:2] == ["docker", "exec"] and cmd[3:5] == ["python3", "-c"], cmd
+    res = subprocess.run([sys.executable, "-c", cmd[5], *cmd[6:]], text=True, capture_output=True)
+    return res.returncode, res.stdout, res.stderr
+
+
+def test_lists_the_window_s_traces_of_every_rank_gzip_included(tmp_path):
+    trace(tmp_path / "100-TP-0.trace.json", ["wo_a_bf16_gemv (target)"], mtime=100)  # an earlier window
+    trace(tmp_path / "200-TP-0.trace.json", ["wo_a_fp8_gemv_g4 (target)", "wo_a_fp8_gemv_g4 (draft)"], mtime=200)
+    trace(tmp_path / "200-TP-1.trace.json.gz", ["wo_a_fp8_gemv_g4 (draft)"], mtime=201)
+    (tmp_path / "notes.json").write_text("{}")
+    out = run_module(mod.main, {"container": "dsv41-head", "directory": str(tmp_path), "since": 150},
+                     run_command=docker_exec_here)
+    assert not out.get("failed"), out
+    assert [(os.path.basename(t["path"]), t["rank"]) for t in out["traces"]] == [
+        ("200-TP-0.trace.json", 0), ("200-TP-1.trace.json.gz", 1)]
+    assert out["kernels"] == ["wo_a_fp8_gemv_g4 (draft)", "wo_a_fp8_gemv_g4 (target)"]
+    assert out["changed"] is False and out["unreadable"] == []
+
+
+def test_rank_filter_and_a_trace_still_being_written(tmp_path):
+    trace(tmp_path / "200-TP-0.trace.json", ["a"], mtime=200)
+    (tmp_path / "200-TP-2.trace.json").write_text('{"traceEvents": [{"name": "b", "ph"')
+    os.utime(tmp_path / "200-TP-2.trace.json", (200, 200))
+    out = run_module(mod.main, {"container": "c", "directory": str(tmp_path), "since": 150, "rank": 2},
+                     run_command=docker_exec_here, check_mode=True)
+    assert out["traces"] == [] and out["kernels"] == []
+    assert len(out["unreadable"]) == 1 and out["unreadable"][0].startswith(str(tmp_path / "200-TP-2.trace.json"))
+
+
+def test_uncategorised_events_count_when_no_kernel_is_marked(tmp_path):
+    trace(tmp_path / "5-TP-0.trace.json", ["gemm_x"], cat=None, mtime=5)
+    listing = mod.read_traces(docker_exec_here, "docker", "c", str(tmp_path), 0)
+    assert listing["kernels"] == ["gemm_x"]
+
+
+def test_a_missing_directory_and_a_failed_exec_name_the_source(tmp_path):
+    out = run_module(mod.main, {"container": "dsv41-worker", "directory": str(tmp_path / "nope"), "since": 0,
+                                "host_label": "spark2"}, run_command=docker_exec_here)
+    assert out["failed"] and out["msg"].startswith("spark2: docker dsv41-worker:%s: %s: No such file" % (
+        tmp_path / "nope", tmp_path / "nope")), out["msg"]
+    out = run_module(mod.main, {"container": "gone", "since": 0, "host_label": "spark3"},
+                     run_command=lambda cmd: (1, "", "Error: No such container: gone"))
+    assert out["failed"] and out["msg"] == ("spark3: docker gone:/tmp: docker exec exited 1: "
+                                            "Error: No such container: gone")
+
+
+@pytest.mark.parametrize("text", ["", "Traceback ...", "[]"])
+def test_a_listing_that_is_not_the_script_s_output_is_refused(text):
+    with pytest.raises(pt.TraceError, match="^spark1: "):
+        pt.parse_listing(text, "spark1")
+
+
+def test_rank_of_reads_the_file_name():
+    assert pt.rank_of("/tmp/1764555000-TP-2.trace.json.gz") == 2
+    assert pt.rank_of("/tmp/x.trace.json") is None
