@@ -1,0 +1,173 @@
+"""Stage D (the wo_a FP8 twin) through the experiment engine, on the lab.
+
+Each run writes its record under tmp_path (-e experiment_record_root). The lab engine's request path is
+sped up through its knob file on the head; the fault tests add LAB_ENGINE_FAULT there and run a trimmed
+copy of the definition (one workload at C1, still five measured repetitions): they judge evidence,
+correctness and the restore, not speed.
+"""
+import pytest
+import yaml
+
+from experiment_lab import (HOOK, ROOT, clear_knobs, engine_healthy, flat, fleet_state, kill_during, knobs,
+                            lab_definition, record, verdicts)
+from labhelpers import lab, playbook, sh
+
+RUN = ("-e", "maintenance_window=true")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_lab():
+    lab("reset")
+    yield
+
+
+@pytest.fixture
+def fast_engine():
+    knobs(LAB_ENGINE_SPEED=40)
+    yield knobs
+    clear_knobs()
+
+
+def run_stage(tmp_path, *extra, **definition):
+    rc, out = playbook("stage_d_wo_a.yml", *RUN, "-e", lab_definition(tmp_path, "stage_d_wo_a", **definition),
+                       "-e", "experiment_record_root=%s" % (tmp_path / "rec"), *extra)
+    return rc, out
+
+
+def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path):
+    before = fleet_state()
+    rc, out = playbook("stage_d_wo_a.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path)
+    assert rc == 0, out[-3000:]
+    out = flat(out)
+    assert "arm w8: DSV41_WO_A_W8=1; prose/code x C1/C2/C4, 5 reps after 1 warm-up(s), greedy" in out
+    assert "w8: []" in out and "mid: []" in out, "each arm's precondition verdict (no failure)"
+    assert "mem_available_gib:" in out
+    assert fleet_state() == before
+    assert not any(tmp_path.iterdir()), "check mode writes no record"
+
+
+def test_stage_d_passes_with_the_fp8_kernels_in_every_rank_s_trace(tmp_path, fast_engine):
+    before = fleet_state()
+    rc, out = run_stage(tmp_path)
+    run, rec = record(tmp_path / "rec")
+    assert rc == 0, out[-4000:]
+    v = verdicts(rec)
+    assert v["w8"]["verdict"] == "pass" and v["mid"]["verdict"] == "pass", rec["verdicts"]
+    assert rec["arm_checks"]["w8"] == {"evidence_failures": [], "correctness_failures": []}
+    # C1, C2 and C4 of both workloads, labelled by block size, five measured repetitions each
+    assert sorted((c["workload"], c["concurrency"]) for c in v["w8"]["comparisons"]) == [
+        (w, c) for w in ("code", "prose") for c in (1, 2, 4)]
+    assert all(c["baseline"]["n"] == 5 and c["arm"]["n"] == 5 for c in v["w8"]["comparisons"])
+    md = (run / "record.md").read_text()
+    assert "| C | baseline (block size 3) | w8 (block size 3) | mid (block size 3) |" in md
+    assert "| C2 |" in md
+    # the W8 validation is proposed for this image, pointing at this record
+    (prop,) = [p for p in rec["proposals"] if p["arm"] == "w8"]
+    assert prop["validation"]["name"] == "wo_a_w8"
+    assert prop["validation"]["image_digest"] == rec["image_digest"] and rec["image_digest"].startswith("sha256:")
+    assert prop["validation"]["record"].endswith("record.json")
+    # seconds per phase and the speculative steps of every condition
+    for name in ("baseline", "w8", "mid"):
+        t = rec["conditions"][name]["timing"]
+        assert t["boot_s"] > 0 and t["benchmark_s"] > 0 and t["total_s"] >= t["boot_s"] + t["benchmark_s"], t
+        steps = rec["conditions"][name]["decode_steps"]
+        assert steps["host"] == "spark1" and steps["C1"]["committed_tokens_per_step"]["median"] >= 1, steps
+    assert "## Each condition: seconds per phase" in md
+    print(md)
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert fleet_state() == before and engine_healthy()
+
+
+def test_nonfinite_fails_the_w8_arm_and_the_fleet_is_restored(tmp_path, fast_engine):
+    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="nonfinite")
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, trim=True)
+    _, rec = record(tmp_path / "rec")
+    assert rc != 0
+    v = verdicts(rec)
+    assert v["w8"]["verdict"] == "fail"
+    reasons = " | ".join(v["w8"]["reasons"])
+    assert "nonfinite present in the measured window: 'Detected errors during sampling! NaN in the logits.'" in reasons
+    assert rec["arm_checks"]["baseline"]["correctness_failures"] == [], "the fault needs W8 armed"
+    assert rec["arm_checks"]["mid"] == {"refused": "arm w8 must pass first in this run"}
+    assert rec["restore"]["equal"] is True and rec["proposals"] == []
+    assert fleet_state() == before and engine_healthy()
+    print(reasons)
+
+
+def test_g4_not_taken_fails_the_w8_arm_on_its_profile_trace(tmp_path, fast_engine):
+    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="g4_not_taken")
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, trim=True)
+    _, rec = record(tmp_path / "rec")
+    assert rc != 0
+    failures = rec["arm_checks"]["w8"]["evidence_failures"]
+    # the arming line is printed (the adapter ran), but no rank's trace names the fp8 kernel
+    assert not any("w8_armed" in f for f in failures), failures
+    for host, rank in (("spark1", 0), ("spark2", 1), ("spark3", 2)):
+        assert any(f.startswith("%s rank %d: w8_kernel_target missing from the profile trace" % (host, rank))
+                   for f in failures), failures
+    assert verdicts(rec)["w8"]["verdict"] == "fail"
+    assert rec["restore"]["equal"] is True
+    assert fleet_state() == before and engine_healthy()
+    print(failures)
+
+
+def test_oom_at_boot_fails_the_arm_with_the_engine_s_own_line_and_restores(tmp_path, fast_engine):
+    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="oom_at_boot")
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, trim=True)
+    _, rec = record(tmp_path / "rec")
+    assert rc != 0
+    failures = rec["arm_checks"]["w8"]["evidence_failures"]
+    assert failures[0].startswith("did not complete: "), failures
+    assert any("torch.OutOfMemoryError: CUDA out of memory" in f for f in failures), failures
+    assert verdicts(rec)["w8"]["verdict"] == "fail"
+    assert rec["restore"]["equal"] is True
+    assert fleet_state() == before and engine_healthy()
+    print(failures[:3])
+
+
+def test_refused_before_any_host_is_touched_on_an_image_without_the_w8_adapter(tmp_path):
+    hook = sh("spark1", "cat %s" % HOOK)
+    assert '"wo_a_w8"' in hook
+    try:
+        sh("spark1", "sed -i '/wo_a_w8/d' %s" % HOOK)
+        before = fleet_state()
+        rc, out = run_stage(tmp_path)
+        after = fleet_state()
+    finally:
+        sh("spark1", "cat > %s <<'EOF'\n%sEOF" % (HOOK, hook))
+    assert rc != 0
+    out = flat(out)
+    assert "stage_d_wo_a refused, nothing changed:" in out
+    assert "engine feature wo_a_w8: adapter not in the image or not registered in its import hook" in out
+    assert after == before and not (tmp_path / "rec").exists() or not any((tmp_path / "rec").iterdir())
+
+
+def test_an_arm_that_requires_a_validation_the_ledger_lacks_is_refused(tmp_path):
+    doc = yaml.safe_load((ROOT / "experiments" / "stage_d_wo_a.yml").read_text())
+    doc["arms"][1]["requires"]["validations"] = ["wo_a_w8"]   # MID as a later stage would ask for it
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, arms=doc["arms"])
+    assert rc != 0
+    out = flat(out)
+    assert "stage_d_wo_a refused, nothing changed:" in out
+    assert "validation wo_a_w8 is not in the ledger for image sha256:" in out
+    assert fleet_state() == before
+
+
+def test_a_run_killed_in_an_arm_is_finished_by_rollback(tmp_path, fast_engine):
+    before = fleet_state()
+    root = tmp_path / "rec"
+    killed, out = kill_during("stage_d_wo_a.yml", [*RUN, "-e", lab_definition(tmp_path, "stage_d_wo_a", trim=True),
+                                                   "-e", "experiment_record_root=%s" % root],
+                              "Note when the engine was up: w8")
+    assert killed, out[-3000:]
+    (run,) = [p for p in root.iterdir() if p.is_dir()]
+    assert fleet_state() != before, "killed with the w8 settings in place"
+    rc, out = playbook("rollback.yml", "-e", "experiment_rollback_run=%s" % run.name,
+                       "-e", "experiment_record_root=%s" % root)
+    assert rc == 0, out[-4000:]
+    assert "The fleet equals run %s's snapshot." % run.name in flat(out)
+    assert fleet_state() == before and engine_healthy()
