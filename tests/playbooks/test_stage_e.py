@@ -1,0 +1,110 @@
+"""Stage E (Engram prefetch) through the experiment engine, on the lab.
+
+The module starts from the lab in the report's state, where no rank has TP3 packed shards: the refusal
+is shown there first. The other tests need stage A done, so a module fixture runs stage_a_pack.yml for
+real on the small real-format checkpoint (the .env's MODEL_PATH and the inventory's checkpoint point at
+it); the experiment then snapshots and restores that fleet.
+"""
+import pytest
+
+from experiment_lab import clear_knobs, engine_healthy, flat, fleet_state, knobs, lab_definition, record, verdicts
+from labhelpers import LAB_INVENTORY, MINI_CHECKPOINT, lab, playbook, set_launcher_env
+
+RUN = ("-e", "maintenance_window=true")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_lab():
+    lab("reset")
+    yield
+
+
+@pytest.fixture(scope="module")
+def mini_inventory(tmp_path_factory):
+    """The lab inventory with the small real-format checkpoint (what the packer reads)."""
+    inv = tmp_path_factory.mktemp("mini")
+    (inv / "group_vars").mkdir()
+    (inv / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
+    (inv / "group_vars" / "dsv41_ranks.yml").write_text("---\ndsv41_checkpoint_dir: %s\n" % MINI_CHECKPOINT)
+    return (LAB_INVENTORY, inv)
+
+
+@pytest.fixture(scope="module")
+def packed(mini_inventory):
+    """Stage A, run as an operator runs it: six shards packed, engine restarted with packed=True."""
+    set_launcher_env(MODEL_PATH=MINI_CHECKPOINT)
+    rc, out = playbook("stage_a_pack.yml", *RUN, inventories=mini_inventory)
+    assert rc == 0, out[-4000:]
+    return mini_inventory
+
+
+@pytest.fixture
+def fast_engine():
+    knobs(LAB_ENGINE_SPEED=40)
+    yield knobs
+    clear_knobs()
+
+
+def run_stage(tmp_path, inventories, *extra, **definition):
+    return playbook("stage_e_prefetch.yml", *RUN, "-e", lab_definition(tmp_path, "stage_e_prefetch", **definition),
+                    "-e", "experiment_record_root=%s" % (tmp_path / "rec"), *extra, inventories=inventories)
+
+
+def test_refused_before_any_host_is_touched_without_packed_shards(tmp_path, mini_inventory):
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, mini_inventory)
+    assert rc != 0
+    out = flat(out)
+    assert "stage_e_prefetch refused, nothing changed:" in out
+    assert "packed shards required: packed=True missing on spark1, spark2, spark3" in out
+    assert fleet_state() == before
+
+
+def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path, packed):
+    before = fleet_state()
+    rc, out = playbook("stage_e_prefetch.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path,
+                       inventories=packed)
+    assert rc == 0, out[-3000:]
+    out = flat(out)
+    assert "arm prefetch_check: DSV41_ENGRAM_PREFETCH=1, DSV41_ENGRAM_PREFETCH_CHECK=1; untimed validation phase" in out
+    assert "prefetch_check: []" in out and "prefetch: []" in out
+    assert fleet_state() == before
+    assert not any(tmp_path.iterdir()), "check mode writes no record"
+
+
+def test_stage_e_check_phase_at_zero_then_timed_prefetch_passes(tmp_path, packed, fast_engine):
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, packed)
+    run, rec = record(tmp_path / "rec")
+    assert rc == 0, out[-4000:]
+    v = verdicts(rec)
+    assert v["prefetch_check"]["verdict"] == "pass" and v["prefetch"]["verdict"] == "pass", rec["verdicts"]
+    assert rec["arm_checks"]["prefetch_check"] == {"evidence_failures": [], "correctness_failures": []}
+    assert sorted((c["workload"], c["concurrency"]) for c in v["prefetch"]["comparisons"]) == [
+        ("code", 1), ("code", 4), ("prose", 1), ("prose", 4)]
+    assert rec["conditions"]["prefetch_check"]["results"] == [], "the CHECK phase is never timed"
+    # exposed Engram time falls: rank 0's step time with the prefetch against the baseline's, at C1
+    step = {n: rec["conditions"][n]["decode_steps"]["C1"]["step_ms"]["median"] for n in ("baseline", "prefetch")}
+    print(step)
+    md = (run / "record.md").read_text()
+    print(md)
+    assert "| C | baseline (block size 3) | prefetch (block size 3) |" in md
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert fleet_state() == before and engine_healthy()
+
+
+def test_prefetch_mismatch_fails_the_check_phase_and_the_fleet_is_restored(tmp_path, packed, fast_engine):
+    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="prefetch_mismatch", LAB_ENGINE_STATS_SECONDS=1)
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, packed, trim=True)
+    _, rec = record(tmp_path / "rec")
+    assert rc != 0
+    failures = rec["arm_checks"]["prefetch_check"]["evidence_failures"]
+    for host, rank in (("spark1", 0), ("spark2", 1), ("spark3", 2)):
+        assert any(f.startswith("%s rank %d: check_nonzero present in the measured window: "
+                                "'DSV41 Engram prefetch CHECK: gathers differing from the synchronous path per "
+                                "layer = [2, 0]'" % (host, rank)) for f in failures), failures
+    assert rec["arm_checks"]["prefetch"] == {"refused": "arm prefetch_check must pass first in this run"}
+    assert rec["restore"]["equal"] is True and rec["proposals"] == []
+    assert fleet_state() == before and engine_healthy()
+    print(failures)
