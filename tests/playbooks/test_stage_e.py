@@ -38,6 +38,16 @@ def packed(mini_inventory):
     return mini_inventory
 
 
+@pytest.fixture(scope="module")
+def forwarded(packed):
+    """The lab's real-shaped launcher forwards DSV41_ENGRAM_PREFETCH but not its CHECK switch (as the
+    report's start.sh): the operator adds the forward the refusal names, through the converge."""
+    rc, out = playbook("site.yml", "--tags", "container_env", "-e", "container_env_add_forwards=true",
+                       inventories=packed)
+    assert rc == 0, out[-4000:]
+    return packed
+
+
 @pytest.fixture
 def fast_engine():
     knobs(LAB_ENGINE_SPEED=40)
@@ -60,7 +70,18 @@ def test_refused_before_any_host_is_touched_without_packed_shards(tmp_path, mini
     assert fleet_state() == before
 
 
-def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path, packed):
+def test_refused_while_the_check_switch_is_not_forwarded_naming_the_fix(tmp_path, packed):
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, packed)
+    assert rc != 0
+    out = flat(out)
+    assert ("DSV41_ENGRAM_PREFETCH_CHECK is not forwarded on the head and worker launch path (add it to start.sh "
+            "with `ansible-playbook site.yml --tags container_env -e container_env_add_forwards=true`)") in out
+    assert fleet_state() == before
+
+
+def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path, forwarded):
+    packed = forwarded
     before = fleet_state()
     rc, out = playbook("stage_e_prefetch.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path,
                        inventories=packed)
@@ -72,7 +93,8 @@ def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path, packe
     assert not any(tmp_path.iterdir()), "check mode writes no record"
 
 
-def test_stage_e_check_phase_at_zero_then_timed_prefetch_passes(tmp_path, packed, fast_engine):
+def test_stage_e_check_phase_at_zero_then_timed_prefetch_passes(tmp_path, forwarded, fast_engine):
+    packed = forwarded
     before = fleet_state()
     rc, out = run_stage(tmp_path, packed)
     run, rec = record(tmp_path / "rec")
@@ -93,7 +115,8 @@ def test_stage_e_check_phase_at_zero_then_timed_prefetch_passes(tmp_path, packed
     assert fleet_state() == before and engine_healthy()
 
 
-def test_prefetch_mismatch_fails_the_check_phase_and_the_fleet_is_restored(tmp_path, packed, fast_engine):
+def test_prefetch_mismatch_fails_the_check_phase_and_the_fleet_is_restored(tmp_path, forwarded, fast_engine):
+    packed = forwarded
     fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="prefetch_mismatch", LAB_ENGINE_STATS_SECONDS=1)
     before = fleet_state()
     rc, out = run_stage(tmp_path, packed, trim=True)
