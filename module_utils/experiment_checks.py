@@ -113,8 +113,9 @@ def preconditions(requires, facts):
     for switch in requires.get("switches_forwarded", []):
         missing = [path for path in ("head", "worker") if switch not in (fwd.get(path) or [])]
         if missing:
-            out.append("%s is not forwarded on the %s launch path (add it to start.sh with `ansible-playbook "
-                       "site.yml --tags container_env -e container_env_add_forwards=true`)" % (switch, " and ".join(missing)))
+            out.append("%s is not forwarded on the %s launch path (declare it in the inventory, off, and add the "
+                       "forward: `ansible-playbook site.yml --tags container_env -e container_env_add_forwards=true`)"
+                       % (switch, " and ".join(missing)))
     if requires.get("packed"):
         unpacked = sorted(h for h, p in (facts.get("packed") or {}).items() if not p)
         if unpacked or not facts.get("packed"):

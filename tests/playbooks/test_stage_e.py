@@ -41,9 +41,10 @@ def packed(mini_inventory):
 @pytest.fixture(scope="module")
 def forwarded(packed):
     """The lab's real-shaped launcher forwards DSV41_ENGRAM_PREFETCH but not its CHECK switch (as the
-    report's start.sh): the operator adds the forward the refusal names, through the converge."""
+    report's start.sh): the operator declares it, off, and adds the forward through the converge, as the
+    refusal says (here the declaration is an extra-vars override standing in for the inventory commit)."""
     rc, out = playbook("site.yml", "--tags", "container_env", "-e", "container_env_add_forwards=true",
-                       inventories=packed)
+                       "-e", '{"dsv41_launcher_overrides": {"DSV41_ENGRAM_PREFETCH_CHECK": "0"}}', inventories=packed)
     assert rc == 0, out[-4000:]
     return packed
 
@@ -75,8 +76,9 @@ def test_refused_while_the_check_switch_is_not_forwarded_naming_the_fix(tmp_path
     rc, out = run_stage(tmp_path, packed)
     assert rc != 0
     out = flat(out)
-    assert ("DSV41_ENGRAM_PREFETCH_CHECK is not forwarded on the head and worker launch path (add it to start.sh "
-            "with `ansible-playbook site.yml --tags container_env -e container_env_add_forwards=true`)") in out
+    assert ("DSV41_ENGRAM_PREFETCH_CHECK is not forwarded on the head and worker launch path (declare it in the "
+            "inventory, off, and add the forward: `ansible-playbook site.yml --tags container_env -e "
+            "container_env_add_forwards=true`)") in out
     assert fleet_state() == before
 
 

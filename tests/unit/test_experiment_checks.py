@@ -83,8 +83,8 @@ def test_preconditions_name_every_missing_thing():
     assert out == [
         "stage A has not passed on image sha256:ab (no stage_a entry in the validation ledger)",
         "engine feature folded_fence: adapter not in the image or not registered in its import hook",
-        "DSV41_FOLDED_FENCE is not forwarded on the worker launch path (add it to start.sh with `ansible-playbook "
-        "site.yml --tags container_env -e container_env_add_forwards=true`)",
+        "DSV41_FOLDED_FENCE is not forwarded on the worker launch path (declare it in the inventory, off, and add "
+        "the forward: `ansible-playbook site.yml --tags container_env -e container_env_add_forwards=true`)",
         "packed shards required: packed=True missing on spark2",
         "memory headroom 0.50 GiB per rank required; short: spark1 0.30 GiB"]
 
