@@ -523,14 +523,22 @@ def parse_parts(text):
 
 
 def is_up():
-    """True when all three hosts run, answer ssh as themselves and have their connection files."""
+    """True when all three hosts run the lab image of the current inputs (a stand-in edited since they
+    started means a stale image: they are brought up again, never reset onto old stand-in code), answer
+    ssh as themselves and have their connection files."""
     key = SSH_DIR / "id_ed25519"
     if not key.exists():
         return False
+    want = image_ref(base_ref())
     for host, spec in HOSTS.items():
-        res = run(["podman", "inspect", "--format", "{{.State.Status}}", container(host)], check=False, capture=True)
+        res = run(["podman", "inspect", "--format", "{{.State.Status}} {{.ImageName}}", container(host)],
+                  check=False, capture=True)
         conn = INVENTORY / "host_vars" / host / "lab_connection.yml"
-        if res.returncode != 0 or res.stdout.strip() != "running" or not conn.exists():
+        state, _, image = res.stdout.strip().partition(" ")
+        if res.returncode != 0 or state != "running" or not conn.exists():
+            return False
+        if image and image.replace("localhost/", "", 1) != want.replace("localhost/", "", 1):
+            log(f"{host} runs {image}, not the current lab image {want} (lab/ inputs changed)")
             return False
         port = run(["podman", "port", container(host), "22/tcp"], capture=True, check=False).stdout.strip()
         if f"ansible_port: {port.rsplit(':', 1)[-1]}" not in conn.read_text():

@@ -184,6 +184,24 @@ WantedBy=multi-user.target
 }
 
 
+def lab_site_env(text, addresses):
+    """launcher.env.site with the report fleet's addresses (HEAD_IP, WORKER_IPS, NFS_CLIENTS) replaced by the lab's:
+    the workers' rendezvous (DIST_INIT_ADDR=$HEAD_IP:$DIST_PORT) must reach the lab head, never an
+    address outside the lab."""
+    out = []
+    for line in text.splitlines(True):
+        if line.startswith("HEAD_IP="):
+            line = "HEAD_IP=%s\n" % addresses["spark1"]
+        elif line.startswith("WORKER_IPS="):
+            line = "WORKER_IPS='%s %s'\n" % (addresses["spark2"], addresses["spark3"])
+        elif line.startswith("NFS_CLIENTS="):
+            head = addresses["spark1"].split(".")
+            line = "NFS_CLIENTS=%s\n" % (".".join(head[:3] + ["0/24"]) if len(head) == 4 else
+                                         "'%s %s'" % (addresses["spark2"], addresses["spark3"]))
+        out.append(line)
+    return "".join(out)
+
+
 class Seeder:
     def __init__(self, host, root=None, variant=DEFAULT_VARIANT):
         if variant not in LAUNCHER_VARIANTS:
@@ -204,6 +222,18 @@ class Seeder:
         self.actions = []
 
     # -- helpers ------------------------------------------------------------------------------
+    def lab_addresses(self):
+        """{host: address} of the lab hosts as this host resolves them (the podman --add-host entries);
+        in --root test mode, the names themselves."""
+        if self.test_root:
+            return dict((h, h) for h in HOSTS)
+        import socket
+        try:
+            return dict((h, socket.gethostbyname(h)) for h in HOSTS)
+        except OSError as exc:
+            raise SystemExit("host_seed: cannot resolve the lab hosts (%s); refusing to seed the report's "
+                             "fleet addresses into a lab .env" % exc)
+
     def p(self, path):
         """A host path (under --root in tests; paths already under it are returned unchanged)."""
         path = Path(path)
@@ -313,8 +343,8 @@ class Seeder:
         if self.spec["role"] == "head":
             # the inventory's rendered baseline, then keys the inventory does not declare (a real fleet's
             # .env holds both: addresses, HCAs, NFS, NCCL, ssh identity, ports)
-            self.write(base / ".env", (HERE / "launcher.env").read_bytes() + (HERE / "launcher.env.site").read_bytes(),
-                       mode=0o600)
+            site = lab_site_env((HERE / "launcher.env.site").read_text(), self.lab_addresses())
+            self.write(base / ".env", (HERE / "launcher.env").read_bytes() + site.encode(), mode=0o600)
             self.write(base / ".env.example", (HERE / "launcher.env.example").read_bytes(), mode=0o644)
             self.mkdir(base / "logs")
             self.write(base / "logs" / "dsv41.log", (HERE / "dsv41.log").read_bytes(), mode=0o644)

@@ -640,7 +640,13 @@ def test_host_seed_spark1(tmp_path, dk):
     root = tmp_path / "spark1"
     seed("spark1", root)
     co = root / "home/mia/dsv41-3x-spark"
-    assert (co / ".env").read_text() == (LAB / "seed/launcher.env").read_text() + (LAB / "seed/launcher.env.site").read_text()
+    site = (LAB / "seed/launcher.env.site").read_text()
+    # the report fleet's addresses are replaced by the lab's (here, in --root mode, the host names)
+    assert "HEAD_IP=192.168.100.11\n" in site and "192.168." not in (co / ".env").read_text()
+    site = site.replace("HEAD_IP=192.168.100.11", "HEAD_IP=spark1").replace(
+        "WORKER_IPS='192.168.100.12 192.168.100.13'", "WORKER_IPS='spark2 spark3'").replace(
+        "NFS_CLIENTS=192.168.100.0/24", "NFS_CLIENTS='spark2 spark3'")
+    assert (co / ".env").read_text() == (LAB / "seed/launcher.env").read_text() + site
     assert (co / ".env").stat().st_mode & 0o777 == 0o600
     assert (co / ".env.example").read_text() == (LAB / "seed/launcher.env.example").read_text()
     # the default launcher variant, recorded for the lab's users
