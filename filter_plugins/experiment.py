@@ -12,11 +12,11 @@ def _module_utils():
     path = str(Path(__file__).resolve().parent.parent / "module_utils")
     if path not in list(amu.__path__):
         amu.__path__.append(path)
-    from ansible.module_utils import decode_steps, experiment_checks, experiment_snapshot
-    return experiment_checks, experiment_snapshot, decode_steps
+    from ansible.module_utils import decode_steps, experiment_checks, experiment_snapshot, memory_ledger, meminfo
+    return experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo
 
 
-_checks, _snapshot, _steps = _module_utils()
+_checks, _snapshot, _steps, _ledger, _meminfo = _module_utils()
 
 
 def dsv41_experiment_evidence(evidence, logs, ranks, profiles=None):
@@ -59,6 +59,28 @@ def dsv41_experiment_decode_steps(logs, ranks, concurrency=(1, 2, 4)):
     return _steps.condition_steps(logs or {}, ranks or {}, concurrency)
 
 
+def _mem_available_gib(text):
+    if not text:
+        return None
+    value = _meminfo.parse_meminfo(text).get("MemAvailable")
+    return None if value is None else round(value / float(1 << 30), 2)
+
+
+def dsv41_memory_ledger(logs, ranks, meminfo_before=None, meminfo_after=None):
+    """{host: ledger} of a condition: rank_ledger of each rank's latest boot (module_utils/memory_ledger.py)
+    with the host's MemAvailable (GiB) read before the restart and after the boot (/proc/meminfo texts)."""
+    out = _ledger.fleet_ledger(logs or {}, ranks or {})
+    for host, led in out.items():
+        led["mem_available_before_gib"] = _mem_available_gib((meminfo_before or {}).get(host))
+        led["mem_available_after_gib"] = _mem_available_gib((meminfo_after or {}).get(host))
+    return out
+
+
+def dsv41_memory_floor_failures(ledger, floor_gib):
+    """Failure messages of the ranks that keep less than floor_gib for serving (empty = pass)."""
+    return _ledger.floor_failures(ledger or {}, floor_gib)
+
+
 class FilterModule:
     """Experiment filters."""
 
@@ -72,4 +94,6 @@ class FilterModule:
             "dsv41_experiment_needs_profile": dsv41_experiment_needs_profile,
             "dsv41_experiment_phase_seconds": dsv41_experiment_phase_seconds,
             "dsv41_experiment_decode_steps": dsv41_experiment_decode_steps,
+            "dsv41_memory_ledger": dsv41_memory_ledger,
+            "dsv41_memory_floor_failures": dsv41_memory_floor_failures,
         }

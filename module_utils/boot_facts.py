@@ -34,7 +34,10 @@ class BootFacts(object):
         self.pool_sizes = []          # every pool line of the boot, in order (capped, latest kept)
         self.pool_count = 0
         self.max_total = None
-        self.startup = {"load_weight": [], "load_weight_begin": None, "memory_pool_end": None}
+        # load_weight_begin: the latest begin line (the draft's); first_load_weight_begin: the boot's
+        # first (free memory before any weight was loaded, the start of the memory ledger)
+        self.startup = {"load_weight": [], "load_weight_begin": None, "first_load_weight_begin": None,
+                        "memory_pool_end": None}
         self.graphs = {}              # 'target'/'draft' -> {'begin': {...}, 'end': {...}}
         self.graph_shapes = {}        # 'target'/'draft' -> captured batch sizes
         self.autotune = {"disagree": 0, "runs": [], "run_count": 0, "completed": 0,
@@ -166,6 +169,7 @@ class BootFacts(object):
             "pool_count": self.pool_count,
             "max_total": clean(self.max_total),
             "startup": {"load_weight_begin": clean(self.startup["load_weight_begin"]),
+                        "first_load_weight_begin": clean(self.startup["first_load_weight_begin"]),
                         "load_weight": [clean(x) for x in self.startup["load_weight"]],
                         "memory_pool_end": clean(self.startup["memory_pool_end"])},
             "graphs": dict((p, dict((ph, clean(v)) for ph, v in g.items())) for p, g in self.graphs.items()),
@@ -268,6 +272,8 @@ class BootState(object):
             if step == "load_weight_end":
                 _capped_append(facts.startup["load_weight"], f)
             else:
+                if step == "load_weight_begin" and facts.startup["first_load_weight_begin"] is None:
+                    facts.startup["first_load_weight_begin"] = f
                 facts.startup[step] = f
         elif kind == "graph":
             facts.graphs.setdefault(f["pass"], {})[f["phase"]] = f

@@ -69,6 +69,9 @@ def normalise(doc):
         "baseline": {"settings": dict(baseline.get("settings", {})),
                      "labels": dict(base_bench["labels"], **baseline.get("labels", {})),
                      "evidence": shared_ev, "correctness": shared_corr, "benchmark": base_bench},
+        "memory": {"floor_gib": doc.get("memory", {}).get("floor_gib", 0),
+                   "compare_with": list(doc.get("memory", {}).get("compare_with", ["baseline"])),
+                   "reference": [dict(r) for r in doc.get("memory", {}).get("reference", [])]},
         "arms": arms,
     }
 
@@ -87,6 +90,11 @@ def plan_lines(defn):
         lines.append("applies only where the engine has: %s" % ", ".join(defn["applicable_if"]["engine_features"]))
     lines.append("baseline: the inventory's launcher settings%s" % (
         " with %s" % _fmt(defn["baseline"]["settings"]) if defn["baseline"]["settings"] else ""))
+    mem = defn.get("memory") or {}
+    if mem.get("floor_gib") or mem.get("reference"):
+        lines.append("memory ledger on every rank%s; differences against %s" % (
+            ", floor %.2f GiB for serving" % mem["floor_gib"] if mem.get("floor_gib") else "",
+            ", ".join(mem.get("compare_with") or ["baseline"])))
     for arm in defn["arms"]:
         change = _fmt(arm["settings"]) if arm["settings"] else "hook %s" % arm["hook"]
         bench = arm["benchmark"]

@@ -149,6 +149,7 @@ def markdown(record):
             if r["workload"] == workload:
                 out.append("| " + " | ".join(["C%d" % r["concurrency"], r["baseline"]] + [r[a] for a in arms]) + " |")
     out += condition_table(record["conditions"], ["baseline"] + arms)
+    out += memory_tables(d, record["conditions"], ["baseline"] + arms)
     if record.get("restore"):
         rs = record["restore"]
         out += ["", "## Restore", "", "Fleet equal to the snapshot: **%s**" % ("yes" if rs.get("equal") else "NO")]
@@ -204,6 +205,58 @@ def condition_table(conditions, order):
             "`#running-req * accept len / gen throughput` per step; median [min..max].", "",
             "| condition | apply | boot | benchmark | evidence | total | lines | tokens/step | step ms |",
             "|---|---|---|---|---|---|---|---|---|"] + rows
+
+
+def _g(value):
+    return "-" if value is None else "%.2f" % value
+
+
+def _m(value):
+    return "-" if value is None else "%+.1f" % value
+
+
+def memory_tables(definition, conditions, order):
+    """The memory ledger of every condition per rank, then each arm's differences (MiB) against the
+    definition's compare_with conditions, with the reference figures (the report's) beside them."""
+    from ansible.module_utils import memory_ledger as ml
+    led = dict((n, conditions[n].get("memory")) for n in order if n in conditions and conditions[n].get("memory"))
+    if not led:
+        return []
+    out = ["", "## Memory ledger per rank (GiB as the engine prints GB; MemAvailable from /proc/meminfo)", "",
+           "| condition | rank | MemAvailable before / after boot | free before load | after target | after draft "
+           "| weights | after KV pool | capture low | left for serving | KV pool (requested) | start-up s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name in order:
+        for host, r in sorted((led.get(name) or {}).items(), key=lambda kv: str(kv[1].get("rank"))):
+            kv = "-" if r.get("kv_pool_tokens") is None else "{:,}".format(r["kv_pool_tokens"])
+            if r.get("kv_requested_tokens"):
+                kv += " ({:,}{})".format(r["kv_requested_tokens"], ", clamped" if r.get("kv_clamped") else "")
+            out.append("| %s | %s (%s) | %s / %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                name, host, r.get("rank"), _g(r.get("mem_available_before_gib")), _g(r.get("mem_available_after_gib")),
+                _g(r.get("free_before_load_gib")), _g(r.get("after_target_load_gib")), _g(r.get("after_draft_load_gib")),
+                _g(r.get("weights_gib")), _g(r.get("after_kv_pool_gib")), _g(r.get("capture_low_gib")),
+                _g(r.get("serving_free_gib")), kv, "-" if r.get("startup_s") is None else "%.0f" % r["startup_s"]))
+    mem = definition.get("memory") or {}
+    refs = mem.get("reference") or []
+    rows = []
+    for name in order[1:]:
+        for vs in mem.get("compare_with") or ["baseline"]:
+            if vs == name or name not in led or vs not in led:
+                continue
+            ref = [r for r in refs if r["arm"] == name and r["vs"] == vs]
+            ref_text = "; ".join("%+.1f MiB %s%s" % (r["mib"], r.get("what", "weights"),
+                                                     " (%s)" % r["why"] if r.get("why") else "") for r in ref) or "-"
+            for host, diff in sorted(ml.difference(led[name], led[vs]).items()):
+                rows.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    name, vs, host, _m(diff["weights_mib"]), _m(diff["capture_low_mib"]),
+                    _m(diff["serving_free_mib"]), "-" if diff["kv_pool_tokens"] is None else "%+d" % diff["kv_pool_tokens"],
+                    ref_text))
+    if rows:
+        out += ["", "## Memory differences (MiB, arm minus reference condition; weights negative = saved, "
+                "free memory positive = gained)", "",
+                "| arm | against | host | weights | capture low | left for serving | KV pool tokens | reference |",
+                "|---|---|---|---|---|---|---|---|"] + rows
+    return out
 
 
 def _label(labels):

@@ -261,6 +261,25 @@ ARM = {
         "acceptance": dict(ACCEPTANCE, required=()),        # key by key over the shared rule
     },
 }
+MEMORY_REFERENCE = {
+    "type": dict, "required": ("arm", "vs", "mib"),
+    "keys": {
+        "arm": _name,          # the condition measured
+        "vs": _name,           # against this condition (baseline or an arm)
+        "mib": lambda where, value, ctx: None if isinstance(value, (int, float)) and not isinstance(value, bool)
+        else ctx.fail(where, "must be a number of MiB (negative = saved), got %r" % (value,)),
+        "what": _str,          # which figure: weights (default)
+        "why": _str,           # where the reference comes from (the report)
+    },
+}
+MEMORY = {
+    "type": dict,
+    "keys": {
+        "floor_gib": _number,                    # every rank keeps at least this for serving, or the arm fails
+        "compare_with": _list_of(_name),         # conditions each arm's ledger is differenced against
+        "reference": {"type": list, "items": MEMORY_REFERENCE},   # figures printed beside the measured ones
+    },
+}
 DEFINITION = {
     "type": dict, "required": ("schema_version", "name", "stage", "description", "arms", "benchmark",
                                "acceptance"),
@@ -276,6 +295,7 @@ DEFINITION = {
         "correctness": _named_checks(CORRECTNESS_CHECKS, CHECK_PARAMS),
         "benchmark": BENCHMARK,
         "acceptance": ACCEPTANCE,
+        "memory": MEMORY,                                # the memory ledger's floor, comparisons, references
         "arms": {"type": list, "items": ARM, "min_items": 1},
     },
 }
@@ -343,6 +363,15 @@ def _cross_checks(doc, ctx, stem):
                 ctx.fail(at + ".requires.arms_passed", "%r is not an earlier arm of this definition" % dep)
         if arm.get("timed", True) is False and "benchmark" in arm:
             ctx.fail(at + ".benchmark", "an untimed arm (timed: false) has no benchmark plan")
+    known = ["baseline"] + names
+    for i, name in enumerate(doc.get("memory", {}).get("compare_with", [])):
+        if name not in known:
+            ctx.fail("memory.compare_with[%d]" % i, "%r is not the baseline or an arm of this definition" % name)
+    for i, ref in enumerate(doc.get("memory", {}).get("reference", [])):
+        for key in ("arm", "vs"):
+            if ref[key] not in known:
+                ctx.fail("memory.reference[%d].%s" % (i, key), "%r is not the baseline or an arm of this definition"
+                         % ref[key])
     for where, evidence in _evidence_blocks(doc):
         for kind in ("must", "must_not"):
             for j, line in enumerate(evidence.get(kind, [])):

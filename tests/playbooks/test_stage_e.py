@@ -39,14 +39,22 @@ def packed(mini_inventory):
 
 
 @pytest.fixture(scope="module")
-def forwarded(packed):
+def forwarded(packed, tmp_path_factory):
     """The lab's real-shaped launcher forwards DSV41_ENGRAM_PREFETCH but not its CHECK switch (as the
-    report's start.sh): the operator declares it, off, and adds the forward through the converge, as the
-    refusal says (here the declaration is an extra-vars override standing in for the inventory commit)."""
+    report's start.sh): the operator declares the switch in the inventory, off, and adds the forward
+    through the converge, as the refusal says. The declaration is an inventory layer here (what the
+    operator would commit); every later run reads it."""
+    inv = tmp_path_factory.mktemp("declared")
+    (inv / "group_vars").mkdir()
+    (inv / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
+    (inv / "group_vars" / "dsv41_ranks.yml").write_text(
+        "---\ndsv41_launcher_overrides:\n  DSV41_ENGRAM_PREFETCH_CHECK: \"0\"\n")
+    inventories = packed + (inv,)
     rc, out = playbook("site.yml", "--tags", "container_env", "-e", "container_env_add_forwards=true",
-                       "-e", '{"dsv41_launcher_overrides": {"DSV41_ENGRAM_PREFETCH_CHECK": "0"}}', inventories=packed)
+                       inventories=inventories)
     assert rc == 0, out[-4000:]
-    return packed
+    assert "DSV41_ENGRAM_PREFETCH_CHECK" in flat(out)
+    return inventories
 
 
 @pytest.fixture
