@@ -132,6 +132,10 @@ def preconditions(requires, facts):
     return out
 
 
+# The prompt set the short_prefill check sends (roles/benchmark/files/prompts/short.json: a few tokens each).
+SHORT_WORKLOAD = "short"
+
+
 def correctness_failures(checks, results, run_logs=None):
     """Named correctness checks against the arm's decode_bench results and its rank-0 run log."""
     out = []
@@ -164,6 +168,18 @@ def correctness_failures(checks, results, run_logs=None):
                 if r.get("degenerate_outputs"):
                     out.append("finite_outputs: %s C%d %d answer(s) made of one repeated token"
                                % (r["workload"], r["concurrency"], r["degenerate_outputs"]))
+        elif name == "short_prefill":
+            short = [r for r in results if r.get("workload") == SHORT_WORKLOAD]
+            if not short:
+                out.append("short_prefill: no prompt of the %r set was answered" % SHORT_WORKLOAD)
+            for r in short:
+                if r.get("failed_requests") or not r.get("complete", True):
+                    out.append("short_prefill: %s C%d %d of the short prompts failed (%s)" % (
+                        r["workload"], r["concurrency"], r.get("failed_requests") or 0,
+                        ", ".join("%s x%d" % kv for kv in sorted((r.get("error_codes") or {}).items())) or "incomplete"))
+                odd = dict((k, v) for k, v in (r.get("finish_reasons") or {}).items() if k not in ("stop", "length"))
+                if odd:
+                    out.append("short_prefill: %s C%d finished %s" % (r["workload"], r["concurrency"], odd))
         elif name == "no_abort":
             for r in results:
                 n = (r.get("finish_reasons") or {}).get("abort", 0)

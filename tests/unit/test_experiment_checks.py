@@ -144,3 +144,30 @@ def test_phase_seconds_from_clock_marks_strings_included():
     # set_fact hands the marks over as strings
     out = filters.dsv41_experiment_phase_seconds({"start": "10.0", "applied": "12.5", "booted": "70.04"})
     assert out == {"apply_s": 2.5, "boot_s": 57.5, "benchmark_s": None, "evidence_s": None, "total_s": None}
+
+
+def _short(**kw):
+    return dict({"workload": "short", "concurrency": 1, "complete": True, "failed_requests": 0,
+                 "finish_reasons": {"stop": 12, "length": 8}}, **kw)
+
+
+def test_short_prefill_reads_the_short_prompt_answers():
+    check = [{"name": "short_prefill", "args": {"max_prompt_tokens": 16}}]
+    assert filters.dsv41_experiment_correctness(check, [_short()]) == []
+    assert filters.dsv41_experiment_correctness(check, [{"workload": "prose", "concurrency": 1}]) == [
+        "short_prefill: no prompt of the 'short' set was answered"]
+    out = filters.dsv41_experiment_correctness(check, [_short(failed_requests=2, error_codes={"503": 2},
+                                                               finish_reasons={"stop": 18, "abort": 2})])
+    assert out == ["short_prefill: short C1 2 of the short prompts failed (503 x2)",
+                   "short_prefill: short C1 finished {'abort': 2}"]
+
+
+def test_the_short_prompt_set_is_short():
+    import json
+    from pathlib import Path
+    prompts = json.loads((Path(__file__).resolve().parents[2] / "roles" / "benchmark" / "files" / "prompts"
+                          / "short.json").read_text())
+    # a few tokens each: at most 4 words and 16 characters (well under max_prompt_tokens 16 in stage D)
+    assert len(prompts) >= 4
+    assert all(len(p["messages"][0]["content"].split()) <= 4 and len(p["messages"][0]["content"]) <= 16
+               for p in prompts)

@@ -41,8 +41,8 @@ def test_every_stage_definition_is_valid_and_names_its_file(path):
         assert arm["settings"] or arm["hook"]
 
 
-def test_the_three_stages_are_defined():
-    assert {p.stem for p in DEFS} >= {"stage_c_fence", "stage_d_wo_a", "stage_e_prefetch"}
+def test_the_stages_are_defined():
+    assert {p.stem for p in DEFS} >= {"stage_c_fence", "stage_d_wo_a", "stage_e_prefetch", "stage_f_drop"}
 
 
 def test_stage_c_arm_carries_shared_and_own_evidence():
@@ -196,3 +196,30 @@ def test_module_refuses_an_unknown_key_naming_file_and_key(monkeypatch, capsys, 
 def test_module_names_a_missing_file(monkeypatch, capsys, tmp_path):
     out = run_module(experiment_definition.main, {"path": str(tmp_path / "none.yml")})
     assert out["failed"] and "none.yml: cannot read the experiment definition" in out["msg"]
+
+
+def test_stage_f_memory_block_normalised_and_printed_in_the_plan():
+    d = es.load_text((ROOT / "experiments" / "stage_f_drop.yml").read_text(), "stage_f_drop.yml", "stage_f_drop")
+    assert d["memory"]["floor_gib"] == 1.0 and d["memory"]["compare_with"] == ["baseline", "twin_only"]
+    assert {(r["arm"], r["vs"], r["mib"]) for r in d["memory"]["reference"]} == {
+        ("twin_only", "baseline", 688), ("drop", "baseline", -688), ("drop", "twin_only", -1376),
+        ("draft_head_fp8", "baseline", 210.6)}
+    drop = [a for a in d["arms"] if a["name"] == "drop"][0]
+    assert drop["requires"]["validations"] == ["wo_a_w8"]
+    assert "memory ledger on every rank, floor 1.00 GiB for serving; differences against baseline, twin_only" \
+        in es.plan_lines(d)
+    c = es.load_text((ROOT / "experiments" / "stage_c_fence.yml").read_text(), "c.yml", "stage_c_fence")
+    assert c["memory"] == {"floor_gib": 0, "compare_with": ["baseline"], "reference": []}
+
+
+@pytest.mark.parametrize("memory,where", [
+    ({"floor": 1}, "memory.floor: unknown key"),
+    ({"compare_with": ["twin"]}, "memory.compare_with[0]: 'twin' is not the baseline or an arm"),
+    ({"reference": [{"arm": "fence", "vs": "baseline", "mib": "688"}]}, "memory.reference[0].mib: must be a number"),
+    ({"reference": [{"arm": "drop", "vs": "baseline", "mib": 1}]}, "memory.reference[0].arm: 'drop' is not"),
+    ({"floor_gib": -1}, "memory.floor_gib: must be a number >= 0"),
+])
+def test_memory_block_refuses_what_it_cannot_mean(memory, where):
+    doc = stage_c()
+    doc["memory"] = memory
+    assert "experiments/x.yml: %s" % where in refused(doc)

@@ -1,0 +1,141 @@
+"""Stage F (DROP and the draft FP8 head, memory first) through the experiment engine, on the lab.
+
+DROP runs only with a wo_a_w8 validation in the ledger for the running image: the refusal is shown
+first, then the validation is given as an inventory layer (what the operator commits after stage D's
+record proposes it). Lab figures come from the engine stand-in's memory model (lab/standins/
+dsv41_engine.py: twins +688 MiB, DROP releases 41 copies of 32 MiB, 2 kept; the draft head +210.6 MiB),
+printed beside the report's reference figures.
+"""
+import re
+
+import pytest
+
+import yaml
+
+from experiment_lab import (ROOT, clear_knobs, engine_healthy, flat, fleet_state, knobs, lab_definition, record,
+                            verdicts)
+from labhelpers import LAB_INVENTORY, lab, playbook
+
+RUN = ("-e", "maintenance_window=true")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_lab():
+    lab("reset")
+    yield
+
+
+@pytest.fixture(scope="module")
+def image_digest(tmp_path_factory):
+    """The running image's digest as the stage reads it (its check-mode facts)."""
+    rc, out = playbook("stage_f_drop.yml", "--check", "-e",
+                       "experiment_record_root=%s" % tmp_path_factory.mktemp("digest"))
+    m = re.search(r"image_digest: (\S+)", out)
+    assert m, out[-3000:]
+    return m.group(1)
+
+
+@pytest.fixture(scope="module")
+def validated(image_digest, tmp_path_factory):
+    """The lab inventory with the wo_a_w8 validation for the running image (an inventory layer)."""
+    inv = tmp_path_factory.mktemp("validated")
+    (inv / "group_vars").mkdir()
+    (inv / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
+    (inv / "group_vars" / "dsv41_ranks.yml").write_text(
+        "---\ndsv41_validations:\n  - {name: wo_a_w8, image_digest: '%s', record: records/experiments/d/record.json}\n"
+        % image_digest)
+    return (LAB_INVENTORY, inv)
+
+
+@pytest.fixture
+def fast_engine():
+    knobs(LAB_ENGINE_SPEED=40)
+    yield knobs
+    clear_knobs()
+
+
+def run_stage(tmp_path, inventories, **definition):
+    return playbook("stage_f_drop.yml", *RUN, "-e", lab_definition(tmp_path, "stage_f_drop", **definition),
+                    "-e", "experiment_record_root=%s" % (tmp_path / "rec"), inventories=inventories)
+
+
+def test_drop_without_the_w8_validation_is_refused_before_any_host_is_touched(tmp_path, image_digest):
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, (LAB_INVENTORY,))
+    assert rc != 0
+    out = flat(out)
+    assert "stage_f_drop refused, nothing changed:" in out
+    assert '"drop": ["validation wo_a_w8 is not in the ledger for image %s"]' % image_digest in out
+    assert fleet_state() == before
+
+
+def test_check_mode_prints_the_plan_with_the_memory_ledger_and_changes_nothing(tmp_path, validated):
+    before = fleet_state()
+    rc, out = playbook("stage_f_drop.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path,
+                       inventories=validated)
+    assert rc == 0, out[-3000:]
+    out = flat(out)
+    assert "memory ledger on every rank, floor 1.00 GiB for serving; differences against baseline, twin_only" in out
+    assert "twin_only: []" in out and "drop: []" in out and "draft_head_fp8: []" in out
+    assert fleet_state() == before
+    assert not any(tmp_path.iterdir())
+
+
+def test_stage_f_ledger_against_both_baselines(tmp_path, validated, fast_engine):
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, validated)
+    run, rec = record(tmp_path / "rec")
+    assert rc == 0, out[-4000:]
+    v = verdicts(rec)
+    assert {a: v[a]["verdict"] for a in v} == {"twin_only": "pass", "drop": "pass", "draft_head_fp8": "pass"}
+    mem = {name: rec["conditions"][name]["memory"] for name in ("baseline", "twin_only", "drop", "draft_head_fp8")}
+    for name, ledger in mem.items():
+        assert sorted(ledger) == ["spark1", "spark2", "spark3"]
+        for host, led in ledger.items():
+            assert led["missing"] == [] and led["kv_pool_tokens"] > 0 and led["serving_free_gib"] >= 1.0, (name, host, led)
+    # what the lab's model gives (weights per rank): twins +688 MiB; DROP -1312 against twin-only
+    def weights_delta(arm, ref, host="spark1"):
+        return round((mem[arm][host]["weights_gib"] - mem[ref][host]["weights_gib"]) * 1024)
+    assert abs(weights_delta("twin_only", "baseline") - 688) <= 6       # the engine prints GB with 2 decimals
+    assert abs(weights_delta("drop", "twin_only") + 1312) <= 6
+    assert abs(weights_delta("draft_head_fp8", "baseline") - 211) <= 6
+    md = (run / "record.md").read_text()
+    print(md)
+    assert "## Memory ledger per rank" in md and "## Memory differences" in md
+    assert "| drop | twin_only | spark1 |" in md and "-1376.0 MiB weights (report: the gross release" in md
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert fleet_state() == before and engine_healthy()
+
+
+def test_a_boot_that_runs_out_of_memory_fails_its_arm_and_rolls_back(tmp_path, validated, fast_engine):
+    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="oom_at_boot")
+    before = fleet_state()
+    doc_arms = [a for a in yaml.safe_load((ROOT / "experiments" / "stage_f_drop.yml").read_text())["arms"]
+                if a["name"] == "draft_head_fp8"]
+    rc, out = run_stage(tmp_path, validated, trim=True, arms=doc_arms)
+    _, rec = record(tmp_path / "rec")
+    assert rc != 0
+    failures = rec["arm_checks"]["draft_head_fp8"]["evidence_failures"]
+    assert failures[0].startswith("did not complete: ") and any(
+        "torch.OutOfMemoryError: CUDA out of memory" in f for f in failures), failures
+    # the ledger of the failed boot goes as far as the boot got
+    led = rec["conditions"]["draft_head_fp8"]["memory"]["spark1"]
+    assert led["after_draft_load_gib"] is not None and "capture_low_gib" in led["missing"]
+    assert rec["restore"]["equal"] is True
+    assert fleet_state() == before and engine_healthy()
+
+
+def test_an_arm_below_the_memory_floor_fails_and_rolls_back(tmp_path, validated, fast_engine):
+    before = fleet_state()
+    doc = yaml.safe_load((ROOT / "experiments" / "stage_f_drop.yml").read_text())
+    arms = [a for a in doc["arms"] if a["name"] == "draft_head_fp8"]
+    memory = dict(doc["memory"], floor_gib=50.0, compare_with=["baseline"],
+                  reference=[r for r in doc["memory"]["reference"] if r["arm"] == "draft_head_fp8"])
+    rc, out = run_stage(tmp_path, validated, trim=True, arms=arms, memory=memory)
+    _, rec = record(tmp_path / "rec")
+    assert rc != 0
+    failures = rec["arm_checks"]["draft_head_fp8"]["evidence_failures"]
+    assert any(re.match(r"memory: spark1 rank 0 keeps \d+\.\d\d GiB for serving, below the floor 50\.00 GiB", f)
+               for f in failures), failures
+    assert verdicts(rec)["draft_head_fp8"]["verdict"] == "fail"
+    assert rec["restore"]["equal"] is True and fleet_state() == before
