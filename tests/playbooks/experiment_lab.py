@@ -39,13 +39,16 @@ def engine_healthy():
 
 
 def knobs(**values):
-    """Write the lab engine's knob file on the head (every rank's container start reads it)."""
+    """Write the lab engine's knob file on every host (each container start reads its own host's): a fault
+    that is a property of the image (g4_not_taken) then holds on every rank, as it would on the fleet."""
     text = "".join("%s=%s\n" % kv for kv in sorted(values.items()))
-    sh("spark1", "printf '%%s' '%s' > %s" % (text, KNOBS))
+    for host in HOSTS:
+        sh(host, "mkdir -p %s && printf '%%s' '%s' > %s" % (KNOBS.rsplit("/", 1)[0], text, KNOBS))
 
 
 def clear_knobs():
-    sh("spark1", "rm -f %s" % KNOBS)
+    for host in HOSTS:
+        sh(host, "rm -f %s" % KNOBS)
 
 
 def lab_definition(tmp_path, name, trim=False, **changes):

@@ -1,18 +1,14 @@
 """Stage C (folded-result fence) through the experiment engine, on the lab.
 
 Each run writes its record under tmp_path (-e experiment_record_root); the lab engine's request path is
-sped up through its host-side knob file on the head (LAB_ENGINE_SPEED), which the tests remove again.
+sped up through the host-side knob files (LAB_ENGINE_SPEED, tests/playbooks/experiment_lab.py), which the tests remove again.
 """
-import json
-
 import pytest
 import yaml
 
-from labhelpers import ROOT, lab, playbook, sh
-
-HOSTS = ("spark1", "spark2", "spark3")
-KNOBS = "/etc/dsv41-lab/engine.env"
-HOOK = "/home/mia/dsv41-3x-spark/adapter/sitecustomize.py"
+from experiment_lab import (HOOK, ROOT, clear_knobs, fleet_state, knobs, lab_definition as _lab_definition,
+                            record)
+from labhelpers import lab, playbook, sh
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -21,44 +17,15 @@ def fresh_lab():
     yield
 
 
-def knobs(**values):
-    text = "".join("%s=%s\n" % kv for kv in sorted(values.items()))
-    sh("spark1", "printf '%%s' '%s' > %s" % (text, KNOBS))
-
-
 @pytest.fixture
 def fast_engine():
     knobs(LAB_ENGINE_SPEED=40)
     yield knobs
-    sh("spark1", "rm -f %s" % KNOBS)
-
-
-def fleet_state():
-    """What the snapshot covers, read directly on the hosts (not through the role)."""
-    out = {}
-    for host in HOSTS:
-        home = "/home/mia" if host == "spark1" else "/home/zurih"
-        out[host] = sh(host, "cd %s/dsv41-3x-spark && sha256sum .env start.sh adapter/*.py 2>/dev/null; "
-                             "docker inspect --format '{{.Image}}' %s" % (home, "dsv41-head" if host == "spark1"
-                                                                          else "dsv41-worker"), check=False)
-    return out
+    clear_knobs()
 
 
 def lab_definition(tmp_path):
-    """Stage C's definition with regression allowed: on a shared lab machine the stand-in's timings move with
-    the load of other work, so a noise 'loss' must not decide these tests; evidence, correctness and the
-    restore do (the speed rule itself is unit-tested in tests/unit/test_experiment_stats.py)."""
-    doc = yaml.safe_load((ROOT / "experiments" / "stage_c_fence.yml").read_text())
-    doc["acceptance"]["regression_allowed"] = True
-    path = tmp_path / "def" / "stage_c_fence.yml"
-    path.parent.mkdir()
-    path.write_text(yaml.safe_dump(doc))
-    return "experiment_definition_file=%s" % path
-
-
-def record(root):
-    (run,) = [p for p in root.iterdir() if p.is_dir()]
-    return run, json.loads((run / "record.json").read_text())
+    return _lab_definition(tmp_path, "stage_c_fence")
 
 
 def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path):

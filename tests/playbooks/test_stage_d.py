@@ -166,7 +166,7 @@ def test_a_run_killed_in_an_arm_is_finished_by_rollback(tmp_path, fast_engine):
     assert killed, out[-3000:]
     (run,) = [p for p in root.iterdir() if p.is_dir()]
     assert fleet_state() != before, "killed with the w8 settings in place"
-    rc, out = playbook("rollback.yml", "-e", "experiment_rollback_run=%s" % run.name,
+    rc, out = playbook("rollback.yml", *RUN, "-e", "experiment_rollback_run=%s" % run.name,
                        "-e", "experiment_record_root=%s" % root)
     assert rc == 0, out[-4000:]
     assert "The fleet equals run %s's snapshot." % run.name in flat(out)
