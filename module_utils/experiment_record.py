@@ -137,17 +137,19 @@ def markdown(record):
         out.append("- **%s**: %s%s" % (v["arm"], v["verdict"].upper(),
                                        "; " + "; ".join(v["reasons"]) if v["reasons"] else ""))
     arms = [v["arm"] for v in verdicts]
+    untimed = set(a["name"] for a in d.get("arms", []) if a.get("timed") is False)
+    timed = [a for a in arms if a not in untimed]   # a validation phase is never timed: no column
     labels = record.get("labels", {})
     rows = table_rows(d, record["conditions"], verdicts)
     metric = verdicts[0]["metric"] if verdicts else "aggregate_tok_s"
     for workload in sorted(set(r["workload"] for r in rows)):
         out += ["", "## %s: %s, median [min..max] over measured repetitions" % (workload, metric), ""]
         head = ["C"] + ["baseline%s" % _label(labels.get("baseline"))] + [
-            "%s%s" % (a, _label(labels.get(a))) for a in arms]
+            "%s%s" % (a, _label(labels.get(a))) for a in timed]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in rows:
             if r["workload"] == workload:
-                out.append("| " + " | ".join(["C%d" % r["concurrency"], r["baseline"]] + [r[a] for a in arms]) + " |")
+                out.append("| " + " | ".join(["C%d" % r["concurrency"], r["baseline"]] + [r[a] for a in timed]) + " |")
     out += condition_table(record["conditions"], ["baseline"] + arms)
     out += memory_tables(d, record["conditions"], ["baseline"] + arms)
     if record.get("restore"):

@@ -166,3 +166,11 @@ def test_condition_steps_say_why_a_figure_is_missing():
     assert out["all"]["missing"] == "no Decode batch line in the latest boot"
     assert er.condition_table({"baseline": {"decode_steps": out, "timing": {}}}, ["baseline"])[-1] == (
         "| baseline | - | - | - | - | - | all | n/a (no Decode batch line in the latest boot) | - |")
+
+
+def test_markdown_has_no_column_for_an_untimed_validation_phase():
+    d = definition("stage_e_prefetch")
+    conds = {"baseline": {"results": [res("prose", 1, BASE)]}, "prefetch_check": {"results": []},
+             "prefetch": {"results": [res("prose", 1, [100, 101, 99, 100, 102])]}}
+    text = er.markdown({"definition": d, "conditions": conds, "verdicts": er.evaluate(d, conds, {})})
+    assert "| C | baseline | prefetch |" in text and "- **prefetch_check**:" in text
