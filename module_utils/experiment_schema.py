@@ -15,6 +15,9 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
+from ansible.module_utils.data_schema import (  # noqa: F401 (NAME_RE re-exported)
+    NAME_RE, Context, _bool, _int_at_least, _join, _list_of, _name, _number, _one_of, _regex, _str, _walk,
+)
 from ansible.module_utils.experiment_arms import normalise, plan_lines  # noqa: F401 (re-exported)
 
 __metaclass__ = type
@@ -22,7 +25,6 @@ __metaclass__ = type
 SCHEMA_VERSION = 1
 STAGES = tuple("ABCDEFGHI")
 MIN_REPETITIONS = 5
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 SWITCH_RE = re.compile(r"^(?:DSV41|SGLANG|DSPARK)_[A-Z0-9_]+$")
 
 # Checks made on the answers the engine gives (the role runs them; the names are the interface).
@@ -69,47 +71,6 @@ class DefinitionError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # A small declarative schema: {"type": ..., "keys": {...}, "required": (...), "items": spec}
 # ---------------------------------------------------------------------------------------------
-
-def _str(where, value, ctx):
-    if not isinstance(value, str) or not value.strip():
-        ctx.fail(where, "must be a non-empty string, got %r" % (value,))
-
-
-def _name(where, value, ctx):
-    if not isinstance(value, str) or not NAME_RE.match(value):
-        ctx.fail(where, "must be a lower-case name (letters, digits, _), got %r" % (value,))
-
-
-def _int_at_least(low):
-    def check(where, value, ctx):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            ctx.fail(where, "must be an integer >= %d, got %r" % (low, value))
-    return check
-
-
-def _number(where, value, ctx):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        ctx.fail(where, "must be a number >= 0, got %r" % (value,))
-
-
-def _bool(where, value, ctx):
-    if not isinstance(value, bool):
-        ctx.fail(where, "must be true or false, got %r" % (value,))
-
-
-def _one_of(choices):
-    def check(where, value, ctx):
-        if value not in choices:
-            ctx.fail(where, "must be one of %s, got %r" % (", ".join(choices), value))
-    return check
-
-
-def _regex(where, value, ctx):
-    _str(where, value, ctx)
-    try:
-        re.compile(value)
-    except re.error as exc:
-        ctx.fail(where, "is not a valid regular expression (%s): %r" % (exc, value))
 
 
 def _settings(where, value, ctx):
@@ -158,15 +119,6 @@ def _named_checks(registry, params):
                              % (", ".join(sorted(allowed)) or "none"))
                 if allowed[key] is int:
                     _int_at_least(1)("%s.%s.%s" % (at, name, key), val, ctx)
-    return check
-
-
-def _list_of(fn):
-    def check(where, value, ctx):
-        if not isinstance(value, list):
-            ctx.fail(where, "must be a list")
-        for i, item in enumerate(value):
-            fn("%s[%d]" % (where, i), item, ctx)
     return check
 
 
@@ -301,49 +253,6 @@ DEFINITION = {
 }
 
 
-class _Context(object):
-    def __init__(self, source):
-        self.source = source
-
-    def fail(self, where, message):
-        raise DefinitionError("%s: %s: %s" % (self.source, where or "(top level)", message))
-
-
-def _walk(where, value, spec, ctx):
-    if callable(spec):
-        spec(where, value, ctx)
-        return
-    kind = spec["type"]
-    if kind is dict:
-        if not isinstance(value, dict):
-            ctx.fail(where, "must be a mapping, got %s" % type(value).__name__)
-        if spec.get("free"):
-            for key, val in value.items():
-                if not isinstance(key, str) or isinstance(val, (dict, list)):
-                    ctx.fail("%s.%s" % (where, key), "labels are name: scalar")
-            return
-        keys = spec.get("keys", {})
-        for key in value:
-            if key not in keys:
-                ctx.fail(_join(where, key), "unknown key (allowed: %s)" % ", ".join(sorted(keys)))
-        for key in spec.get("required", ()):
-            if key not in value:
-                ctx.fail(_join(where, key), "is required")
-        for key, val in value.items():
-            _walk(_join(where, key), val, keys[key], ctx)
-    elif kind is list:
-        if not isinstance(value, list):
-            ctx.fail(where, "must be a list, got %s" % type(value).__name__)
-        if len(value) < spec.get("min_items", 0):
-            ctx.fail(where, "needs at least %d item(s)" % spec["min_items"])
-        for i, item in enumerate(value):
-            _walk("%s[%d]" % (where, i), item, spec["items"], ctx)
-
-
-def _join(where, key):
-    return "%s.%s" % (where, key) if where else str(key)
-
-
 def _cross_checks(doc, ctx, stem):
     """Rules across keys (one change per arm, names unique, evidence lines well formed)."""
     if stem and doc["name"] != stem:
@@ -394,7 +303,7 @@ def validate(doc, source="definition", stem=None):
     ``source`` names the file in every message; ``stem`` (the file name without ``.yml``), when
     given, must equal ``name``. Raises :class:`DefinitionError`.
     """
-    ctx = _Context(source)
+    ctx = Context(source, DefinitionError)
     if not isinstance(doc, dict):
         ctx.fail("", "a definition is a mapping, got %s" % type(doc).__name__)
     _walk("", doc, DEFINITION, ctx)
