@@ -64,7 +64,7 @@ def test_stage_d_passes_with_the_fp8_kernels_in_every_rank_s_trace(tmp_path, fas
     # the W8 validation is proposed for this image, pointing at this record
     (prop,) = [p for p in rec["proposals"] if p["arm"] == "w8"]
     assert prop["validation"]["name"] == "wo_a_w8"
-    assert prop["validation"]["image_digest"] == rec["image_digest"] and rec["image_digest"].startswith("sha256:")
+    assert prop["validation"]["image_digest"] == rec["image_digest"] and "@sha256:" in rec["image_digest"]
     assert prop["validation"]["record"].endswith("record.json")
     # seconds per phase and the speculative steps of every condition
     for name in ("baseline", "w8", "mid"):
@@ -153,7 +153,7 @@ def test_an_arm_that_requires_a_validation_the_ledger_lacks_is_refused(tmp_path)
     assert rc != 0
     out = flat(out)
     assert "stage_d_wo_a refused, nothing changed:" in out
-    assert "validation wo_a_w8 is not in the ledger for image sha256:" in out
+    assert "validation wo_a_w8 is not in the ledger for image dsv41-sglang@sha256:" in out
     assert fleet_state() == before
 
 
