@@ -217,6 +217,12 @@ def _m(value):
     return "-" if value is None else "%+.1f" % value
 
 
+def _builds_on(arm, other):
+    """The arm's settings include every setting of the other arm (DROP builds on twin-only)."""
+    mine = arm.get("settings") or {}
+    return all(mine.get(k) == v for k, v in (other.get("settings") or {}).items())
+
+
 def memory_tables(definition, conditions, order):
     """The memory ledger of every condition per rank, then each arm's differences (MiB) against the
     definition's compare_with conditions, with the reference figures (the report's) beside them."""
@@ -245,6 +251,8 @@ def memory_tables(definition, conditions, order):
         for vs in mem.get("compare_with") or ["baseline"]:
             if vs == name or name not in led or vs not in led:
                 continue
+            if vs != "baseline" and not _builds_on(conditions[name], conditions[vs]):
+                continue        # draft head against twin-only compares two unrelated changes
             ref = [r for r in refs if r["arm"] == name and r["vs"] == vs]
             ref_text = "; ".join("%+.1f MiB %s%s" % (r["mib"], r.get("what", "weights"),
                                                      " (%s)" % r["why"] if r.get("why") else "") for r in ref) or "-"

@@ -174,3 +174,24 @@ def test_markdown_has_no_column_for_an_untimed_validation_phase():
              "prefetch": {"results": [res("prose", 1, [100, 101, 99, 100, 102])]}}
     text = er.markdown({"definition": d, "conditions": conds, "verdicts": er.evaluate(d, conds, {})})
     assert "| C | baseline | prefetch |" in text and "- **prefetch_check**:" in text
+
+
+def test_memory_tables_difference_each_arm_against_what_it_builds_on_with_the_reference():
+    d = definition("stage_f_drop")
+    led = {"spark1": {"rank": 0, "weights_gib": 96.61, "serving_free_gib": 3.19, "capture_low_gib": 3.19,
+                      "kv_pool_tokens": 491520, "kv_requested_tokens": 750000, "kv_clamped": True}}
+
+    def cond(settings, weights, kv):
+        return {"settings": settings, "results": [res("prose", 1, BASE)],
+                "memory": {"spark1": dict(led["spark1"], weights_gib=weights, kv_pool_tokens=kv)}}
+    conds = {"baseline": cond({}, 96.61, 491520), "twin_only": cond({"DSV41_WO_A_W8": "1"}, 97.28, 59648),
+             "drop": cond({"DSV41_WO_A_W8": "1", "DSV41_WO_A_W8_DROP": "1"}, 96.00, 749824),
+             "draft_head_fp8": cond({"DSV41_DRAFT_HEAD_FP8": "1"}, 96.82, 359424)}
+    text = "\n".join(er.memory_tables(d, conds, ["baseline", "twin_only", "drop", "draft_head_fp8"]))
+    assert "| drop | spark1 (0) | - / - | - | - | - | 96.00 | - | 3.19 | 3.19 | 749,824 (750,000, clamped) | - |" in text
+    assert ("| drop | twin_only | spark1 | -1310.7 | +0.0 | +0.0 | -690176 |" not in text and
+            "| drop | twin_only | spark1 | -1310.7 | +0.0 | +0.0 | +690176 | -1376.0 MiB weights (report: the gross "
+            "release against twin-only) |") in text
+    assert "| drop | baseline | spark1 | -624.6 |" in text
+    assert "| draft_head_fp8 | baseline | spark1 | +215.1 |" in text   # 0.21 GiB printed: the ledger reads what the engine prints
+    assert "| draft_head_fp8 | twin_only |" not in text, "two unrelated changes are not differenced"
