@@ -54,6 +54,17 @@ def fast_engine():
     clear_knobs()
 
 
+def draft_head_only(floor_gib=None):
+    """Definition changes that keep only the draft-head arm (and its memory reference): the fault tests
+    need one arm to fail, not three."""
+    doc = yaml.safe_load((ROOT / "experiments" / "stage_f_drop.yml").read_text())
+    memory = dict(doc["memory"], compare_with=["baseline"],
+                  reference=[r for r in doc["memory"]["reference"] if r["arm"] == "draft_head_fp8"])
+    if floor_gib is not None:
+        memory["floor_gib"] = floor_gib
+    return {"arms": [a for a in doc["arms"] if a["name"] == "draft_head_fp8"], "memory": memory}
+
+
 def run_stage(tmp_path, inventories, **definition):
     return playbook("stage_f_drop.yml", *RUN, "-e", lab_definition(tmp_path, "stage_f_drop", **definition),
                     "-e", "experiment_record_root=%s" % (tmp_path / "rec"), inventories=inventories)
@@ -110,9 +121,7 @@ def test_stage_f_ledger_against_both_baselines(tmp_path, validated, fast_engine)
 def test_a_boot_that_runs_out_of_memory_fails_its_arm_and_rolls_back(tmp_path, validated, fast_engine):
     fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="oom_at_boot")
     before = fleet_state()
-    doc_arms = [a for a in yaml.safe_load((ROOT / "experiments" / "stage_f_drop.yml").read_text())["arms"]
-                if a["name"] == "draft_head_fp8"]
-    rc, out = run_stage(tmp_path, validated, trim=True, arms=doc_arms)
+    rc, out = run_stage(tmp_path, validated, trim=True, **draft_head_only())
     _, rec = record(tmp_path / "rec")
     assert rc != 0
     failures = rec["arm_checks"]["draft_head_fp8"]["evidence_failures"]
@@ -127,11 +136,7 @@ def test_a_boot_that_runs_out_of_memory_fails_its_arm_and_rolls_back(tmp_path, v
 
 def test_an_arm_below_the_memory_floor_fails_and_rolls_back(tmp_path, validated, fast_engine):
     before = fleet_state()
-    doc = yaml.safe_load((ROOT / "experiments" / "stage_f_drop.yml").read_text())
-    arms = [a for a in doc["arms"] if a["name"] == "draft_head_fp8"]
-    memory = dict(doc["memory"], floor_gib=50.0, compare_with=["baseline"],
-                  reference=[r for r in doc["memory"]["reference"] if r["arm"] == "draft_head_fp8"])
-    rc, out = run_stage(tmp_path, validated, trim=True, arms=arms, memory=memory)
+    rc, out = run_stage(tmp_path, validated, trim=True, **draft_head_only(floor_gib=50.0))
     _, rec = record(tmp_path / "rec")
     assert rc != 0
     failures = rec["arm_checks"]["draft_head_fp8"]["evidence_failures"]
