@@ -108,7 +108,7 @@ def test_stage_e_check_phase_at_zero_then_timed_prefetch_passes(tmp_path, forwar
     before = fleet_state()
     rc, out = run_stage(tmp_path, packed)
     run, rec = record(tmp_path / "rec")
-    assert rc == 0, out[-4000:]
+    assert rc == 0, (rec["verdicts"], rec["arm_checks"])
     v = verdicts(rec)
     assert v["prefetch_check"]["verdict"] == "pass" and v["prefetch"]["verdict"] == "pass", rec["verdicts"]
     assert rec["arm_checks"]["prefetch_check"] == {"evidence_failures": [], "correctness_failures": []}
