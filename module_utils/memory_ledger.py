@@ -46,8 +46,8 @@ def rank_ledger(text, source="<log>"):
     if allocated is not None and isinstance(requested, int):
         clamped = allocated < (requested // page) * page
     serving = (d["max_total"] or {}).get("available_gpu_mem")
-    if serving is None and captures:
-        serving = captures[-1]
+    if serving is None and captures and d["ready"]:
+        serving = captures[-1]          # a boot that died in a capture never had memory left for serving
     startup = None
     for m in _STARTUP.finditer(text or ""):
         startup = float(m.group("s"))        # the latest boot's line is the last one
@@ -66,8 +66,9 @@ def rank_ledger(text, source="<log>"):
         "startup_s": startup,
         "fatal": [f.get("line") or f.get("message") or str(f) for f in d["fatal"]][:3],
     }
+    out["booted"] = bool(d["ready"]) or d["max_total"] is not None
     out["missing"] = sorted(k for k in ("free_before_load_gib", "after_target_load_gib", "after_kv_pool_gib",
-                                        "capture_low_gib", "kv_pool_tokens") if out[k] is None)
+                                        "capture_low_gib", "serving_free_gib", "kv_pool_tokens") if out[k] is None)
     return out
 
 

@@ -129,7 +129,8 @@ def test_a_boot_that_runs_out_of_memory_fails_its_arm_and_rolls_back(tmp_path, v
         "torch.OutOfMemoryError: CUDA out of memory" in f for f in failures), failures
     # the ledger of the failed boot goes as far as the boot got
     led = rec["conditions"]["draft_head_fp8"]["memory"]["spark1"]
-    assert led["after_draft_load_gib"] is not None and "capture_low_gib" in led["missing"]
+    assert led["after_draft_load_gib"] is not None and led["booted"] is False
+    assert led["missing"] == ["serving_free_gib"], led
     assert rec["restore"]["equal"] is True
     assert fleet_state() == before and engine_healthy()
 
@@ -144,3 +145,4 @@ def test_an_arm_below_the_memory_floor_fails_and_rolls_back(tmp_path, validated,
                for f in failures), failures
     assert verdicts(rec)["draft_head_fp8"]["verdict"] == "fail"
     assert rec["restore"]["equal"] is True and fleet_state() == before
+    print(failures)

@@ -16,7 +16,7 @@ def test_the_report_s_boot_read_line_by_line():
         "rank": 0, "free_before_load_gib": 103.24, "after_target_load_gib": 9.24, "after_draft_load_gib": 6.63,
         "weights_gib": 96.61, "after_kv_pool_gib": 5.59, "capture_low_gib": 3.19, "serving_free_gib": 3.19,
         "kv_pool_tokens": 491520, "kv_requested_tokens": 750000, "kv_clamped": True, "startup_s": 761.3,
-        "fatal": [], "missing": []}
+        "fatal": [], "booted": True, "missing": []}
     assert ml.used_mib(led) == pytest.approx((103.24 - 3.19) * 1024, abs=0.1)
 
 
@@ -24,9 +24,17 @@ def test_a_boot_that_died_has_its_figures_so_far_and_names_what_is_missing():
     died = REPORT_LOG.rsplit("DSV4 memory calculation", 1)[0].rsplit("\n", 1)[0] + "\n"   # the latest boot, cut
     led = ml.rank_ledger(died, "spark1")
     assert led["after_draft_load_gib"] == 6.63 and led["kv_pool_tokens"] is None
-    assert led["missing"] == ["after_kv_pool_gib", "capture_low_gib", "kv_pool_tokens"]
+    assert led["missing"] == ["after_kv_pool_gib", "capture_low_gib", "kv_pool_tokens", "serving_free_gib"]
+    assert led["booted"] is False
     assert ml.rank_ledger("", "x")["missing"] == ["after_kv_pool_gib", "after_target_load_gib", "capture_low_gib",
-                                                   "free_before_load_gib", "kv_pool_tokens"]
+                                                   "free_before_load_gib", "kv_pool_tokens", "serving_free_gib"]
+
+
+def test_a_boot_that_died_in_a_capture_had_nothing_left_for_serving():
+    died = REPORT_LOG.rsplit("Capture target verify CUDA graph end", 1)[0].rsplit("\n", 1)[0] + "\n"
+    led = ml.rank_ledger(died, "spark1")
+    assert led["capture_low_gib"] == 3.89 and led["serving_free_gib"] is None and not led["booted"]
+    assert led["missing"] == ["serving_free_gib"]
 
 
 def test_differences_are_arm_minus_reference_in_mib():
