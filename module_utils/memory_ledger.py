@@ -45,8 +45,11 @@ def rank_ledger(text, source="<log>"):
     clamped = None
     if allocated is not None and isinstance(requested, int):
         clamped = allocated < (requested // page) * page
+    # every graph pass captured to its end, nothing fatal: the boot got past its memory phases (workers
+    # print no max_total_num_tokens line and no Ready line of their own)
+    captured = bool(d["graphs"]) and all(g.get("end") for g in d["graphs"].values()) and not d["fatal"]
     serving = (d["max_total"] or {}).get("available_gpu_mem")
-    if serving is None and captures and d["ready"]:
+    if serving is None and captures and (d["ready"] or captured):
         serving = captures[-1]          # a boot that died in a capture never had memory left for serving
     startup = None
     for m in _STARTUP.finditer(text or ""):
@@ -66,7 +69,7 @@ def rank_ledger(text, source="<log>"):
         "startup_s": startup,
         "fatal": [f.get("line") or f.get("message") or str(f) for f in d["fatal"]][:3],
     }
-    out["booted"] = bool(d["ready"]) or d["max_total"] is not None
+    out["booted"] = bool(d["ready"]) or d["max_total"] is not None or captured
     out["missing"] = sorted(k for k in ("free_before_load_gib", "after_target_load_gib", "after_kv_pool_gib",
                                         "capture_low_gib", "serving_free_gib", "kv_pool_tokens") if out[k] is None)
     return out

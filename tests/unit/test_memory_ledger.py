@@ -61,3 +61,11 @@ def test_filter_adds_mem_available_before_and_after_boot():
     assert list(out) == ["spark1"]
     assert out["spark1"]["mem_available_before_gib"] == 7.75 and out["spark1"]["mem_available_after_gib"] == 4.0
     assert filters.dsv41_memory_ledger({"spark1": REPORT_LOG}, {"spark1": 0})["spark1"]["mem_available_before_gib"] is None
+
+
+def test_a_worker_that_captured_both_graphs_has_its_figure_without_a_ready_line():
+    # a worker prints no max_total_num_tokens and no Ready line of its own
+    worker = "\n".join(line for line in REPORT_LOG.splitlines()
+                       if "max_total_num_tokens" not in line and "fired up" not in line and "Uvicorn" not in line) + "\n"
+    led = ml.rank_ledger(worker, "spark2")
+    assert led["serving_free_gib"] == 3.19 and led["booted"] is True and led["missing"] == []
