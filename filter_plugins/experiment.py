@@ -12,16 +12,18 @@ def _module_utils():
     path = str(Path(__file__).resolve().parent.parent / "module_utils")
     if path not in list(amu.__path__):
         amu.__path__.append(path)
-    from ansible.module_utils import decode_steps, experiment_checks, experiment_snapshot, memory_ledger, meminfo
-    return experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo
+    from ansible.module_utils import (decode_steps, experiment_checks, experiment_evidence, experiment_snapshot,
+                                      memory_ledger, meminfo)
+    return experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence
 
 
-_checks, _snapshot, _steps, _ledger, _meminfo = _module_utils()
+_checks, _snapshot, _steps, _ledger, _meminfo, _named = _module_utils()
 
 
 def dsv41_experiment_evidence(evidence, logs, ranks, profiles=None):
-    """Failure messages of an arm's must / must-not lines on every rank (empty = pass)."""
-    return _checks.evidence_failures(evidence, logs or {}, ranks or {}, profiles)
+    """Failure messages of an arm's named checks and its must / must-not lines on every rank (empty = pass)."""
+    return (_named.named_failures((evidence or {}).get("checks") or [], logs or {}, ranks or {})
+            + _checks.evidence_failures(evidence, logs or {}, ranks or {}, profiles))
 
 
 def dsv41_experiment_preconditions(requires, facts):

@@ -156,6 +156,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.boot_facts import autotune_verdict as verdict_of
 from ansible.module_utils import engine_log_lines, engine_log_source
 from ansible.module_utils.engine_log_lines import EngineLogError
 
@@ -194,24 +195,6 @@ def _rank_of(path):
 def _version_sm(path):
     m = CACHE_RE.search(path.replace("\\", "/"))
     return (m.group(1), m.group(2)) if m else None
-
-
-def verdict_of(a):
-    """Verdict from the ``autotune`` facts of :class:`boot_facts.BootFacts`."""
-    if a["drift"]:
-        return "failed"
-    if a["armed"]:
-        reused, tuned = len(a["reused"]), len(a["tuned_saved"])
-        if reused and not tuned and not a["disagree"]:
-            return "reused"
-        if tuned and not reused:
-            return "tuned"
-        if reused or tuned:
-            return "mixed"
-        return "none"
-    if a["run_count"] or a["completed"] or a["disagree"]:
-        return "tuned"
-    return "none"
 
 
 def cache_files(cache_root, rank, outcomes):

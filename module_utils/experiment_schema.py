@@ -48,7 +48,8 @@ EVIDENCE_CHECKS = {
     "graph_capture_clean": "target and draft verify CUDA graphs captured (begin and end) on every rank",
     "packed_all": "engram_packed: packed=True for layers 1 and 14 on every rank",
     "kv_pool": "kv_pool: the pool each rank allocated, rounding told apart from a clamp",
-    "autotune_agreement": "autotune_status: no per-rank disagreement event",
+    "autotune_agreement": "every rank did the same with its autotune cache (all reused or all tuned; no partial hit)",
+    "rank_consistency": "every rank booted with the same block size, slots, chunk and context length",
 }
 # Figures an acceptance rule may compare, and which direction is better.
 METRICS = {

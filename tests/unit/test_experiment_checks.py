@@ -14,14 +14,21 @@ def arm(name="stage_c_fence", index=0):
     return es.load_text(path.read_text(), str(path), name)["arms"][index]
 
 
+# The report's latest rank-0 boot (lab/seed/dsv41.log, as docker logs --timestamps gives it), re-ranked and
+# with packed shards: a healthy boot for the named checks (graphs captured, pool allocated, autotune retuned).
+_REPORT_BOOT = (ROOT / "lab" / "seed" / "dsv41.log").read_text().rsplit("server_args=", 1)
+_REPORT_BOOT = (_REPORT_BOOT[0].rsplit("\n", 1)[1] + "server_args=" + _REPORT_BOOT[1]).replace("packed=False", "packed=True")
+
+
 def boot(rank, extra_boot=(), extra_run=()):
-    ts = "2026-11-30T17:00:00.123456789Z "
-    lines = [ts + "[2026-11-30 17:00:00] server_args={'tp_size': 3}",
-             ts + "[2026-11-30 17:00:01 TP%d EP%d] Load weight begin. avail mem=111.47 GB" % (rank, rank)]
-    lines += [ts + line for line in extra_boot]
-    lines.append(ts + "[2026-11-30 17:00:09] INFO:     Uvicorn running on http://0.0.0.0:8888 (Press CTRL+C to quit)")
-    lines += [ts + line for line in extra_run]
-    return "\n".join(lines) + "\n"
+    """A rank's latest boot as engine_boot_log hands it over (both streams merged, docker timestamps removed)."""
+    ts = ""
+    text = _REPORT_BOOT.replace("TP0 EP0", "TP%d EP%d" % (rank, rank)).replace("rank=0 ", "rank=%d " % rank)
+    head, ready, tail = text.partition("INFO:     Uvicorn running on")
+    pre, _, last = head.rpartition("\n")
+    first, _, rest = tail.partition("\n")
+    lines = pre.splitlines() + list(extra_boot) + [last + ready + first] + rest.splitlines() + list(extra_run)
+    return "".join(ts + line + "\n" for line in lines)
 
 
 def test_fence_evidence_passes_with_the_line_on_every_rank():
@@ -171,3 +178,71 @@ def test_the_short_prompt_set_is_short():
     assert len(prompts) >= 4
     assert all(len(p["messages"][0]["content"].split()) <= 4 and len(p["messages"][0]["content"]) <= 16
                for p in prompts)
+
+
+# ---- named checks (module_utils/experiment_evidence.py), on the report's boot re-ranked ----
+from ansible.module_utils import experiment_evidence as ev  # noqa: E402
+
+
+def named(names, logs):
+    return ev.named_failures([{"name": n, "args": {}} for n in names], logs, RANKS)
+
+
+def healthy():
+    return dict((h, boot(r)) for h, r in RANKS.items())
+
+
+def test_named_checks_pass_on_healthy_packed_boots():
+    assert named(sorted(ev.CHECKS), healthy()) == []
+
+
+def test_packed_all_names_the_rank_and_layer():
+    logs = dict(healthy(), spark2=boot(1).replace("layer=14 rank=1 rows", "layer=14 rank=1 rows").replace(
+        "packed=True", "packed=False"))
+    assert named(["packed_all"], logs) == ["packed_all: spark2 rank 1: layer 1 packed=False",
+                                           "packed_all: spark2 rank 1: layer 14 packed=False"]
+
+
+def test_a_capture_that_never_ended_and_a_fatal_line_fail_health_and_capture():
+    cut = boot(2).split("Capture draft verify CUDA graph end")[0].rsplit("\n", 1)[0] + "\n"
+    cut += "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB.\n"
+    out = named(["boot_healthy", "graph_capture_clean"], dict(healthy(), spark3=cut))
+    assert "graph_capture_clean: spark3 rank 2: draft verify graph capture has no end line" in out
+    assert "boot_healthy: spark3 rank 2: did not finish its graph captures" in out
+
+
+def test_kv_pool_missing_and_head_never_up():
+    no_pool = "\n".join(line for line in boot(0).splitlines()
+                        if "pool sizes" not in line and "max_total_num_tokens" not in line
+                        and "Ready: API" not in line) + "\n"
+    out = named(["kv_pool", "boot_healthy"], dict(healthy(), spark1=no_pool))
+    assert out == ["kv_pool: spark1 rank 0: no DSV4 pool sizes line (the KV pool was not allocated)",
+                   "boot_healthy: spark1 rank 0 (head): never came up (no Ready line, no max_total_num_tokens line "
+                   "after its graph captures)"]
+
+
+def test_rank_consistency_names_the_differing_argument():
+    logs = dict(healthy(), spark3=boot(2).replace("'dspark_config': {'block_size': 3", "'dspark_config': {'block_size': 5"))
+    assert "'dspark_config': {'block_size': 3" in boot(2)
+    assert named(["rank_consistency"], logs) == [
+        "rank_consistency: dspark_config.block_size differs across ranks: 3 on spark1 rank 0, spark2 rank 1; "
+        "5 on spark3 rank 2"]
+
+
+def test_autotune_agreement_fails_a_partial_hit_and_ranks_that_disagree():
+    from ansible.module_utils.boot_facts import autotune_verdict
+    base = {"drift": [], "armed": 1, "reused": ["a"], "tuned_saved": [], "disagree": 0, "run_count": 0, "completed": 0}
+    assert autotune_verdict(base) == "reused"
+    assert autotune_verdict(dict(base, tuned_saved=["b"])) == "mixed"
+    facts = [("spark1", 0, {"autotune": base}), ("spark2", 1, {"autotune": dict(base, reused=[], tuned_saved=["b"])}),
+             ("spark3", 2, {"autotune": dict(base, tuned_saved=["c"])})]
+    assert ev.autotune_agreement(facts) == [
+        "autotune_agreement: spark3 rank 2: a partial hit (reused 1, tuned and saved 1, disagreement warnings 0)",
+        "autotune_agreement: ranks disagree: reused on spark1 rank 0; tuned on spark2 rank 1"]
+    # stock boots retune on every rank: they agree
+    assert named(["autotune_agreement"], healthy()) == []
+
+
+def test_named_checks_without_any_log():
+    assert ev.named_failures([{"name": "kv_pool", "args": {}}], {}, RANKS) == [
+        "evidence: no rank's log was read; kv_pool cannot be shown"]
