@@ -15,7 +15,8 @@ __metaclass__ = type
 
 ENGRAM_LAYERS = (1, 14)
 # server_args every rank must agree on (what "the same block size and lengths" means in the log)
-CONSISTENT_ARGS = ("dspark_block_size", "dspark_config.block_size", "tp_size", "ep_size", "max_running_requests", "chunked_prefill_size",
+# (SPEC section 3 quotes the real marker: speculative_dspark_block_size, speculative_num_draft_tokens, ...)
+CONSISTENT_ARGS = ("speculative_dspark_block_size", "speculative_num_draft_tokens", "tp_size", "ep_size", "max_running_requests", "chunked_prefill_size",
                    "context_length")
 
 
@@ -101,10 +102,7 @@ def rank_consistency(facts):
     out = []
     values = {}
     for host, rank, d in facts:
-        args = dict(d["server_args"])
-        spec = args.get("dspark_config")
-        if isinstance(spec, dict) and "block_size" in spec:
-            args["dspark_config.block_size"] = spec["block_size"]
+        args = d["server_args"]
         for key in CONSISTENT_ARGS:
             if key in args:
                 values.setdefault(key, {}).setdefault(repr(args[key]), []).append(_who(host, rank))

@@ -222,10 +222,10 @@ def test_kv_pool_missing_and_head_never_up():
 
 
 def test_rank_consistency_names_the_differing_argument():
-    logs = dict(healthy(), spark3=boot(2).replace("'dspark_config': {'block_size': 3", "'dspark_config': {'block_size': 5"))
-    assert "'dspark_config': {'block_size': 3" in boot(2)
+    logs = dict(healthy(), spark3=boot(2).replace("'speculative_dspark_block_size': 3", "'speculative_dspark_block_size': 5"))
+    assert "'speculative_dspark_block_size': 3" in boot(2)
     assert named(["rank_consistency"], logs) == [
-        "rank_consistency: dspark_config.block_size differs across ranks: 3 on spark1 rank 0, spark2 rank 1; "
+        "rank_consistency: speculative_dspark_block_size differs across ranks: 3 on spark1 rank 0, spark2 rank 1; "
         "5 on spark3 rank 2"]
 
 
