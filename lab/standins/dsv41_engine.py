@@ -46,6 +46,8 @@ so tests can turn them on without changing the launcher; the environment wins ov
                                        dies of ``torch.OutOfMemoryError: CUDA out of memory`` (exit 1)
                            g4_not_taken wo_a_w8 armed, lines printed, but the profile trace shows no fp8 wo_a
                                        kernel (the small-row path never taken)
+                           rank_length_mismatch  the last worker boots with block size 3 whatever it is given (4
+                                       when given 3): a rank that disagrees on the speculative length
   LAB_ENGINE_NO_SMALL_ROW=1  the image has no small-row kernel: wo_a_w8 prints its einsum bridge line
   LAB_ENGINE_STATS_SECONDS=<s>  period of the prefetch CHECK line in the lab (default DSV41_STATS_SECONDS, else
                            60, divided by LAB_ENGINE_SPEED)
@@ -1033,6 +1035,9 @@ def parse_args(argv: list):
             args.dspark_block_size = int(os.environ.get("DSPARK_BLOCK_SIZE", "3") or 3)
         except ValueError:
             args.dspark_block_size = 3
+    if fault("rank_length_mismatch") and args.rank == args.tp_size - 1 and args.rank > 0:
+        # the last worker boots on the image default, as a worker whose launch path never received the setting
+        args.dspark_block_size = 3 if args.dspark_block_size != 3 else 4
     if args.max_running_requests < 1:
         args.max_running_requests = 1
     return args

@@ -1473,3 +1473,11 @@ def test_benchmark_module_fails_when_aborts_leave_too_few_repetitions(lab, tmp_p
     (cond,) = res["results"]
     assert cond["error_codes"] == {"abort": 2} and cond["failures"][0]["finish_reason"] == "abort"
     assert cond["reasoning_tokens_total"] == 2 * 64 and cond["answer_tokens_total"] == 0
+
+
+@pytest.mark.parametrize("rank,block,expected", [(2, 5, 3), (2, 3, 4), (1, 5, 5)])
+def test_rank_length_mismatch_makes_the_last_worker_disagree(lab, rank, block, expected):
+    proc = boot_worker(lab, {"LAB_ENGINE_FAULT": "rank_length_mismatch"}, rank=rank, block=block)
+    args = marker_dict(proc.stream("stderr"))
+    assert args["speculative_dspark_block_size"] == expected
+    assert args["speculative_num_draft_tokens"] == expected + 1

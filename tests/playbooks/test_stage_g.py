@@ -1,0 +1,115 @@
+"""Stage G (block size, then the confidence cap) through the experiment engine, on the lab.
+
+The cap runs only with the block5 validation for the running image: refused first, then given as an
+inventory layer (what the operator commits after the block-size run proposes it).
+"""
+import re
+
+import pytest
+
+from experiment_lab import clear_knobs, engine_healthy, flat, fleet_state, knobs, lab_definition, record, verdicts
+from labhelpers import LAB_INVENTORY, lab, playbook
+
+RUN = ("-e", "maintenance_window=true")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_lab():
+    lab("reset")
+    yield
+
+
+@pytest.fixture
+def fast_engine():
+    knobs(LAB_ENGINE_SPEED=40)
+    yield knobs
+    clear_knobs()
+
+
+@pytest.fixture(scope="module")
+def image_digest(tmp_path_factory):
+    rc, out = playbook("stage_g_spec.yml", "--check", "-e",
+                       "experiment_record_root=%s" % tmp_path_factory.mktemp("digest"))
+    m = re.search(r"image_digest: (\S+)", out)
+    assert rc == 0 and m, out[-3000:]
+    return m.group(1)
+
+
+@pytest.fixture(scope="module")
+def block5_validated(image_digest, tmp_path_factory):
+    inv = tmp_path_factory.mktemp("validated")
+    (inv / "group_vars").mkdir()
+    (inv / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
+    (inv / "group_vars" / "dsv41_ranks.yml").write_text(
+        "---\ndsv41_validations:\n  - {name: block5, image_digest: '%s', record: records/experiments/g/record.json}\n"
+        % image_digest)
+    return (LAB_INVENTORY, inv)
+
+
+def run(tmp_path, name, *extra, inventories=(LAB_INVENTORY,), **definition):
+    return playbook("stage_g_spec.yml", *RUN, "-e", lab_definition(tmp_path, name, **definition),
+                    "-e", "experiment_record_root=%s" % (tmp_path / "rec"), *extra, inventories=inventories)
+
+
+def test_check_mode_prints_the_plan_and_changes_nothing(tmp_path, image_digest):
+    before = fleet_state()
+    rc, out = playbook("stage_g_spec.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path)
+    assert rc == 0, out[-3000:]
+    out = flat(out)
+    assert "arm k5: DSPARK_BLOCK_SIZE=5; prose/code x C1/C2/C4, 5 reps after 1 warm-up(s), greedy" in out
+    assert "k5: []" in out
+    assert fleet_state() == before and not any(tmp_path.iterdir())
+
+
+def test_the_cap_before_k5_was_measured_is_refused_before_any_host_is_touched(tmp_path, image_digest):
+    before = fleet_state()
+    rc, out = run(tmp_path, "stage_g_cap", "-e", "stage_g_part=cap")
+    assert rc != 0
+    out = flat(out)
+    assert "stage_g_cap refused, nothing changed:" in out
+    assert '"cap": ["validation block5 is not in the ledger for image %s"]' % image_digest in out
+    assert fleet_state() == before
+
+
+def test_block_size_5_against_3_every_rank_consistent(tmp_path, fast_engine):
+    before = fleet_state()
+    rc, out = run(tmp_path, "stage_g_spec")
+    run_dir, rec = record(tmp_path / "rec")
+    assert rc == 0, (rec["verdicts"], rec["arm_checks"])
+    assert verdicts(rec)["k5"]["verdict"] == "pass"
+    assert rec["arm_checks"]["k5"] == {"evidence_failures": [], "correctness_failures": []}
+    md = (run_dir / "record.md").read_text()
+    print(md)
+    assert "| C | baseline (block size 3) | k5 (block size 5) |" in md
+    (prop,) = rec["proposals"]
+    assert prop["validation"]["name"] == "block5"
+    assert '+  DSPARK_BLOCK_SIZE: "5"' in prop["inventory_diff"] or 'DSPARK_BLOCK_SIZE: "5"' in prop["inventory_diff"]
+    steps = {n: rec["conditions"][n]["decode_steps"]["C1"]["committed_tokens_per_step"]["median"] for n in ("baseline", "k5")}
+    print(steps)
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert fleet_state() == before and engine_healthy()
+
+
+def test_a_rank_on_another_block_size_fails_rank_consistency_and_rolls_back(tmp_path, fast_engine):
+    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="rank_length_mismatch")
+    before = fleet_state()
+    rc, out = run(tmp_path, "stage_g_spec", trim=True)
+    _, rec = record(tmp_path / "rec")
+    assert rc != 0
+    failures = rec["arm_checks"]["k5"]["evidence_failures"]
+    print(failures)
+    assert ("rank_consistency: speculative_dspark_block_size differs across ranks: 3 on spark3 rank 2; "
+            "5 on spark1 rank 0, spark2 rank 1") in failures
+    assert any(f.startswith("spark3 rank 2: block_size_5 missing from the latest boot") for f in failures)
+    assert rec["restore"]["equal"] is True and rec["proposals"] == []
+    assert fleet_state() == before and engine_healthy()
+
+
+def test_the_cap_on_k5_with_block5_in_the_ledger(tmp_path, block5_validated, fast_engine):
+    before = fleet_state()
+    rc, out = run(tmp_path, "stage_g_cap", "-e", "stage_g_part=cap", inventories=block5_validated, trim=True)
+    _, rec = record(tmp_path / "rec")
+    assert rc == 0, (rec["verdicts"], rec["arm_checks"])
+    assert verdicts(rec)["cap"]["verdict"] == "pass"
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert fleet_state() == before and engine_healthy()
