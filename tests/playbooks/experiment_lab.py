@@ -106,3 +106,29 @@ def kill_during(name, args, marker, timeout=1500):
         proc.kill()
         proc.wait()
     return killed, "".join(lines)
+
+
+def inventory_layer(directory, group_vars_text):
+    """The lab inventory plus one layer of group_vars for dsv41_ranks (what an operator would commit: a
+    validation in the ledger, a declared switch): the inventories to run a playbook with."""
+    from labhelpers import LAB_INVENTORY
+    (directory / "group_vars").mkdir(parents=True, exist_ok=True)
+    (directory / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
+    (directory / "group_vars" / "dsv41_ranks.yml").write_text("---\n" + group_vars_text)
+    return (LAB_INVENTORY, directory)
+
+
+def running_image_digest(book, record_root):
+    """The running image's digest as a stage reads it (the facts its check mode prints)."""
+    import re
+    from labhelpers import playbook
+    rc, out = playbook(book, "--check", "-e", "experiment_record_root=%s" % record_root)
+    m = re.search(r"image_digest: (\S+)", out)
+    assert rc == 0 and m, out[-3000:]
+    return m.group(1)
+
+
+def validation_layer(directory, name, digest):
+    """An inventory layer whose ledger holds one validation for the image."""
+    return inventory_layer(directory, "dsv41_validations:\n  - {name: %s, image_digest: '%s', record: "
+                                      "records/experiments/%s/record.json}\n" % (name, digest, name))

@@ -6,7 +6,7 @@ sped up through the host-side knob files (LAB_ENGINE_SPEED, tests/playbooks/expe
 import pytest
 import yaml
 
-from experiment_lab import (HOOK, ROOT, clear_knobs, fleet_state, knobs, lab_definition as _lab_definition,
+from experiment_lab import (HOOK, ROOT, fleet_state, lab_definition as _lab_definition,
                             record)
 from labhelpers import lab, playbook, sh
 
@@ -16,12 +16,6 @@ def fresh_lab():
     lab("up")
     yield
 
-
-@pytest.fixture
-def fast_engine():
-    knobs(LAB_ENGINE_SPEED=40)
-    yield knobs
-    clear_knobs()
 
 
 def lab_definition(tmp_path):

@@ -8,7 +8,7 @@ correctness and the restore, not speed.
 import pytest
 import yaml
 
-from experiment_lab import (HOOK, ROOT, clear_knobs, engine_healthy, flat, fleet_state, kill_during, knobs,
+from experiment_lab import (HOOK, ROOT, engine_healthy, flat, fleet_state, kill_during,
                             lab_definition, record, verdicts)
 from labhelpers import lab, playbook, sh
 
@@ -20,12 +20,6 @@ def fresh_lab():
     lab("reset")
     yield
 
-
-@pytest.fixture
-def fast_engine():
-    knobs(LAB_ENGINE_SPEED=40)
-    yield knobs
-    clear_knobs()
 
 
 def run_stage(tmp_path, *extra, **definition):

@@ -7,8 +7,8 @@ it); the experiment then snapshots and restores that fleet.
 """
 import pytest
 
-from experiment_lab import clear_knobs, engine_healthy, flat, fleet_state, knobs, lab_definition, record, verdicts
-from labhelpers import LAB_INVENTORY, MINI_CHECKPOINT, lab, playbook, set_launcher_env
+from experiment_lab import engine_healthy, flat, fleet_state, inventory_layer, lab_definition, record, verdicts
+from labhelpers import MINI_CHECKPOINT, lab, playbook, set_launcher_env
 
 RUN = ("-e", "maintenance_window=true")
 
@@ -22,11 +22,7 @@ def fresh_lab():
 @pytest.fixture(scope="module")
 def mini_inventory(tmp_path_factory):
     """The lab inventory with the small real-format checkpoint (what the packer reads)."""
-    inv = tmp_path_factory.mktemp("mini")
-    (inv / "group_vars").mkdir()
-    (inv / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
-    (inv / "group_vars" / "dsv41_ranks.yml").write_text("---\ndsv41_checkpoint_dir: %s\n" % MINI_CHECKPOINT)
-    return (LAB_INVENTORY, inv)
+    return inventory_layer(tmp_path_factory.mktemp("mini"), "dsv41_checkpoint_dir: %s\n" % MINI_CHECKPOINT)
 
 
 @pytest.fixture(scope="module")
@@ -44,24 +40,14 @@ def forwarded(packed, tmp_path_factory):
     report's start.sh): the operator declares the switch in the inventory, off, and adds the forward
     through the converge, as the refusal says. The declaration is an inventory layer here (what the
     operator would commit); every later run reads it."""
-    inv = tmp_path_factory.mktemp("declared")
-    (inv / "group_vars").mkdir()
-    (inv / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
-    (inv / "group_vars" / "dsv41_ranks.yml").write_text(
-        "---\ndsv41_launcher_overrides:\n  DSV41_ENGRAM_PREFETCH_CHECK: \"0\"\n")
-    inventories = packed + (inv,)
+    inventories = packed + inventory_layer(tmp_path_factory.mktemp("declared"),
+                                           'dsv41_launcher_overrides:\n  DSV41_ENGRAM_PREFETCH_CHECK: "0"\n')[1:]
     rc, out = playbook("site.yml", "--tags", "container_env", "-e", "container_env_add_forwards=true",
                        inventories=inventories)
     assert rc == 0, out[-4000:]
     assert "DSV41_ENGRAM_PREFETCH_CHECK" in flat(out)
     return inventories
 
-
-@pytest.fixture
-def fast_engine():
-    knobs(LAB_ENGINE_SPEED=40)
-    yield knobs
-    clear_knobs()
 
 
 def run_stage(tmp_path, inventories, *extra, **definition):

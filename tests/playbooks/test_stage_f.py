@@ -12,8 +12,8 @@ import pytest
 
 import yaml
 
-from experiment_lab import (ROOT, clear_knobs, engine_healthy, flat, fleet_state, knobs, lab_definition, record,
-                            verdicts)
+from experiment_lab import (ROOT, engine_healthy, flat, fleet_state, lab_definition, record, running_image_digest,
+                            validation_layer, verdicts)
 from labhelpers import LAB_INVENTORY, lab, playbook
 
 RUN = ("-e", "maintenance_window=true")
@@ -27,31 +27,13 @@ def fresh_lab():
 
 @pytest.fixture(scope="module")
 def image_digest(tmp_path_factory):
-    """The running image's digest as the stage reads it (its check-mode facts)."""
-    rc, out = playbook("stage_f_drop.yml", "--check", "-e",
-                       "experiment_record_root=%s" % tmp_path_factory.mktemp("digest"))
-    m = re.search(r"image_digest: (\S+)", out)
-    assert m, out[-3000:]
-    return m.group(1)
+    return running_image_digest("stage_f_drop.yml", tmp_path_factory.mktemp("digest"))
 
 
 @pytest.fixture(scope="module")
 def validated(image_digest, tmp_path_factory):
     """The lab inventory with the wo_a_w8 validation for the running image (an inventory layer)."""
-    inv = tmp_path_factory.mktemp("validated")
-    (inv / "group_vars").mkdir()
-    (inv / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
-    (inv / "group_vars" / "dsv41_ranks.yml").write_text(
-        "---\ndsv41_validations:\n  - {name: wo_a_w8, image_digest: '%s', record: records/experiments/d/record.json}\n"
-        % image_digest)
-    return (LAB_INVENTORY, inv)
-
-
-@pytest.fixture
-def fast_engine():
-    knobs(LAB_ENGINE_SPEED=40)
-    yield knobs
-    clear_knobs()
+    return validation_layer(tmp_path_factory.mktemp("validated"), "wo_a_w8", image_digest)
 
 
 def draft_head_only(floor_gib=None):

@@ -3,11 +3,10 @@
 The cap runs only with the block5 validation for the running image: refused first, then given as an
 inventory layer (what the operator commits after the block-size run proposes it).
 """
-import re
-
 import pytest
 
-from experiment_lab import clear_knobs, engine_healthy, flat, fleet_state, knobs, lab_definition, record, verdicts
+from experiment_lab import (engine_healthy, flat, fleet_state, lab_definition, record, running_image_digest,
+                            validation_layer, verdicts)
 from labhelpers import LAB_INVENTORY, lab, playbook
 
 RUN = ("-e", "maintenance_window=true")
@@ -19,31 +18,15 @@ def fresh_lab():
     yield
 
 
-@pytest.fixture
-def fast_engine():
-    knobs(LAB_ENGINE_SPEED=40)
-    yield knobs
-    clear_knobs()
-
 
 @pytest.fixture(scope="module")
 def image_digest(tmp_path_factory):
-    rc, out = playbook("stage_g_spec.yml", "--check", "-e",
-                       "experiment_record_root=%s" % tmp_path_factory.mktemp("digest"))
-    m = re.search(r"image_digest: (\S+)", out)
-    assert rc == 0 and m, out[-3000:]
-    return m.group(1)
+    return running_image_digest("stage_g_spec.yml", tmp_path_factory.mktemp("digest"))
 
 
 @pytest.fixture(scope="module")
 def block5_validated(image_digest, tmp_path_factory):
-    inv = tmp_path_factory.mktemp("validated")
-    (inv / "group_vars").mkdir()
-    (inv / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
-    (inv / "group_vars" / "dsv41_ranks.yml").write_text(
-        "---\ndsv41_validations:\n  - {name: block5, image_digest: '%s', record: records/experiments/g/record.json}\n"
-        % image_digest)
-    return (LAB_INVENTORY, inv)
+    return validation_layer(tmp_path_factory.mktemp("validated"), "block5", image_digest)
 
 
 def run(tmp_path, name, *extra, inventories=(LAB_INVENTORY,), **definition):
