@@ -18,7 +18,6 @@ def fresh_lab():
     yield
 
 
-
 @pytest.fixture(scope="module")
 def image_digest(tmp_path_factory):
     return running_image_digest("stage_g_spec.yml", tmp_path_factory.mktemp("digest"))
