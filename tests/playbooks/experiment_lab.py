@@ -55,12 +55,15 @@ def lab_definition(tmp_path, name, trim=False, **changes):
     """A copy of experiments/<name>.yml for the lab, where speed decides nothing: on a shared lab machine
     the stand-in's timings move with the load of other work, so neither a noise 'loss' nor a missing noise
     'win' may decide these tests (regression allowed, no win required; the speed rule is unit-tested in
-    tests/unit/test_experiment_stats.py). Evidence, correctness, memory and the restore decide. trim=True keeps one workload at
+    tests/unit/test_experiment_stats.py). Evidence, correctness, memory and the restore decide, so the lab
+    copy also asks for shorter answers. trim=True keeps one workload at
     C1 (still 5 measured repetitions): the fault tests judge evidence and correctness, not speed.
     Other keyword arguments replace top-level keys."""
     doc = yaml.safe_load((ROOT / "experiments" / (name + ".yml")).read_text())
     doc["acceptance"]["regression_allowed"] = True
     doc["acceptance"]["wins_required"] = "none"
+    # answers of 64 tokens, not 256: the same conditions, repetitions and checks in a quarter of the time
+    doc["benchmark"]["max_tokens"] = min(64, doc["benchmark"].get("max_tokens", 256))
     if trim:
         doc["benchmark"]["workloads"] = doc["benchmark"]["workloads"][:1]
         doc["benchmark"]["concurrency"] = [1]
