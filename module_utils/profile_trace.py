@@ -17,7 +17,8 @@ import re
 
 __metaclass__ = type
 
-TRACE_NAME = re.compile(r"^(?P<ts>[^/]*?)-TP-(?P<rank>\d+)\.trace\.json(\.gz)?$")
+# <ts>-TP-<rank>[-DP-<n>][-PP-<n>][-EP-<n>].trace.json[.gz]: builds add the other parallel ranks after TP
+TRACE_NAME = re.compile(r"^(?P<ts>[^/]*?)-TP-(?P<rank>\d+)(?:-[A-Z]{2}-\d+)*\.trace\.json(\.gz)?$")
 
 # Run by the container's python3: argv = [dir, since_epoch]. Prints {"files": [{path, mtime, size,
 # names|error}]} for the trace files modified at or after since. Kernel events only when the trace
@@ -25,7 +26,7 @@ TRACE_NAME = re.compile(r"^(?P<ts>[^/]*?)-TP-(?P<rank>\d+)\.trace\.json(\.gz)?$"
 LIST_SCRIPT = r"""
 import gzip, json, os, re, sys
 d, since = sys.argv[1], float(sys.argv[2])
-pat = re.compile(r"-TP-\d+\.trace\.json(\.gz)?$")
+pat = re.compile(r"-TP-\d+(-[A-Z][A-Z]-\d+)*\.trace\.json(\.gz)?$")
 out = []
 try:
     names = sorted(os.listdir(d))

@@ -39,13 +39,13 @@ def docker_exec_here(cmd):
 def test_lists_the_window_s_traces_of_every_rank_gzip_included(tmp_path):
     trace(tmp_path / "100-TP-0.trace.json", ["wo_a_bf16_gemv (target)"], mtime=100)  # an earlier window
     trace(tmp_path / "200-TP-0.trace.json", ["wo_a_fp8_gemv_g4 (target)", "wo_a_fp8_gemv_g4 (draft)"], mtime=200)
-    trace(tmp_path / "200-TP-1.trace.json.gz", ["wo_a_fp8_gemv_g4 (draft)"], mtime=201)
+    trace(tmp_path / "200-TP-1-EP-1.trace.json.gz", ["wo_a_fp8_gemv_g4 (draft)"], mtime=201)
     (tmp_path / "notes.json").write_text("{}")
     out = run_module(mod.main, {"container": "dsv41-head", "directory": str(tmp_path), "since": 150},
                      run_command=docker_exec_here)
     assert not out.get("failed"), out
     assert [(os.path.basename(t["path"]), t["rank"]) for t in out["traces"]] == [
-        ("200-TP-0.trace.json", 0), ("200-TP-1.trace.json.gz", 1)]
+        ("200-TP-0.trace.json", 0), ("200-TP-1-EP-1.trace.json.gz", 1)]
     assert out["kernels"] == ["wo_a_fp8_gemv_g4 (draft)", "wo_a_fp8_gemv_g4 (target)"]
     assert out["changed"] is False and out["unreadable"] == []
 
@@ -85,4 +85,5 @@ def test_a_listing_that_is_not_the_script_s_output_is_refused(text):
 
 def test_rank_of_reads_the_file_name():
     assert pt.rank_of("/tmp/1764555000-TP-2.trace.json.gz") == 2
+    assert pt.rank_of("/tmp/1764555000.12-TP-1-EP-1.trace.json.gz") == 1
     assert pt.rank_of("/tmp/x.trace.json") is None
