@@ -51,6 +51,11 @@ def dsv41_experiment_needs_profile(evidence):
     return _checks.needs_profile(evidence)
 
 
+def dsv41_experiment_exposed_failures(exposed, arm_us, baseline_us, ranks):
+    """Ranks whose exposed time (profile traces) did not fall below the baseline's, when the definition asks."""
+    return _checks.exposed_failures(exposed, arm_us, baseline_us, ranks or {})
+
+
 def dsv41_experiment_phase_seconds(clock):
     """Seconds of each phase of a condition (apply, boot, benchmark, evidence, total) from its clock marks."""
     return _checks.phase_seconds(clock or {})
@@ -94,6 +99,7 @@ class FilterModule:
             "dsv41_experiment_fatal_lines": dsv41_experiment_fatal_lines,
             "dsv41_snapshot_compare": dsv41_snapshot_compare,
             "dsv41_experiment_needs_profile": dsv41_experiment_needs_profile,
+            "dsv41_experiment_exposed_failures": dsv41_experiment_exposed_failures,
             "dsv41_experiment_phase_seconds": dsv41_experiment_phase_seconds,
             "dsv41_experiment_decode_steps": dsv41_experiment_decode_steps,
             "dsv41_memory_ledger": dsv41_memory_ledger,

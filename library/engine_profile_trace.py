@@ -38,6 +38,12 @@ options:
   rank:
     description: Keep only traces of this TP rank (the file name's C(TP-<rank>)). Default every rank.
     type: int
+  exposed_pattern:
+    description:
+      - A regular expression of kernel names (for example C(engram)) whose time on the compute stream
+        (the stream with the most kernel time) is returned in C(exposed_us). Work a side stream runs
+        does not count, which is the exposed time the Engram prefetch should reduce.
+    type: str
   docker:
     description: The docker client to run.
     type: str
@@ -74,6 +80,11 @@ kernels:
   returned: always
   type: list
   elements: str
+exposed_us:
+  description: With I(exposed_pattern), microseconds of matching kernels on the compute stream (averaged
+    over the traces read); None without one.
+  returned: always
+  type: float
 unreadable:
   description: Trace files that could not be parsed (still being written, corrupt), with why.
   returned: always
@@ -81,14 +92,15 @@ unreadable:
   elements: str
 """
 
+import re
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.probe_runner import make_runner, tail_text
-from ansible.module_utils.profile_trace import LIST_SCRIPT, TraceError, parse_listing, rank_kernels
+from ansible.module_utils.profile_trace import LIST_SCRIPT, TraceError, exposed_us, parse_listing, rank_kernels
 
 
-def read_traces(run, docker, container, directory, since, rank=None, label="host"):
+def read_traces(run, docker, container, directory, since, rank=None, label="host", exposed_pattern=None):
     """The listing of ``container``'s traces, filtered to ``rank``; raises TraceError naming the source."""
     source = "%s: %s %s:%s" % (label, docker, container, directory)
     rc, out, err = run([docker, "exec", container, "python3", "-c", LIST_SCRIPT, directory, repr(float(since))])
@@ -100,6 +112,7 @@ def read_traces(run, docker, container, directory, since, rank=None, label="host
     if rank is not None:
         listing["traces"] = [t for t in listing["traces"] if t["rank"] == rank]
     listing["kernels"] = rank_kernels(listing)
+    listing["exposed_us"] = exposed_us(listing, exposed_pattern) if exposed_pattern else None
     return listing
 
 
@@ -110,6 +123,7 @@ def run_module():
             directory=dict(type="str", default="/tmp"),
             since=dict(type="float", required=True),
             rank=dict(type="int"),
+            exposed_pattern=dict(type="str"),
             docker=dict(type="str", default="docker"),
             host_label=dict(type="str"),
         ),
@@ -117,9 +131,15 @@ def run_module():
     )
     p = module.params
     label = p["host_label"] or socket.gethostname()
+    if p["exposed_pattern"]:
+        try:
+            re.compile(p["exposed_pattern"])
+        except re.error as exc:
+            module.fail_json(msg="%s: exposed_pattern is not a regular expression (%s): %r"
+                             % (label, exc, p["exposed_pattern"]), changed=False)
     try:
         listing = read_traces(make_runner(module), p["docker"], p["container"], p["directory"], p["since"],
-                              p["rank"], label)
+                              p["rank"], label, p["exposed_pattern"])
     except TraceError as exc:
         module.fail_json(msg=str(exc), changed=False)
     module.exit_json(changed=False, **listing)

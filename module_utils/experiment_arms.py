@@ -72,6 +72,8 @@ def normalise(doc):
         "memory": {"floor_gib": doc.get("memory", {}).get("floor_gib", 0),
                    "compare_with": list(doc.get("memory", {}).get("compare_with", ["baseline"])),
                    "reference": [dict(r) for r in doc.get("memory", {}).get("reference", [])]},
+        "profile": {"exposed": dict({"must_fall": False}, **doc["profile"]["exposed"])
+                    if "exposed" in doc.get("profile", {}) else None},
         "arms": arms,
     }
 
@@ -95,6 +97,10 @@ def plan_lines(defn):
         lines.append("memory ledger on every rank%s; differences against %s" % (
             ", floor %.2f GiB for serving" % mem["floor_gib"] if mem.get("floor_gib") else "",
             ", ".join(mem.get("compare_with") or ["baseline"])))
+    exposed = (defn.get("profile") or {}).get("exposed")
+    if exposed:
+        lines.append("profile of the baseline and every timed arm: %s time on the compute stream (kernels matching "
+                     "%r)%s" % (exposed["name"], exposed["pattern"], ", must fall on every rank" if exposed["must_fall"] else ""))
     for arm in defn["arms"]:
         change = _fmt(arm["settings"]) if arm["settings"] else "hook %s" % arm["hook"]
         bench = arm["benchmark"]

@@ -230,3 +230,20 @@ def phase_seconds(clock):
         ta, tb = mark(a), mark(b)
         out[name] = round(tb - ta, 1) if ta is not None and tb is not None else None
     return out
+
+
+def exposed_failures(exposed, arm_us, baseline_us, ranks):
+    """With ``exposed.must_fall``: ranks whose exposed time (us per profiled step) did not fall below the
+    baseline's, or that have no figure on either side. Empty = pass (or nothing asked)."""
+    if not exposed or not exposed.get("must_fall"):
+        return []
+    out = []
+    for host in sorted(ranks, key=lambda h: ranks[h]):
+        a, b = (arm_us or {}).get(host), (baseline_us or {}).get(host)
+        who = "%s rank %s" % (host, ranks[host])
+        if a is None or b is None:
+            out.append("profile: %s has no exposed %s time (baseline %s, arm %s us)" % (who, exposed["name"], b, a))
+        elif not a < b:
+            out.append("profile: exposed %s time did not fall on %s: %.1f -> %.1f us per profiled step"
+                       % (exposed["name"], who, b, a))
+    return out

@@ -152,6 +152,7 @@ def markdown(record):
                 out.append("| " + " | ".join(["C%d" % r["concurrency"], r["baseline"]] + [r[a] for a in timed]) + " |")
     out += condition_table(record["conditions"], ["baseline"] + arms)
     out += memory_tables(d, record["conditions"], ["baseline"] + arms)
+    out += exposed_table(d, record["conditions"], ["baseline"] + arms)
     if record.get("restore"):
         rs = record["restore"]
         out += ["", "## Restore", "", "Fleet equal to the snapshot: **%s**" % ("yes" if rs.get("equal") else "NO")]
@@ -267,6 +268,21 @@ def memory_tables(definition, conditions, order):
                 "| arm | against | host | weights | capture low | left for serving | KV pool tokens | reference |",
                 "|---|---|---|---|---|---|---|---|"] + rows
     return out
+
+
+def exposed_table(definition, conditions, order):
+    """The exposed time each profiled condition showed on every rank's compute stream (profile traces)."""
+    exposed = (definition.get("profile") or {}).get("exposed")
+    rows = []
+    for name in order:
+        per = (conditions.get(name) or {}).get("exposed_us") or {}
+        if any(v is not None for v in per.values()):
+            rows.append("| %s | %s |" % (name, " | ".join("%s %s" % (h, "-" if per[h] is None else "%.1f" % per[h])
+                                                          for h in sorted(per))))
+    if not exposed or not rows:
+        return []
+    return ["", "## Exposed %s time on the compute stream (us per profiled step, kernels matching `%s`)"
+            % (exposed["name"], exposed["pattern"]), "", "| condition | per rank |", "|---|---|"] + rows
 
 
 def _label(labels):

@@ -233,6 +233,15 @@ MEMORY = {
         "reference": {"type": list, "items": MEMORY_REFERENCE},   # figures printed beside the measured ones
     },
 }
+PROFILE = {
+    "type": dict,
+    "keys": {
+        # time on the compute stream of the kernels the pattern names, read from every rank's profile trace
+        # of the baseline and of each timed arm (module_utils/profile_trace.py: exposed_us)
+        "exposed": {"type": dict, "required": ("name", "pattern"),
+                    "keys": {"name": _name, "pattern": _regex, "must_fall": _bool}},
+    },
+}
 DEFINITION = {
     "type": dict, "required": ("schema_version", "name", "stage", "description", "arms", "benchmark",
                                "acceptance"),
@@ -249,6 +258,7 @@ DEFINITION = {
         "benchmark": BENCHMARK,
         "acceptance": ACCEPTANCE,
         "memory": MEMORY,                                # the memory ledger's floor, comparisons, references
+        "profile": PROFILE,                              # figures read from the profile traces (exposed time)
         "arms": {"type": list, "items": ARM, "min_items": 1},
     },
 }

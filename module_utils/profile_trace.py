@@ -48,6 +48,15 @@ for n in names:
         ev = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
         kern = [e for e in ev if e.get("cat") == "kernel"]
         item["names"] = sorted(set(str(e.get("name", "")) for e in (kern or ev)))
+        streams = {}
+        for e in kern:
+            try:
+                dur = float(e.get("dur") or 0)
+            except (TypeError, ValueError):
+                continue
+            per = streams.setdefault(str(e.get("tid")), {})
+            per[str(e.get("name", ""))] = per.get(str(e.get("name", "")), 0.0) + dur
+        item["streams"] = streams
     except Exception as exc:
         item["error"] = "%s: %s" % (type(exc).__name__, exc)
     out.append(item)
@@ -81,7 +90,8 @@ def parse_listing(text, source):
             unreadable.append("%s: %s" % (item.get("path"), item["error"]))   # e.g. still being written
             continue
         traces.append({"path": item.get("path"), "rank": rank_of(item.get("path") or ""),
-                       "mtime": item.get("mtime"), "kernels": list(item.get("names") or [])})
+                       "mtime": item.get("mtime"), "kernels": list(item.get("names") or []),
+                       "streams": dict(item.get("streams") or {})})
     traces.sort(key=lambda t: (t["mtime"] or 0, t["path"] or ""))
     return {"traces": traces, "unreadable": unreadable}
 
@@ -93,3 +103,18 @@ def rank_kernels(listing, rank=None):
         if rank is None or t["rank"] == rank:
             names.update(t["kernels"])
     return sorted(names)
+
+
+def exposed_us(listing, pattern):
+    """Microseconds of kernels whose name matches ``pattern`` on each trace's compute stream (the stream
+    with the most kernel time), averaged over the traces; None without a trace that has durations.
+    Work moved to a side stream (the Engram prefetch) stops counting: that is the exposed time."""
+    rx = re.compile(pattern)
+    values = []
+    for t in listing["traces"]:
+        streams = t.get("streams") or {}
+        if not streams:
+            continue
+        main = max(streams, key=lambda tid: sum(streams[tid].values()))
+        values.append(sum(us for name, us in streams[main].items() if rx.search(name)))
+    return round(sum(values) / len(values), 1) if values else None

@@ -130,8 +130,10 @@ Prefetch CHECK (every rank, with DSV41_ENGRAM_PREFETCH=1 and DSV41_ENGRAM_PREFET
 Profiling (head): POST /start_profile -> 200 ``Start profiling.``; POST /stop_profile -> 200 and, as SGLang's
   profiler does on every TP rank, a trace ``<SGLANG_TORCH_PROFILER_DIR or /tmp>/<ts>-TP-<r>.trace.json`` on
   each rank's own host (rank 0 at once; a worker within one report period, about 2 s, when the head's
-  rendezvous reply tells it a profile ended) whose ``traceEvents`` name the kernels that ran: with wo_a_w8 in effect ``wo_a_fp8_gemv_g4 (target)`` / ``wo_a_fp8_gemv_g4 (draft)``
-  (``wo_a_fp8_mid`` with MID), without it ``wo_a_bf16_gemv``.
+  rendezvous reply tells it a profile ended) whose ``traceEvents`` name the kernels that ran: with wo_a_w8
+  in effect ``wo_a_fp8_gemv_g4 (target)`` / ``wo_a_fp8_gemv_g4 (draft)`` (``wo_a_fp8_mid`` with MID), without
+  it ``wo_a_bf16_gemv``; each with a stream and a duration: the Engram gather on the compute stream, or on
+  a side stream with only a 150 us wait left when the prefetch is in effect on packed shards.
 Serving (head, per request): E [ts] Receive: obj=... (LAB_ENGINE_LOG_REQUESTS), E Prefill batch, ...,
   E [ts] INFO:     127.0.0.1:N - "POST /v1/chat/completions HTTP/1.1" 200 OK,
   E Decode batch, #running-req: 1, #full token: N, full token usage: 0.00, #swa token: N, swa token usage: 0.00,
@@ -1334,7 +1336,7 @@ def worker_report_loop(addr: str, rank: int, packed: bool) -> None:
                 reply = json.loads(s.makefile().readline(4096) or "{}")
             done = int(reply.get("profiles_done", 0))
             if seen is not None and done > seen:
-                profile_trace(rank)
+                profile_trace(rank, packed)
             seen = done
         except (OSError, ValueError, TypeError, AttributeError):
             pass
@@ -1621,7 +1623,7 @@ def make_handler(engine: Engine | None):
                                         "BadRequestError")
                 else:
                     engine.profiling = None
-                    trace = profile_trace(0)
+                    trace = profile_trace(0, bool((engine.state or {}).get("packed")))
                     if engine.ranks is not None:
                         with engine.ranks.lock:
                             engine.ranks.profiles_done += 1
@@ -1776,16 +1778,28 @@ def start_periodic(state: dict) -> None:
         threading.Thread(target=prefetch_check_loop, daemon=True).start()
 
 
-def profile_trace(rank: int) -> str:
-    """Write this rank's trace of the profiled window (kernel names of what ran); returns its path."""
+def profile_trace(rank: int, packed: bool = False) -> str:
+    """Write this rank's trace of the profiled window; returns its path. Kernel events carry a stream
+    (``tid``) and a duration (us per step, real scale): the MoE and attention dominate the compute stream
+    (7); the Engram gather runs there (1,000 us packed, 2,500 us from the unpacked files) unless the
+    prefetch is in effect on packed shards, which moves it to a side stream (8) and leaves a 150 us wait
+    on the compute stream; CHECK mode re-runs the synchronous gather on the compute stream too."""
     if adapter_on("wo_a_w8") and not fault("g4_not_taken"):
         mid = flag("DSV41_WO_A_W8_MID") or flag("DSV41_WO_A_W8_DROP")
-        kernels = ["wo_a_fp8_gemv_g4 (target)", "wo_a_fp8_gemv_g4 (draft)"] + (["wo_a_fp8_mid (target)"] if mid else [])
+        kernels = [("wo_a_fp8_gemv_g4 (target)", 7, 400), ("wo_a_fp8_gemv_g4 (draft)", 7, 120)]
+        kernels += [("wo_a_fp8_mid (target)", 7, 300)] if mid else []
     else:
-        kernels = ["wo_a_bf16_gemv (target)", "wo_a_bf16_gemv (draft)"]
-    kernels += ["flash_attn_verify", "engram_gather", "moe_b12x_dense"]
-    events = [{"name": k, "ph": "X", "cat": "kernel", "ts": i * 10, "dur": 5, "pid": 0, "tid": 7}
-              for i, k in enumerate(kernels)]
+        kernels = [("wo_a_bf16_gemv (target)", 7, 600), ("wo_a_bf16_gemv (draft)", 7, 180)]
+    kernels += [("flash_attn_verify", 7, 8000), ("moe_b12x_dense", 7, 30000)]
+    gather = 1000 if packed else 2500
+    if packed and adapter_on("engram_prefetch"):
+        kernels += [("engram_gather", 8, gather), ("engram_prefetch_wait", 7, 150)]
+        if prefetch_check_on():
+            kernels += [("engram_gather", 7, gather)]
+    else:
+        kernels += [("engram_gather", 7, gather)]
+    events = [{"name": k, "ph": "X", "cat": "kernel", "ts": i * 10, "dur": dur, "pid": 0, "tid": tid}
+              for i, (k, tid, dur) in enumerate(kernels)]
     out_dir = os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")
     path = os.path.join(out_dir, f"{int(time.time())}-TP-{rank}.trace.json")
     write_atomic(host_path(path, load_mounts()) if path.startswith("/") else path,

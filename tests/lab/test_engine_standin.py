@@ -1481,3 +1481,21 @@ def test_rank_length_mismatch_makes_the_last_worker_disagree(lab, rank, block, e
     args = marker_dict(proc.stream("stderr"))
     assert args["speculative_dspark_block_size"] == expected
     assert args["speculative_num_draft_tokens"] == expected + 1
+
+
+@pytest.mark.parametrize("env,packed,compute_us", [({}, False, 2500), ({}, True, 1000),
+                                                    ({"DSV41_ENGRAM_PREFETCH": "1"}, True, 150),
+                                                    ({"DSV41_ENGRAM_PREFETCH": "1"}, False, 2500)])
+def test_profile_trace_puts_the_engram_gather_on_the_stream_it_runs_on(tmp_path, monkeypatch, env, packed, compute_us):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("lab_engine", str(ENGINE))
+    engine = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engine)
+    monkeypatch.setenv("SGLANG_TORCH_PROFILER_DIR", str(tmp_path))
+    monkeypatch.delenv("LAB_IMAGE_ROOT", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    path = engine.profile_trace(1, packed)
+    events = json.loads(open(path).read())["traceEvents"]
+    on_compute = sum(e["dur"] for e in events if "engram" in e["name"] and e["tid"] == 7)
+    assert on_compute == compute_us

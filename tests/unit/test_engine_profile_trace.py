@@ -16,8 +16,8 @@ from modrun import run_module
 import engine_profile_trace as mod
 
 
-def trace(path, names, cat="kernel", mtime=None):
-    events = [{"name": n, "ph": "X", "cat": cat, "ts": i, "dur": 1} for i, n in enumerate(names)]
+def trace(path, names, cat="kernel", mtime=None, events=None):
+    events = list(events or []) + [{"name": n, "ph": "X", "cat": cat, "ts": i, "dur": 1} for i, n in enumerate(names)]
     events.append({"name": "process_name", "ph": "M", "args": {"name": "python"}})
     data = json.dumps({"traceEvents": events})
     if str(path).endswith(".gz"):
@@ -87,3 +87,25 @@ def test_rank_of_reads_the_file_name():
     assert pt.rank_of("/tmp/1764555000-TP-2.trace.json.gz") == 2
     assert pt.rank_of("/tmp/1764555000.12-TP-1-EP-1.trace.json.gz") == 1
     assert pt.rank_of("/tmp/x.trace.json") is None
+
+
+def kernel(name, tid, dur):
+    return {"name": name, "ph": "X", "cat": "kernel", "ts": 0, "dur": dur, "tid": tid}
+
+
+def test_exposed_time_counts_only_the_compute_stream(tmp_path):
+    # synchronous gather on the compute stream (7): exposed; prefetched on a side stream (8): only the wait
+    trace(tmp_path / "1-TP-0.trace.json", [], mtime=10, events=[
+        kernel("moe_b12x_dense", 7, 30000), kernel("engram_gather", 7, 1000), kernel("engram_gather", 7, 200)])
+    trace(tmp_path / "1-TP-1.trace.json", [], mtime=10, events=[
+        kernel("moe_b12x_dense", 7, 30000), kernel("engram_prefetch_wait", 7, 150), kernel("engram_gather", 8, 1000)])
+    out0 = run_module(mod.main, {"container": "c", "directory": str(tmp_path), "since": 0, "rank": 0,
+                                 "exposed_pattern": "engram"}, run_command=docker_exec_here)
+    out1 = run_module(mod.main, {"container": "c", "directory": str(tmp_path), "since": 0, "rank": 1,
+                                 "exposed_pattern": "engram"}, run_command=docker_exec_here)
+    assert out0["exposed_us"] == 1200.0 and out1["exposed_us"] == 150.0
+    assert run_module(mod.main, {"container": "c", "directory": str(tmp_path), "since": 0},
+                      run_command=docker_exec_here)["exposed_us"] is None
+    bad = run_module(mod.main, {"container": "c", "since": 0, "exposed_pattern": "engram(", "host_label": "spark1"},
+                     run_command=docker_exec_here)
+    assert bad["failed"] and bad["msg"].startswith("spark1: exposed_pattern is not a regular expression")

@@ -246,3 +246,15 @@ def test_autotune_agreement_fails_a_partial_hit_and_ranks_that_disagree():
 def test_named_checks_without_any_log():
     assert ev.named_failures([{"name": "kv_pool", "args": {}}], {}, RANKS) == [
         "evidence: no rank's log was read; kv_pool cannot be shown"]
+
+
+def test_exposed_time_must_fall_on_every_rank():
+    exposed = {"name": "engram", "pattern": "engram", "must_fall": True}
+    base = {"spark1": 1000.0, "spark2": 1000.0, "spark3": 1000.0}
+    assert filters.dsv41_experiment_exposed_failures(exposed, dict(base, spark1=150.0, spark2=150.0, spark3=150.0),
+                                                     base, RANKS) == []
+    assert filters.dsv41_experiment_exposed_failures(exposed, dict(base, spark1=150.0, spark3=None), base, RANKS) == [
+        "profile: exposed engram time did not fall on spark2 rank 1: 1000.0 -> 1000.0 us per profiled step",
+        "profile: spark3 rank 2 has no exposed engram time (baseline 1000.0, arm None us)"]
+    assert filters.dsv41_experiment_exposed_failures(None, {}, base, RANKS) == []
+    assert filters.dsv41_experiment_exposed_failures(dict(exposed, must_fall=False), {}, base, RANKS) == []

@@ -195,3 +195,16 @@ def test_memory_tables_difference_each_arm_against_what_it_builds_on_with_the_re
     assert "| drop | baseline | spark1 | -624.6 |" in text
     assert "| draft_head_fp8 | baseline | spark1 | +215.1 |" in text   # 0.21 GiB printed: the ledger reads what the engine prints
     assert "| draft_head_fp8 | twin_only |" not in text, "two unrelated changes are not differenced"
+
+
+def test_stage_e_plans_and_records_the_exposed_engram_time():
+    d = definition("stage_e_prefetch")
+    assert d["profile"]["exposed"] == {"name": "engram", "pattern": "engram", "must_fall": True}
+    assert ("profile of the baseline and every timed arm: engram time on the compute stream (kernels matching "
+            "'engram'), must fall on every rank") in es.plan_lines(d)
+    conds = {"baseline": {"results": [res("prose", 1, BASE)], "exposed_us": {"spark1": 1000.0, "spark2": None}},
+             "prefetch": {"results": [res("prose", 1, BASE)], "exposed_us": {"spark1": 150.0, "spark2": 150.0}}}
+    text = er.markdown({"definition": d, "conditions": conds, "verdicts": er.evaluate(d, conds, {})})
+    assert "## Exposed engram time on the compute stream (us per profiled step, kernels matching `engram`)" in text
+    assert "| baseline | spark1 1000.0 | spark2 - |" in text and "| prefetch | spark1 150.0 | spark2 150.0 |" in text
+    assert definition()["profile"] == {"exposed": None}
