@@ -51,9 +51,17 @@ def dsv41_experiment_needs_profile(evidence):
     return _checks.needs_profile(evidence)
 
 
-def dsv41_experiment_exposed_failures(exposed, arm_us, baseline_us, ranks):
-    """Ranks whose exposed time (profile traces) did not fall below the baseline's, when the definition asks."""
+def dsv41_experiment_exposed_failures(exposed, arm_us, conditions, ranks):
+    """Ranks whose exposed time (profile traces) did not fall below the baseline's, when the definition asks.
+    ``conditions`` is the run's conditions so far (the baseline's ``exposed_us`` is read from it)."""
+    baseline_us = ((conditions or {}).get("baseline") or {}).get("exposed_us")
     return _checks.exposed_failures(exposed, arm_us, baseline_us, ranks or {})
+
+
+def dsv41_experiment_exposed_by_host(profiles):
+    """{host: exposed us or None} from {host: engine_profile_trace result, or {} where not profiled}.
+    (Jinja's ``map(attribute=..., default=none)`` has no default at all, so the None is made here.)"""
+    return dict((host, (result or {}).get("exposed_us")) for host, result in (profiles or {}).items())
 
 
 def dsv41_experiment_phase_seconds(clock):
@@ -100,6 +108,7 @@ class FilterModule:
             "dsv41_snapshot_compare": dsv41_snapshot_compare,
             "dsv41_experiment_needs_profile": dsv41_experiment_needs_profile,
             "dsv41_experiment_exposed_failures": dsv41_experiment_exposed_failures,
+            "dsv41_experiment_exposed_by_host": dsv41_experiment_exposed_by_host,
             "dsv41_experiment_phase_seconds": dsv41_experiment_phase_seconds,
             "dsv41_experiment_decode_steps": dsv41_experiment_decode_steps,
             "dsv41_memory_ledger": dsv41_memory_ledger,

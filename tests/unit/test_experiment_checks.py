@@ -251,10 +251,21 @@ def test_named_checks_without_any_log():
 def test_exposed_time_must_fall_on_every_rank():
     exposed = {"name": "engram", "pattern": "engram", "must_fall": True}
     base = {"spark1": 1000.0, "spark2": 1000.0, "spark3": 1000.0}
+    conditions = {"baseline": {"exposed_us": base}}
     assert filters.dsv41_experiment_exposed_failures(exposed, dict(base, spark1=150.0, spark2=150.0, spark3=150.0),
-                                                     base, RANKS) == []
-    assert filters.dsv41_experiment_exposed_failures(exposed, dict(base, spark1=150.0, spark3=None), base, RANKS) == [
+                                                     conditions, RANKS) == []
+    assert filters.dsv41_experiment_exposed_failures(exposed, dict(base, spark1=150.0, spark3=None), conditions,
+                                                     RANKS) == [
         "profile: exposed engram time did not fall on spark2 rank 1: 1000.0 -> 1000.0 us per profiled step",
         "profile: spark3 rank 2 has no exposed engram time (baseline 1000.0, arm None us)"]
-    assert filters.dsv41_experiment_exposed_failures(None, {}, base, RANKS) == []
-    assert filters.dsv41_experiment_exposed_failures(dict(exposed, must_fall=False), {}, base, RANKS) == []
+    # no baseline recorded yet (or it was not profiled): every rank fails, naming the missing side
+    assert filters.dsv41_experiment_exposed_failures(exposed, base, {}, RANKS)[0] == (
+        "profile: spark1 rank 0 has no exposed engram time (baseline None, arm 1000.0 us)")
+    assert filters.dsv41_experiment_exposed_failures(None, {}, conditions, RANKS) == []
+    assert filters.dsv41_experiment_exposed_failures(dict(exposed, must_fall=False), {}, conditions, RANKS) == []
+
+
+def test_exposed_by_host_gives_none_where_a_rank_was_not_profiled():
+    profiles = {"spark1": {"exposed_us": 150.0, "traces": ["t"]}, "spark2": {}, "spark3": {"exposed_us": None}}
+    assert filters.dsv41_experiment_exposed_by_host(profiles) == {"spark1": 150.0, "spark2": None, "spark3": None}
+    assert filters.dsv41_experiment_exposed_by_host(None) == {}
