@@ -16,13 +16,17 @@ def _names(values, what):
     return names
 
 
-def dsv41_forward_request(settings, unforwarded):
+def dsv41_forward_request(settings, unforwarded, forward_lists=None, unset_keys=None):
     """What ``launcher_forward`` must make reach every container: ``{KEY: declared value}``.
 
     ``unforwarded``: ``{"head": [...], "worker": [...]}`` (the ``launcher_settings`` result); a key missing
     on either path is requested once, with the value the inventory declares (the edit is verified by
     evaluating the launcher with that value). Names are checked to be shell identifiers, so nothing else
     reaches the script.
+
+    ``unset_keys``: variables to forward although they are not declared (unset is not off for some, e.g.
+    SGLANG_DSPARK_FOLDED_SAMPLING); each one a path's ``forward_lists`` lacks is requested with an empty
+    value, and the managed forward (``${KEY+-e "KEY=$KEY"}``) passes nothing while it stays unset.
     """
     from ansible.errors import AnsibleFilterError
     wanted = []
@@ -30,7 +34,14 @@ def dsv41_forward_request(settings, unforwarded):
         for name in _names((unforwarded or {}).get(path), "unforwarded." + path):
             if name not in wanted:
                 wanted.append(name)
-    settings = settings or {}
+    settings = dict(settings or {})
+    for name in _names(unset_keys, "unset_keys"):
+        if name in settings and settings[name] is not None:
+            continue                  # declared with a value: forwarded (or not) as declared
+        if any(name not in ((forward_lists or {}).get(path) or []) for path in ("head", "worker")):
+            if name not in wanted:
+                wanted.append(name)
+            settings[name] = None
     missing = [n for n in wanted if n not in settings]
     if missing:
         raise AnsibleFilterError("unforwarded names no declared setting: %s" % ", ".join(missing))

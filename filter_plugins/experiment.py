@@ -13,11 +13,12 @@ def _module_utils():
     if path not in list(amu.__path__):
         amu.__path__.append(path)
     from ansible.module_utils import (decode_steps, experiment_checks, experiment_evidence, experiment_snapshot,
-                                      memory_ledger, meminfo)
-    return experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence
+                                      memory_ledger, meminfo, sampling_checks)
+    return (experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence,
+            sampling_checks)
 
 
-_checks, _snapshot, _steps, _ledger, _meminfo, _named = _module_utils()
+_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling = _module_utils()
 
 
 def dsv41_experiment_evidence(evidence, logs, ranks, profiles=None):
@@ -31,9 +32,49 @@ def dsv41_experiment_preconditions(requires, facts):
     return _checks.preconditions(requires or {}, facts or {})
 
 
-def dsv41_experiment_correctness(checks, results, run_logs=None):
-    """Failure messages of the named correctness checks (empty = correct)."""
-    return _checks.correctness_failures(checks or [], results or [], run_logs)
+def dsv41_experiment_correctness(checks, results, run_logs=None, conditions=None, condition=None, mixed=None):
+    """Failure messages of the named correctness checks (empty = correct). ``conditions`` (the run's so far)
+    and ``condition`` (the name judged) give the checks that compare with the baseline its figures;
+    ``mixed``: this condition's mixed greedy/sampled results."""
+    baseline = None
+    if condition not in (None, "baseline"):
+        baseline = (conditions or {}).get("baseline") or {}
+    return _checks.correctness_failures(checks or [], results or [], run_logs, baseline, mixed or [])
+
+
+def dsv41_experiment_distribution(results, conditions, condition, bins=None):
+    """{workload: chi-square figures} of a sampled condition against the run's baseline (the record's
+    table); {} for the baseline itself or when nothing was sampled."""
+    base = ((conditions or {}).get("baseline") or {}).get("results")
+    if condition == "baseline" or not base:
+        return {}
+    return _sampling.distribution_failures(results or [], base, bins=bins or _sampling.DEFAULT_BINS)[1]
+
+
+# The value a switch is evaluated at when it is unset and an arm needs it forwarded: its off value.
+_PROBE_VALUES = {"DSV41_DRAFT_TAU": "1"}
+
+
+def dsv41_forward_probe(settings, definition):
+    """``settings`` plus, for every switch an arm (or the definition) requires forwarded that the baseline
+    leaves unset, that switch at its off value ("0"; "1" for the draft temperature). Only the forward
+    check evaluates these settings: nothing is written with them."""
+    out = dict(settings or {})
+    definition = definition or {}
+    base = dict(out, **(((definition.get("baseline") or {}).get("settings")) or {}))
+    wanted = list((definition.get("requires") or {}).get("switches_forwarded") or [])
+    for arm in definition.get("arms") or []:
+        wanted += (arm.get("requires") or {}).get("switches_forwarded") or []
+    for name in wanted:
+        if base.get(name) is None:
+            out[name] = _PROBE_VALUES.get(name, "0")
+    return out
+
+
+def dsv41_experiment_boot_facts(logs, ranks):
+    """What the preconditions read from every rank's latest boot: memory left after capture per host and
+    rank 0's folded-sampling decision (module_utils/experiment_evidence.py: boot_memory_facts)."""
+    return _named.boot_memory_facts(logs or {}, ranks or {})
 
 
 def dsv41_experiment_fatal_lines(tails, ranks):
@@ -109,6 +150,9 @@ class FilterModule:
             "dsv41_experiment_needs_profile": dsv41_experiment_needs_profile,
             "dsv41_experiment_exposed_failures": dsv41_experiment_exposed_failures,
             "dsv41_experiment_exposed_by_host": dsv41_experiment_exposed_by_host,
+            "dsv41_experiment_distribution": dsv41_experiment_distribution,
+            "dsv41_experiment_boot_facts": dsv41_experiment_boot_facts,
+            "dsv41_forward_probe": dsv41_forward_probe,
             "dsv41_experiment_phase_seconds": dsv41_experiment_phase_seconds,
             "dsv41_experiment_decode_steps": dsv41_experiment_decode_steps,
             "dsv41_memory_ledger": dsv41_memory_ledger,

@@ -90,6 +90,14 @@ options:
       - C(seed) of every request (the same one), so sampled repeats are comparable. Required when
         I(temperature) > 0 (sampled requests without a fixed seed are refused).
     type: int
+  greedy_streams:
+    description:
+      - Mixed greedy/sampled batches (stage H). The first N streams of every round send greedy requests
+        (temperature 0, no top-p, top-k or seed) while the others sample with I(temperature), I(top_p),
+        I(top_k) and I(seed); each result then has C(greedy_output_digests), the greedy answers alone.
+        Needs I(temperature) > 0 and N below the lowest I(concurrency). 0 (default) sends one kind.
+    type: int
+    default: 0
   failed_repetition_retries:
     description:
       - Extra rounds a condition may run to replace failed repetitions (a request ended in an error
@@ -236,7 +244,9 @@ results:
     settings: {description: Settings used, type: dict}
 summary:
   description: "Workload -> C(c<N>) -> medians (aggregate/per-stream tok/s, TTFT ms, answer TTFT ms, ITL ms),
-    distinct_outputs, distinct_answers, rounds, failed_repetitions and error_codes."
+    distinct_outputs, distinct_answers, rounds, failed_repetitions and error_codes. Each condition of
+    C(results) also has C(answer_word_counts) when it sampled, and C(greedy_output_digests) when its
+    batches mixed greedy and sampled requests (I(greedy_streams))."
   returned: success
   type: dict
 settings:
@@ -301,6 +311,7 @@ def run_module():
             top_p=dict(type="float"),
             top_k=dict(type="int"),
             seed=dict(type="int"),
+            greedy_streams=dict(type="int", default=db.DEFAULTS["greedy_streams"]),
             failed_repetition_retries=dict(type="int", default=db.DEFAULTS["failed_repetition_retries"]),
             thinking=dict(type="bool", default=db.DEFAULTS["thinking"]),
             stream=dict(type="bool", default=db.DEFAULTS["stream"]),
@@ -314,7 +325,8 @@ def run_module():
     p = module.params
     label = p["host_label"] or (socket.gethostname().split(".")[0] or "this host")
     keys = ("model", "concurrency", "repetitions", "warmups", "prompts_per_stream", "max_tokens",
-            "temperature", "top_p", "top_k", "seed", "failed_repetition_retries", "thinking", "stream", "timeout")
+            "temperature", "top_p", "top_k", "seed", "greedy_streams", "failed_repetition_retries", "thinking", "stream",
+            "timeout")
     common = {"url": p["url"], "measured_on": p["measured_on"], "raw_output": p["raw_output"],
               "host_label": label}
     try:

@@ -75,6 +75,7 @@ DEFAULTS = {
     "stream": True,
     "timeout": 300.0,
     "prompts_per_stream": None,
+    "greedy_streams": 0,
 }
 # ---------------------------------------------------------------------------------------------
 # Prompts and settings
@@ -162,6 +163,13 @@ def validate_settings(settings):
     if float(s["temperature"]) > 0 and s["seed"] is None:
         raise BenchError("sampled requests (temperature=%s) need a fixed seed: repeats must sample alike to be "
                          "compared" % s["temperature"])
+    greedy = int(s["greedy_streams"] or 0)
+    if greedy < 0:
+        raise BenchError("greedy_streams must be >= 0, got %s" % s["greedy_streams"])
+    if greedy and (float(s["temperature"]) <= 0 or greedy >= min(conc)):
+        raise BenchError("greedy_streams=%d makes mixed greedy/sampled batches: it needs temperature > 0 and fewer "
+                         "greedy streams than the lowest concurrency (%d)" % (greedy, min(conc)))
+    s["greedy_streams"] = greedy
     if int(s["failed_repetition_retries"]) < 0:
         raise BenchError("failed_repetition_retries must be >= 0, got %s" % s["failed_repetition_retries"])
     for key in ("repetitions", "warmups", "max_tokens", "failed_repetition_retries"):
@@ -176,7 +184,11 @@ def validate_settings(settings):
     return s
 
 
-def build_body(messages, settings):
+def build_body(messages, settings, greedy=False):
+    """The request body; ``greedy`` sends temperature 0 without the sampling parameters (the greedy
+    streams of a mixed batch)."""
+    if greedy:
+        settings = dict(settings, temperature=0.0, top_p=None, top_k=None, seed=None)
     body = {
         "model": settings["model"],
         "messages": messages,
@@ -226,7 +238,8 @@ def run_round(client, prompts, settings, concurrency):
         for idx in indices:
             if stop.is_set():
                 break
-            body = build_body(prompts[idx]["messages"], settings)
+            greedy = st["stream"] < settings.get("greedy_streams", 0)
+            body = build_body(prompts[idx]["messages"], settings, greedy=greedy)
             try:
                 rec = client.request(body)
             except BenchError as exc:
@@ -239,6 +252,7 @@ def run_round(client, prompts, settings, concurrency):
                 break
             rec["prompt_index"] = idx
             rec["prompt_id"] = prompts[idx]["id"]
+            rec["greedy"] = body["temperature"] <= 0
             rec["request"] = body
             st["requests"].append(rec)
         st["end"] = time.monotonic()

@@ -27,11 +27,14 @@ import hashlib
 import json
 import statistics
 
+from ansible.module_utils.sampling_checks import answer_words
+
 __metaclass__ = type
 
+WORD_COUNTS_KEPT = 200      # answer words kept per condition (the rest pooled; the test uses the top 24)
 SETTING_KEYS = ("model", "max_tokens", "temperature", "top_p", "top_k", "seed", "thinking", "stream",
                 "repetitions", "warmups", "failed_repetition_retries", "concurrency", "timeout",
-                "prompts_per_stream")
+                "prompts_per_stream", "greedy_streams")
 
 
 def public_settings(settings):
@@ -84,6 +87,20 @@ def round_failures(rd, kind, number):
                 out.append({"kind": kind, "round": number, "stream": st["stream"], "prompt_id": r.get("prompt_id"),
                             "code": err.get("code"), "message": err.get("message"),
                             "finish_reason": r.get("finish_reason")})
+    return out
+
+
+def word_counts(requests, keep=WORD_COUNTS_KEPT):
+    """Answer word counts of sampled requests over their distinct (prompt, answer) pairs (the stage H
+    distribution check, module_utils/sampling_checks.py): the ``keep`` most frequent words, the rest
+    summed under ``(other)`` so the total stays right. A list of ``[word, count]`` pairs, never a mapping:
+    the result is redacted as data, and a word such as ``key`` or ``token`` would be taken for a secret's name."""
+    counts = answer_words({"prompt": r.get("prompt_id"), "text": r.get("text")} for r in requests)
+    top = sorted(counts, key=lambda w: (-counts[w], w))[:keep]
+    out = [[w, counts[w]] for w in top]
+    rest = sum(counts.values()) - sum(n for _, n in out)
+    if rest:
+        out.append(["(other)", rest])
     return out
 
 
@@ -179,6 +196,16 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None, f
         "error_codes": count(f["code"] for f in failures),
         "failures": failures,
     }
+    greedy = [r for r in requests if r.get("greedy")]
+    sampled = [r for r in requests if r.get("greedy") is False]
+    if greedy and sampled:
+        # a mixed batch: the greedy requests' answers, to compare with the baseline's (stage H)
+        out["greedy_output_digests"] = dict(
+            (pid, sorted(hashlib.sha256(json.dumps(list(t)).encode("utf-8")).hexdigest()[:16] for t in texts))
+            for pid, texts in _distinct(greedy, prompts, lambda r: (r.get("reasoning") or "", r["text"]))[0].items()
+            if texts)
+    if sampled:
+        out["answer_word_counts"] = word_counts(sampled)
     if settings is not None:
         out["settings"] = public_settings(settings)
         out["complete"] = len(rounds) >= settings.get("repetitions", 0)

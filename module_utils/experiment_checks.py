@@ -10,6 +10,9 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
+from ansible.module_utils.sampling_checks import (DEFAULT_ALPHA, DEFAULT_BINS, distribution_failures,
+                                                  mixed_greedy_failures)
+
 __metaclass__ = type
 
 _DOCKER_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) ")
@@ -89,6 +92,11 @@ def evidence_failures(evidence, logs, ranks, profiles=None):
     return out
 
 
+# Switches whose unset value is not their off value (SPEC section 3): declaring them off to get a forward
+# would change the fleet's behaviour.
+UNSET_IS_NOT_OFF = {"SGLANG_DSPARK_FOLDED_SAMPLING": "AUTO (the engine decides from the free memory)"}
+
+
 def preconditions(requires, facts):
     """What an arm (or the definition) requires, against what the fleet shows. Returns failure messages.
 
@@ -112,7 +120,12 @@ def preconditions(requires, facts):
     fwd = facts.get("forwarded") or {}
     for switch in requires.get("switches_forwarded", []):
         missing = [path for path in ("head", "worker") if switch not in (fwd.get(path) or [])]
-        if missing:
+        if missing and switch in UNSET_IS_NOT_OFF:
+            out.append("%s is not forwarded on the %s launch path (unset is %s, not off: leave it undeclared and "
+                       "add a forward that passes nothing while it stays unset: `ansible-playbook site.yml --tags "
+                       "container_env -e container_env_add_forwards=true -e '{\"container_env_forward_keys\": "
+                       "[\"%s\"]}'`)" % (switch, " and ".join(missing), UNSET_IS_NOT_OFF[switch], switch))
+        elif missing:
             out.append("%s is not forwarded on the %s launch path (declare it in the inventory, off, and add the "
                        "forward: `ansible-playbook site.yml --tags container_env -e container_env_add_forwards=true`)"
                        % (switch, " and ".join(missing)))
@@ -126,6 +139,22 @@ def preconditions(requires, facts):
         short = ["%s %.2f GiB" % (h, v) for h, v in sorted(mem.items()) if v is None or v < need]
         if short or not mem:
             out.append("memory headroom %.2f GiB per rank required; short: %s" % (need, ", ".join(short) or "no figure"))
+    headroom = requires.get("capture_headroom")
+    if headroom:
+        free = facts.get("serving_free_gib") or {}
+        short = ["%s %s" % (h, "no figure" if v is None else "%.2f GiB" % v) for h, v in sorted(free.items())
+                 if v is None or v < headroom["gib"]]
+        if short or not free:
+            out.append("capture headroom %.2f GiB per rank required%s; the latest boot left after its graph captures: "
+                       "%s" % (headroom["gib"], " (for %s)" % headroom["grants"] if headroom.get("grants") else "",
+                               ", ".join(short) or "no rank's boot was read"))
+    if requires.get("folded_sampling"):
+        decision = facts.get("folded_sampling") or {}
+        if decision.get("folded") is not True:
+            out.append("folded sampling is not active on the running fleet (rank 0: %s%s): draft temperature does "
+                       "nothing while the proposal is not folded; read the decision first (unset is AUTO, not off)"
+                       % (decision.get("decision") or "not logged",
+                          ": %r" % decision["line"] if decision.get("line") else ""))
     for arm in requires.get("arms_passed", []):
         if arm not in (facts.get("arms_passed") or []):
             out.append("arm %s must pass first in this run" % arm)
@@ -136,8 +165,11 @@ def preconditions(requires, facts):
 SHORT_WORKLOAD = "short"
 
 
-def correctness_failures(checks, results, run_logs=None):
-    """Named correctness checks against the arm's decode_bench results and its rank-0 run log."""
+def correctness_failures(checks, results, run_logs=None, baseline=None, mixed=None):
+    """Named correctness checks against the arm's decode_bench results and its rank-0 run log.
+    ``baseline`` ({"results", "mixed_results"} of the baseline measured in this run; None while the
+    baseline itself is judged) and ``mixed`` (this condition's mixed greedy/sampled batches) serve the
+    checks that compare two conditions (stage H)."""
     out = []
     results = results or []
     for check in checks:
@@ -185,6 +217,15 @@ def correctness_failures(checks, results, run_logs=None):
                 n = (r.get("finish_reasons") or {}).get("abort", 0)
                 if n:
                     out.append("no_abort: %s C%d %d repetition(s) ended in abort" % (r["workload"], r["concurrency"], n))
+        elif name == "sampled_distribution":
+            if baseline is not None:
+                out += distribution_failures(results, baseline.get("results"), args.get("alpha", DEFAULT_ALPHA),
+                                             args.get("bins", DEFAULT_BINS))[0]
+        elif name == "mixed_batch_greedy":
+            if not mixed:
+                out.append("mixed_batch_greedy: no mixed greedy/sampled batch was sent")
+            elif baseline is not None:
+                out += mixed_greedy_failures(mixed, baseline.get("mixed_results"))
         else:
             out.append("%s: not evaluated by this version of the experiment role" % name)
     if not results:

@@ -8,8 +8,12 @@ never by a second parser. Each returns failure messages naming the host and rank
 """
 from __future__ import absolute_import, division, print_function
 
+import re
+
 from ansible.module_utils.boot_facts import autotune_verdict
 from ansible.module_utils.engine_log_scan import scan_text
+from ansible.module_utils.experiment_checks import messages
+from ansible.module_utils.memory_ledger import fleet_ledger
 
 __metaclass__ = type
 
@@ -113,6 +117,58 @@ def rank_consistency(facts):
     return out
 
 
+# The folded-sampling decision rank 0 logs at the end of its boot (SPEC section 3 quotes the three forms)
+FOLDED_RE = re.compile(r"DSpark draft proposal \((?P<kind>greedy \+ sampling|greedy only)\) folded into the draft cuda graph")
+EAGER_RE = re.compile(r"DSpark draft proposal kept eager \(reason=(?P<reason>[^)]*)\)")
+DISABLED_RE = re.compile(r"DSpark folded sampling disabled: its static buffers need (?P<need>[0-9.]+) GB but only "
+                         r"(?P<free>-?[0-9.]+) GB GPU memory is free")
+
+
+def folded_sampling(text):
+    """The folded-sampling decision of one boot's log: {"folded": True (greedy + sampling folded) / False
+    (greedy only, eager, or AUTO short of memory) / None (no decision logged), "decision", "line",
+    "need_gib", "free_gib" (the AUTO figures when it was short)}. The last decision of the text wins."""
+    out = {"folded": None, "decision": "not logged", "line": None, "need_gib": None, "free_gib": None}
+    for msg in messages(text):
+        m = FOLDED_RE.search(msg)
+        if m:
+            sampling = m.group("kind") != "greedy only"
+            out = dict(out, folded=sampling, decision="folded (%s)" % m.group("kind"), line=msg[m.start():].strip(),
+                       need_gib=None, free_gib=None)
+            continue
+        m = EAGER_RE.search(msg)
+        if m:
+            out = dict(out, folded=False, decision="eager (reason=%s)" % m.group("reason"), line=msg[m.start():].strip(),
+                       need_gib=None, free_gib=None)
+            continue
+        m = DISABLED_RE.search(msg)
+        if m:
+            out = dict(out, folded=False, decision="AUTO disabled: short of memory", line=msg[m.start():].strip(),
+                       need_gib=float(m.group("need")), free_gib=float(m.group("free")))
+    return out
+
+
+def boot_memory_facts(logs, ranks, head_rank=0):
+    """What the experiment's preconditions read from every rank's latest boot before anything changes:
+    {"serving_free_gib": {host: GiB left after capture, or None}, "folded_sampling": rank 0's decision}."""
+    ledger = fleet_ledger(logs or {}, ranks or {})
+    head = [h for h, r in (ranks or {}).items() if r == head_rank and h in (logs or {})]
+    return {"serving_free_gib": dict((h, led.get("serving_free_gib")) for h, led in ledger.items()),
+            "folded_sampling": folded_sampling(logs[head[0]]) if head else folded_sampling("")}
+
+
+def folded_decision(logs, ranks, head_rank=0):
+    """Rank 0 logged its folded-sampling decision in the latest boot (unset is AUTO, not off: the decision
+    has to be read before draft temperature can mean anything)."""
+    head = [h for h, r in (ranks or {}).items() if r == head_rank and h in (logs or {})]
+    if not head:
+        return ["folded_decision: rank %d's log was not read" % head_rank]
+    if folded_sampling(logs[head[0]])["folded"] is None:
+        return ["folded_decision: %s logged no folded-sampling decision in its latest boot (no 'DSpark draft "
+                "proposal ...' or 'DSpark folded sampling disabled' line)" % _who(head[0], head_rank)]
+    return []
+
+
 CHECKS = {"boot_healthy": boot_healthy, "graph_capture_clean": graph_capture_clean, "packed_all": packed_all,
           "kv_pool": kv_pool, "autotune_agreement": autotune_agreement, "rank_consistency": rank_consistency}
 
@@ -124,5 +180,8 @@ def named_failures(checks, logs, ranks):
     if checks and not facts:
         return ["evidence: no rank's log was read; %s cannot be shown" % ", ".join(c["name"] for c in checks)]
     for check in checks or []:
-        out += CHECKS[check["name"]](facts)
+        if check["name"] == "folded_decision":
+            out += folded_decision(logs, ranks)        # read from the log's text, one decision on rank 0
+        else:
+            out += CHECKS[check["name"]](facts)
     return out

@@ -153,6 +153,7 @@ def markdown(record):
     out += condition_table(record["conditions"], ["baseline"] + arms)
     out += memory_tables(d, record["conditions"], ["baseline"] + arms)
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)
+    out += sampling_table(record["conditions"], ["baseline"] + arms)
     if record.get("restore"):
         rs = record["restore"]
         out += ["", "## Restore", "", "Fleet equal to the snapshot: **%s**" % ("yes" if rs.get("equal") else "NO")]
@@ -283,6 +284,25 @@ def exposed_table(definition, conditions, order):
         return []
     return ["", "## Exposed %s time on the compute stream (us per profiled step, kernels matching `%s`)"
             % (exposed["name"], exposed["pattern"]), "", "| condition | per rank |", "|---|---|"] + rows
+
+
+def sampling_table(conditions, order):
+    """Stage H: rank 0's folded-sampling decision of each condition's boot, and each arm's sampled answers
+    against the baseline's (chi-square test of homogeneity per workload, module_utils/sampling_checks.py)."""
+    rows = []
+    for name in order:
+        c = conditions.get(name) or {}
+        folded = c.get("folded_sampling") or {}
+        dist = c.get("distribution") or {}
+        if not dist and folded.get("folded") is None:
+            continue
+        figures = "; ".join("%s chi2 %.1f on %d df, p=%.3g, TV %.3f" % (w, f["chi2"], f["df"], f["p"], f["tvd"])
+                            for w, f in sorted(dist.items())) or "-"
+        rows.append("| %s | %s | %s |" % (name, folded.get("decision") or "not logged", figures))
+    if not rows or not any(conditions.get(n, {}).get("distribution") for n in order):
+        return []
+    return ["", "## Sampling: folded decision (rank 0) and sampled answers against the baseline", "",
+            "| condition | folded-sampling decision | answer words vs baseline |", "|---|---|---|"] + rows
 
 
 def _label(labels):

@@ -34,6 +34,10 @@ CORRECTNESS_CHECKS = {
     "finite_outputs": "every answer completes (stop/length), no error event, no non-finite logits in any log",
     "short_prefill": "prompts of a few tokens complete (the short-prefill path)",
     "no_abort": "no repetition ended in an error event or finish_reason abort",
+    "sampled_distribution": "the arm's sampled answers follow the baseline's word distribution (chi-square test of "
+                            "homogeneity per workload, p >= `alpha`, default 0.001; module_utils/sampling_checks.py)",
+    "mixed_batch_greedy": "greedy requests in batches mixed with sampled ones (`greedy_streams` of `concurrency`) give "
+                          "the baseline's greedy answers",
 }
 CHECK_PARAMS = {
     "greedy_repeat_identical": {"repeats": int},
@@ -41,6 +45,8 @@ CHECK_PARAMS = {
     "finite_outputs": {},
     "short_prefill": {"max_prompt_tokens": int},
     "no_abort": {},
+    "sampled_distribution": {"alpha": float, "bins": int},
+    "mixed_batch_greedy": {"concurrency": int, "greedy_streams": int},
 }
 # Evidence read by the existing modules on every rank's latest boot (named, not regexes).
 EVIDENCE_CHECKS = {
@@ -50,6 +56,7 @@ EVIDENCE_CHECKS = {
     "kv_pool": "kv_pool: the pool each rank allocated, rounding told apart from a clamp",
     "autotune_agreement": "every rank did the same with its autotune cache (all reused or all tuned; no partial hit)",
     "rank_consistency": "every rank booted with the same block size, slots, chunk and context length",
+    "folded_decision": "rank 0 logged its folded-sampling decision (folded, greedy only, eager, or AUTO short of memory)",
 }
 # Figures an acceptance rule may compare, and which direction is better.
 METRICS = {
@@ -120,7 +127,14 @@ def _named_checks(registry, params):
                              % (", ".join(sorted(allowed)) or "none"))
                 if allowed[key] is int:
                     _int_at_least(1)("%s.%s.%s" % (at, name, key), val, ctx)
+                elif allowed[key] is float:
+                    _probability("%s.%s.%s" % (at, name, key), val, ctx)
     return check
+
+
+def _probability(where, value, ctx):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        ctx.fail(where, "must be a number between 0 and 1 (exclusive), got %r" % (value,))
 
 
 def _stage_list(where, value, ctx):
@@ -166,6 +180,11 @@ REQUIRES = {
         "switches_forwarded": _switch_list,           # on both launch paths (head and worker)
         "packed": _bool,                              # six packed=True before anything is changed
         "arms_passed": _list_of(_name),               # earlier arms of this definition (same run)
+        # GPU memory every rank's latest boot left after its graph captures (the memory ledger of the fleet
+        # as it runs, read before anything changes); when it holds, the arm's boot is allowed the guardrail
+        # validation `grants` (e.g. folded_sampling_budget: forced folded sampling's static buffers fit)
+        "capture_headroom": {"type": dict, "required": ("gib",), "keys": {"gib": _number, "grants": _name}},
+        "folded_sampling": _bool,                     # rank 0's latest boot folded the sampled proposal
     },
 }
 SAMPLING = {

@@ -46,6 +46,10 @@ so tests can turn them on without changing the launcher; the environment wins ov
                                        dies of ``torch.OutOfMemoryError: CUDA out of memory`` (exit 1)
                            g4_not_taken wo_a_w8 armed, lines printed, but the profile trace shows no fp8 wo_a
                                        kernel (the small-row path never taken)
+                           sampler_shift  draft_tau (folded) or block_verify armed: sampled answers draw the
+                                       first third of the vocabulary twice as often (a shifted distribution)
+                           mixed_greedy block_verify armed: a greedy request served while a sampled one runs
+                                       commits other tokens (mixed batches break greedy answers)
                            rank_length_mismatch  the last worker boots with block size 3 whatever it is given (4
                                        when given 3): a rank that disagrees on the speculative length
   LAB_ENGINE_NO_SMALL_ROW=1  the image has no small-row kernel: wo_a_w8 prints its einsum bridge line
@@ -216,7 +220,9 @@ Latency model of the chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED
                     times (1 + 0.12 * (active_requests - 1))   (aggregate improves, per-stream falls)
                     times a +-3% jitter
   committed/step  = 1 + accepted, accepted ~ Binomial(K, a); a = 0.55 prose, 0.70 code-like prompts
-                    ('def ' or 'code' in the prompt); DSV41_DRAFT_TAU / DSV41_VERIFY_CAP nudge a by +0.02 each.
+                    ('def ' or 'code' in the prompt); sampled rows accept 0.12 less; DSV41_VERIFY_CAP
+                    nudges a by +0.02; on sampled rows DSV41_BLOCK_VERIFY by +0.06 and DSV41_DRAFT_TAU by
+                    +0.03, the latter only while the proposal is folded (it does nothing otherwise)
   Concurrency is capped at --max-running-requests with a semaphore (extra requests queue).
   "Known ranks": workers started with --dist-init-addr report their packed state to the head's rendezvous
   port (a lab detail); without it the head uses its own state.
@@ -1138,6 +1144,15 @@ def sps_table_line() -> str | None:
     return f"DSPARK_SPS_TABLE={path} loaded: ragged verify schedule in use"
 
 
+def folded_sampling_active(mem: dict) -> bool:
+    """Whether the draft proposal of sampled rows is folded into the draft graph (the AUTO decision as
+    rank 0 logs it: forced with 2, off with 0, else from the free memory after capture)."""
+    mode = os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip()
+    if mode == "0":
+        return False
+    return mode == "2" or mem["after"] >= FOLDED_AUTO_MIN
+
+
 def folded_sampling_line(mem: dict) -> str:
     mode = os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip()
     if mode == "0":
@@ -1383,6 +1398,7 @@ class Engine:
         self.sem = threading.BoundedSemaphore(args.max_running_requests)
         self.lock = threading.Lock()
         self.active = 0
+        self.sampled_active = 0
         self.queued = 0
         self.lookups = 0
         self.requests = 0
@@ -1436,10 +1452,26 @@ class Engine:
         low = text.lower()
         code = "def " in low or "code" in low
         vocab = WORDS_CODE if code else WORDS_PROSE
-        words = [rng.choice(vocab) for _ in range(n_out)]
+        folded = folded_sampling_active(self.state["mem"]) if self.state else False
+        # draft temperature acts only on a folded proposal; block verification only on sampled rows
+        tau = adapter_on("draft_tau") and folded and temperature > 0
+        verify = adapter_on("block_verify") and temperature > 0
+        if temperature > 0 and fault("sampler_shift") and (tau or verify):
+            # the arm's sampler draws from a shifted distribution: the first third of the vocabulary
+            # twice as often as it should
+            third = vocab[:max(1, len(vocab) // 3)]
+            words = [rng.choice(third) if rng.random() < 0.5 else rng.choice(vocab) for _ in range(n_out)]
+        else:
+            words = [rng.choice(vocab) for _ in range(n_out)]
         with self.lock:
             self.requests += 1
             number, others = self.requests, self.active
+            sampled_running = self.sampled_active
+        if temperature <= 0 and fault("mixed_greedy") and adapter_on("block_verify") and sampled_running > 0:
+            # block verification applied to every row of a batch holding a sampled one: the greedy rows'
+            # committed tokens change
+            mix = random.Random(h ^ 0x5BD1E995)
+            words = [mix.choice(vocab) if i % 5 == 2 else w for i, w in enumerate(words)]
         if temperature <= 0 and fault("fold_race") and adapter_on("folded_fence"):
             # a folded result read after the next step overwrote the verify buffer: under concurrency, and
             # on every other request alone, some committed tokens come from another row
@@ -1450,8 +1482,12 @@ class Engine:
             log("Detected errors during sampling! NaN in the logits.")
             words = ["!"] * n_out
         accept = (0.70 if code else 0.55)
-        if adapter_on("draft_tau"):
-            accept += 0.02
+        if temperature > 0:
+            accept -= 0.12            # sampled rows accept fewer drafted tokens than greedy ones
+        if tau:
+            accept += 0.03
+        if verify:
+            accept += 0.06
         if adapter_on("verify_cap"):
             accept += 0.02
         every_error = int(env_float("LAB_ENGINE_STREAM_ERROR_EVERY", 0))
@@ -1464,7 +1500,8 @@ class Engine:
         return {"words": words, "prompt_tokens": count_prompt_tokens(messages), "accept": min(accept, 0.95),
                 "finish": "length" if n_out < natural else "stop", "rng": rng,
                 "reasoning": min(THINKING_TOKENS, n_out) if thinking else 0,
-                "cut": cut, "cut_at": max(1, n_out // 2), "accepted": 0, "proposed": 0}
+                "cut": cut, "cut_at": max(1, n_out // 2), "accepted": 0, "proposed": 0,
+                "sampled": temperature > 0}
 
     def steps(self, plan: dict):
         """Yield lists of committed words, sleeping one speculative step per list."""
@@ -1489,6 +1526,7 @@ class Engine:
             self.queued -= 1
             running, queued = self.active, self.queued
             self.active += 1
+            self.sampled_active += 1 if plan.get("sampled") else 0
         pool = max(1, self.state["mem"]["allocated"])
         if BUILD == "old":
             log(f"Prefill batch. #new-seq: 1, #new-token: {plan['prompt_tokens']}, #cached-token: 0, "
@@ -1501,6 +1539,7 @@ class Engine:
     def leave(self, plan: dict, n_tokens: int, steps: int, wall: float) -> None:
         with self.lock:
             self.active -= 1
+            self.sampled_active -= 1 if plan.get("sampled") else 0
             running, queued = self.active, self.queued
             self.lookups += plan["prompt_tokens"] + n_tokens
             lookups = self.lookups

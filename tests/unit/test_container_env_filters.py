@@ -22,6 +22,21 @@ def test_forward_request_asks_once_per_key_with_the_declared_value():
     assert F.dsv41_forward_request(settings, None) == {}
 
 
+def test_forward_request_adds_keys_that_stay_unset_where_a_path_lacks_them():
+    lists = {"head": ["A", "DSV41_DRAFT_TAU"], "worker": ["A"]}
+    # unset is AUTO for folded sampling: requested with an empty value, the managed forward passes nothing
+    assert F.dsv41_forward_request({"A": "1"}, {"head": [], "worker": []}, lists,
+                                   ["SGLANG_DSPARK_FOLDED_SAMPLING", "A"]) == {"SGLANG_DSPARK_FOLDED_SAMPLING": ""}
+    # declared null (removed from the .env) counts as unset; forwarded on one path only: still requested
+    assert F.dsv41_forward_request({"DSV41_DRAFT_TAU": None}, {"head": [], "worker": []}, lists,
+                                   ["DSV41_DRAFT_TAU"]) == {"DSV41_DRAFT_TAU": ""}
+    # forwarded on both paths already: nothing to do
+    assert F.dsv41_forward_request({}, {"head": [], "worker": []}, {"head": ["X"], "worker": ["X"]}, ["X"]) == {}
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="unset_keys: '\$\(id\)' is not a shell variable name"):
+        F.dsv41_forward_request({}, {}, lists, ["$(id)"])
+
+
 @pytest.mark.parametrize("bad", ["A B", "$(id)", "X)", "", 3])
 def test_forward_request_refuses_what_is_not_a_name(bad):
     from ansible.errors import AnsibleFilterError

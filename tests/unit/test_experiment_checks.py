@@ -269,3 +269,22 @@ def test_exposed_by_host_gives_none_where_a_rank_was_not_profiled():
     profiles = {"spark1": {"exposed_us": 150.0, "traces": ["t"]}, "spark2": {}, "spark3": {"exposed_us": None}}
     assert filters.dsv41_experiment_exposed_by_host(profiles) == {"spark1": 150.0, "spark2": None, "spark3": None}
     assert filters.dsv41_experiment_exposed_by_host(None) == {}
+
+
+def test_forward_probe_evaluates_unset_switches_at_their_off_value():
+    definition = {"baseline": {"settings": {"SGLANG_DSPARK_FOLDED_SAMPLING": None, "DSV41_BLOCK_VERIFY": "0"}},
+                  "arms": [{"requires": {"switches_forwarded": ["SGLANG_DSPARK_FOLDED_SAMPLING"]}},
+                           {"requires": {"switches_forwarded": ["DSV41_DRAFT_TAU", "DSV41_BLOCK_VERIFY"]}}, {}]}
+    out = filters.dsv41_forward_probe({"DSPARK_BLOCK_SIZE": "3"}, definition)
+    assert out == {"DSPARK_BLOCK_SIZE": "3", "SGLANG_DSPARK_FOLDED_SAMPLING": "0", "DSV41_DRAFT_TAU": "1"}
+    assert filters.dsv41_forward_probe({"A": "1"}, None) == {"A": "1"}
+
+
+def test_an_unforwarded_switch_whose_unset_is_not_off_names_the_unset_forward():
+    (msg,) = filters.dsv41_experiment_preconditions(
+        {"switches_forwarded": ["SGLANG_DSPARK_FOLDED_SAMPLING"]}, {"forwarded": {"head": [], "worker": []}})
+    assert msg == ("SGLANG_DSPARK_FOLDED_SAMPLING is not forwarded on the head and worker launch path (unset is AUTO "
+                   "(the engine decides from the free memory), not off: leave it undeclared and add a forward that "
+                   "passes nothing while it stays unset: `ansible-playbook site.yml --tags container_env -e "
+                   "container_env_add_forwards=true -e '{\"container_env_forward_keys\": "
+                   "[\"SGLANG_DSPARK_FOLDED_SAMPLING\"]}'`)")
