@@ -228,7 +228,8 @@ Latency model of the chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED
   port (a lab detail); without it the head uses its own state.
   ``gen throughput`` of the Decode batch line is the batch's: this request's rate times #running-req.
   Output text: words drawn from a hash of the messages (temperature 0: deterministic; > 0 with a ``seed``:
-  deterministic per (messages, seed); > 0 without one: random; ``top_p``/``top_k`` are accepted);
+  deterministic per (messages, seed, sampler path: forced folding, draft temperature and block verification each
+  draw another stream from the same distribution); > 0 without one: random; ``top_p``/``top_k`` are accepted);
   completion length = min(max tokens, natural), natural = 64 + hash % 961 (+256 with thinking).
 """
 from __future__ import annotations
@@ -1153,6 +1154,19 @@ def folded_sampling_active(mem: dict) -> bool:
     return mode == "2" or mem["after"] >= FOLDED_AUTO_MIN
 
 
+def sampler_path_salt() -> int:
+    """0 on the default sampler path; another number for each sampling switch that changes how a sampled
+    row is proposed or verified (same distribution, other random stream)."""
+    salt = 0
+    if os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip() == "2":
+        salt ^= 0x1F2E3D4C
+    if adapter_on("draft_tau"):
+        salt ^= 0x5A6B7C8D
+    if adapter_on("block_verify"):
+        salt ^= 0x01234567
+    return salt
+
+
 def folded_sampling_line(mem: dict) -> str:
     mode = os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip()
     if mode == "0":
@@ -1434,7 +1448,9 @@ class Engine:
         if temperature <= 0:
             rng = random.Random(h)
         elif isinstance(seed, int) and not isinstance(seed, bool):
-            rng = random.Random(h ^ (seed * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF))   # fixed seed: repeatable
+            # fixed seed: repeatable; a sampler path other than the default (forced folding, draft temperature,
+            # block verification) draws another stream from the same distribution, as the real engine does
+            rng = random.Random(h ^ (seed * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF) ^ sampler_path_salt())
         else:
             rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         kwargs = body.get("chat_template_kwargs") or {}

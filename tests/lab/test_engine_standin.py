@@ -1499,3 +1499,65 @@ def test_profile_trace_puts_the_engram_gather_on_the_stream_it_runs_on(tmp_path,
     events = json.loads(open(path).read())["traceEvents"]
     on_compute = sum(e["dur"] for e in events if "engram" in e["name"] and e["tid"] == 7)
     assert on_compute == compute_us
+
+
+# ------------------------------------------------------------------ stage H: sampling paths and faults
+
+SAMPLED = {**CHAT, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "seed": 1234, "max_tokens": 400}
+
+
+def sampled_words(port, body=SAMPLED):
+    return answer(port, body).split()
+
+
+def test_sampled_answers_follow_the_seed_and_the_sampler_path(lab):
+    outs = {}
+    for name, env in (("auto", {}), ("auto2", {}), ("verify", {"DSV41_BLOCK_VERIFY": "1"}),
+                      ("tau", {"DSV41_DRAFT_TAU": "0.8"})):
+        port, proc = head_with(lab, env)
+        try:
+            outs[name] = (sampled_words(port), answer(port))
+        finally:
+            proc.stop()
+    assert outs["auto"] == outs["auto2"], "a fixed seed samples alike on the same path"
+    assert outs["verify"][0] != outs["auto"][0] and outs["tau"][0] != outs["auto"][0], "another path, another stream"
+    assert outs["verify"][1] == outs["tau"][1] == outs["auto"][1], "greedy answers do not depend on the path"
+
+
+def test_sampler_shift_skews_the_words_only_with_a_sampling_switch(lab):
+    from ansible.module_utils import sampling_checks as sc
+    counts = {}
+    for name, env in (("base", {}), ("shift", {"DSV41_BLOCK_VERIFY": "1", "LAB_ENGINE_FAULT": "sampler_shift"}),
+                      ("off", {"LAB_ENGINE_FAULT": "sampler_shift"})):
+        port, proc = head_with(lab, env)
+        try:
+            words = []
+            for i in range(6):
+                words += sampled_words(port, {**SAMPLED, "messages": [{"role": "user", "content": "story %d" % i}]})
+        finally:
+            proc.stop()
+        counts[name] = dict((w, words.count(w)) for w in set(words))
+    assert counts["off"] == counts["base"], "the fault acts only when the arm's switch took effect"
+    assert sc.homogeneity(counts["base"], counts["shift"])["p"] < 0.001
+
+
+def test_mixed_greedy_fault_changes_greedy_rows_beside_sampled_ones(lab):
+    import concurrent.futures
+    results = {}
+    for fault in ("", "mixed_greedy"):
+        port, proc = head_with(lab, {"DSV41_BLOCK_VERIFY": "1", "LAB_ENGINE_FAULT": fault,
+                                     "LAB_ENGINE_SPEED": "20"})
+        try:
+            alone = answer(port)
+            slow = {**SAMPLED, "max_tokens": 1000}
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                sampled = pool.submit(answer, port, slow)
+                time.sleep(0.2)
+                mixed = pool.submit(answer, port).result()
+                sampled.result()
+        finally:
+            proc.stop()
+        results[fault] = (alone, mixed)
+    assert results[""][0] == results[""][1], "greedy answers keep their text in a mixed batch"
+    assert results["mixed_greedy"][0] != results["mixed_greedy"][1], "the fault changes the greedy row"
+    assert results["mixed_greedy"][0] == results[""][0]

@@ -33,7 +33,7 @@ def test_forward_request_adds_keys_that_stay_unset_where_a_path_lacks_them():
     # forwarded on both paths already: nothing to do
     assert F.dsv41_forward_request({}, {"head": [], "worker": []}, {"head": ["X"], "worker": ["X"]}, ["X"]) == {}
     from ansible.errors import AnsibleFilterError
-    with pytest.raises(AnsibleFilterError, match="unset_keys: '\$\(id\)' is not a shell variable name"):
+    with pytest.raises(AnsibleFilterError, match=r"unset_keys: '\$\(id\)' is not a shell variable name"):
         F.dsv41_forward_request({}, {}, lists, ["$(id)"])
 
 
