@@ -110,6 +110,12 @@ def dsv41_experiment_phase_seconds(clock):
     return _checks.phase_seconds(clock or {})
 
 
+def dsv41_experiment_workload_steps(logs, ranks, results, concurrency=1):
+    """Per workload: committed tokens per step, step time and their quotient from rank 0's lines logged
+    while that workload ran at ``concurrency`` (module_utils/decode_steps.py: workload_steps)."""
+    return _steps.workload_steps(logs or {}, ranks or {}, results or [], concurrency)
+
+
 def dsv41_experiment_decode_steps(logs, ranks, concurrency=(1, 2, 4)):
     """Committed tokens per step and step time of a condition, from rank 0's Decode batch lines."""
     return _steps.condition_steps(logs or {}, ranks or {}, concurrency)
@@ -155,6 +161,7 @@ class FilterModule:
             "dsv41_forward_probe": dsv41_forward_probe,
             "dsv41_experiment_phase_seconds": dsv41_experiment_phase_seconds,
             "dsv41_experiment_decode_steps": dsv41_experiment_decode_steps,
+            "dsv41_experiment_workload_steps": dsv41_experiment_workload_steps,
             "dsv41_memory_ledger": dsv41_memory_ledger,
             "dsv41_memory_floor_failures": dsv41_memory_floor_failures,
         }

@@ -263,9 +263,11 @@ def run_round(client, prompts, settings, concurrency):
         t.start()
     barrier.wait()
     t0 = time.monotonic()
+    started_at = time.time()
     for t in threads:
         t.join()
     t1 = time.monotonic()
+    ended_at = time.time()
     for st in streams:
         if st["error"] is not None:
             raise st["error"]
@@ -283,6 +285,8 @@ def run_round(client, prompts, settings, concurrency):
     return {
         "concurrency": concurrency,
         "wall_s": wall,
+        # wall-clock bounds (epoch seconds): the engine's log lines of this round fall between them
+        "started_at": started_at, "ended_at": ended_at,
         "completion_tokens": total,
         "aggregate_tok_s": total / wall if wall > 0 else 0.0,
         "per_stream_tok_s": statistics.median(per_stream),

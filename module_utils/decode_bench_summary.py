@@ -179,6 +179,10 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None, f
         "warmup_rounds": len(warmup_rounds),
         "warmup_requests": sum(len(st["requests"]) for rd in warmup_rounds for st in rd["streams"]),
         "round_wall_s": [rd["wall_s"] for rd in rounds],
+        # when the measured rounds ran (epoch seconds, the load generator's clock): which engine log lines
+        # belong to this workload and concurrency (module_utils/decode_steps.py: workload_steps)
+        "window": ({"start": min(rd["started_at"] for rd in rounds), "end": max(rd["ended_at"] for rd in rounds)}
+                   if rounds and all("started_at" in rd for rd in rounds) else None),
         "distinct_outputs": distinct,
         "distinct_outputs_per_prompt": per_prompt,
         "deterministic": distinct == 1,

@@ -18,9 +18,12 @@ the fields into figures.
 """
 from __future__ import absolute_import, division, print_function
 
+import calendar
 import statistics
+import time
 
-from ansible.module_utils.engine_log import parse_line
+from ansible.module_utils.engine_log import classify, parse_line
+from ansible.module_utils.engine_log_lines import split_messages
 
 __metaclass__ = type
 
@@ -31,12 +34,31 @@ def _num(value):
     return float(value)
 
 
-def decode_batch_lines(text, running=None):
+def _epoch(stamp):
+    """Epoch seconds of a logging prefix's time (``2026-09-24 02:55:01``, read as UTC: the containers'
+    clock), or None."""
+    try:
+        return calendar.timegm(time.strptime(stamp.replace("T", " ")[:19], "%Y-%m-%d %H:%M:%S"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _line_time(line):
+    """The logging prefix time of the Decode batch message of a physical line (epoch), or None."""
+    for msg in split_messages(line):
+        ev = classify(msg.text)
+        if ev is not None and ev[0] == "decode":
+            return _epoch(msg.time)
+    return None
+
+
+def decode_batch_lines(text, running=None, window=None):
     """``Decode batch`` lines of the latest boot in ``text`` (str or bytes) as dicts.
 
     Each dict: ``running_req``, ``accept_len``, ``accept_rate``, ``gen_throughput`` (None when the
     line lacks the field) and ``queue_req``. ``running``: keep only lines with that many running
-    requests (a C1 figure from C1 lines).
+    requests (a C1 figure from C1 lines). ``window``: ``(start, end)`` epoch seconds; keep only lines
+    whose logging prefix falls in it (one second of slack each side: the prefix has whole seconds).
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
@@ -62,6 +84,10 @@ def decode_batch_lines(text, running=None):
                "queue_req": _num(fields.get("queue_req"))}
         if running is not None and rec["running_req"] != float(running):
             continue
+        if window is not None:
+            at = _line_time(line)
+            if at is None or not window[0] - 1 <= at <= window[1] + 1:
+                continue
         out.append(rec)
     return out
 
@@ -79,18 +105,19 @@ def step_time_s(rec):
     return rec["running_req"] * rec["accept_len"] / rec["gen_throughput"]
 
 
-def step_stats(text, running=None):
+def step_stats(text, running=None, window=None):
     """Committed tokens per step and step time (ms) over the latest boot's ``Decode batch`` lines.
 
     Returns ``lines`` (count), ``committed_tokens_per_step``, ``step_ms`` and ``accept_rate`` (each
     median/min/max/n, or None) and ``missing``: why a figure is absent (None when both are there).
     """
-    recs = decode_batch_lines(text, running=running)
+    recs = decode_batch_lines(text, running=running, window=window)
     per_step = [r["accept_len"] for r in recs if r["accept_len"] is not None]
     steps = [step_time_s(r) * 1000.0 for r in recs if step_time_s(r) is not None]
     rates = [r["accept_rate"] for r in recs if r["accept_rate"] is not None]
     missing = None
-    where = "" if running is None else " with #running-req: %s" % running
+    where = ("" if running is None else " with #running-req: %s" % running) + ("" if window is None else
+                                                                             " in the measured window")
     if not recs:
         missing = "no Decode batch line%s in the latest boot" % where
     elif not per_step:
@@ -113,4 +140,24 @@ def condition_steps(logs, ranks, concurrency=(1,)):
     out = {"host": heads[0], "all": step_stats(text)}
     for c in concurrency:
         out["C%d" % int(c)] = step_stats(text, running=int(c))
+    return out
+
+
+def workload_steps(logs, ranks, results, concurrency=1):
+    """Per workload, the speculative-step figures of the lines rank 0 logged while that workload ran at
+    ``concurrency`` (the decode_bench result's ``window``), and the rank the report uses for the block
+    size: committed tokens per step divided by step time (``committed_per_s``: medians, tokens per
+    second of step time). {workload: step_stats + committed_per_s}; {} without rank 0's log or windows."""
+    heads = [h for h, r in (ranks or {}).items() if int(r) == 0 and h in (logs or {})]
+    if not heads:
+        return {}
+    out = {}
+    for r in results or []:
+        if int(r.get("concurrency") or 0) != int(concurrency) or not r.get("window"):
+            continue
+        st = step_stats(logs[heads[0]], running=int(concurrency), window=(r["window"]["start"], r["window"]["end"]))
+        per, ms = st["committed_tokens_per_step"], st["step_ms"]
+        st["committed_per_s"] = (round(per["median"] / (ms["median"] / 1000.0), 2)
+                                 if per and ms and ms["median"] else None)
+        out[r["workload"]] = st
     return out

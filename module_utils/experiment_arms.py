@@ -74,6 +74,8 @@ def normalise(doc):
                    "reference": [dict(r) for r in doc.get("memory", {}).get("reference", [])]},
         "profile": {"exposed": dict({"must_fall": False}, **doc["profile"]["exposed"])
                     if "exposed" in doc.get("profile", {}) else None},
+        # rank the conditions per workload by committed tokens per step / step time at this concurrency
+        "ranking": dict({"concurrency": 1}, **doc["ranking"]) if "ranking" in doc else None,
         "arms": arms,
     }
 

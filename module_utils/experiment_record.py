@@ -154,6 +154,7 @@ def markdown(record):
     out += memory_tables(d, record["conditions"], ["baseline"] + arms)
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)
     out += sampling_table(record["conditions"], ["baseline"] + arms)
+    out += ranking_table(d, record["conditions"], ["baseline"] + arms, labels)
     if record.get("restore"):
         rs = record["restore"]
         out += ["", "## Restore", "", "Fleet equal to the snapshot: **%s**" % ("yes" if rs.get("equal") else "NO")]
@@ -284,6 +285,36 @@ def exposed_table(definition, conditions, order):
         return []
     return ["", "## Exposed %s time on the compute stream (us per profiled step, kernels matching `%s`)"
             % (exposed["name"], exposed["pattern"]), "", "| condition | per rank |", "|---|---|"] + rows
+
+
+def ranking_table(definition, conditions, order, labels):
+    """The report's rank for block sizes: per workload, committed tokens per speculative step divided by
+    step time (rank 0's Decode batch lines logged while the workload ran at the ranking concurrency),
+    best first. Only when the definition asks (``ranking``)."""
+    ranking = definition.get("ranking")
+    if not ranking:
+        return []
+    c = ranking.get("concurrency", 1)
+    out = ["", "## Ranking at C%d: committed tokens per step / step time, per workload (rank 0's Decode batch "
+           "lines in each workload's measured window)" % c]
+    workloads = sorted(set(w for n in order for w in ((conditions.get(n) or {}).get("workload_steps") or {})))
+    for w in workloads:
+        rows = []
+        for name in order:
+            st = ((conditions.get(name) or {}).get("workload_steps") or {}).get(w)
+            if not st:
+                continue
+            per, ms = st.get("committed_tokens_per_step"), st.get("step_ms")
+            rows.append((st.get("committed_per_s") if st.get("committed_per_s") is not None else -1.0, name, per, ms,
+                         st.get("lines"), st.get("missing")))
+        rows.sort(key=lambda r: -r[0])
+        out += ["", "### %s" % w, "", "| rank | condition | tokens/step | step ms | tokens/step per s | lines |",
+                "|---|---|---|---|---|---|"]
+        for i, (q, name, per, ms, lines, missing) in enumerate(rows, 1):
+            out.append("| %s | %s%s | %s | %s | %s | %s |" % (
+                i if q >= 0 else "-", name, _label(labels.get(name)), "-" if not per else "%.2f" % per["median"],
+                "-" if not ms else "%.2f" % ms["median"], "%.1f" % q if q >= 0 else (missing or "-"), lines or 0))
+    return out
 
 
 def sampling_table(conditions, order):

@@ -278,6 +278,9 @@ DEFINITION = {
         "acceptance": ACCEPTANCE,
         "memory": MEMORY,                                # the memory ledger's floor, comparisons, references
         "profile": PROFILE,                              # figures read from the profile traces (exposed time)
+        # the report's block-size rank: committed tokens per speculative step / step time, per workload, from
+        # rank 0's Decode batch lines logged while that workload ran at `concurrency` (default 1)
+        "ranking": {"type": dict, "keys": {"concurrency": _int_at_least(1)}},
         "arms": {"type": list, "items": ARM, "min_items": 1},
     },
 }

@@ -68,6 +68,14 @@ def test_block_size_5_against_3_every_rank_consistent(tmp_path, fast_engine):
     assert '+  DSPARK_BLOCK_SIZE: "5"' in prop["inventory_diff"] or 'DSPARK_BLOCK_SIZE: "5"' in prop["inventory_diff"]
     steps = {n: rec["conditions"][n]["decode_steps"]["C1"]["committed_tokens_per_step"]["median"] for n in ("baseline", "k5")}
     print(steps)
+    # the report's rank: committed tokens per step / step time at C1, prose and code apart, from the lines
+    # rank 0 logged while each workload ran
+    for name in ("baseline", "k5"):
+        ws = rec["conditions"][name]["workload_steps"]
+        assert sorted(ws) == ["code", "prose"], ws
+        assert all(w["committed_per_s"] and w["lines"] >= 5 for w in ws.values()), ws
+    assert "## Ranking at C1: committed tokens per step / step time, per workload" in md
+    assert md.count("| 1 | ") == 2 and md.count("| 2 | ") == 2, "both finalists ranked for prose and for code"
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()
 

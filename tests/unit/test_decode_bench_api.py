@@ -211,3 +211,33 @@ def test_step_stats_latest_boot_partial_line_and_old_build():
     assert "with #running-req: 4" in decode_steps.step_stats(latest + "\n", running=4)["missing"]
     zero = decode_steps.step_stats(NEW.format(s=1, r=1, a="2.00", t="0.00") + "\n")
     assert zero["committed_tokens_per_step"]["median"] == 2.0 and "step time unknown" in zero["missing"]
+
+
+def test_workload_steps_split_rank0_lines_by_each_workload_window():
+    import calendar
+    t0 = calendar.timegm((2026, 9, 24, 2, 55, 0, 0, 0, 0))     # the lines' prefix times are 02:55:0s (UTC)
+    text = "\n".join([BOOT, NEW.format(s=1, r=1, a="3.00", t="30.00"), NEW.format(s=2, r=1, a="3.00", t="30.00"),
+                      NEW.format(s=6, r=1, a="2.00", t="40.00"), NEW.format(s=7, r=4, a="2.00", t="40.00"),
+                      NEW.format(s=8, r=1, a="2.00", t="40.00")]) + "\n"
+    results = [{"workload": "code", "concurrency": 1, "window": {"start": t0 + 0.5, "end": t0 + 2.5}},
+               {"workload": "prose", "concurrency": 1, "window": {"start": t0 + 6.2, "end": t0 + 8.9}},
+               {"workload": "prose", "concurrency": 4, "window": {"start": t0 + 7.0, "end": t0 + 7.9}},
+               {"workload": "math", "concurrency": 1, "window": None}]
+    out = decode_steps.workload_steps({"spark1": text, "spark2": "x"}, {"spark1": 0, "spark2": 1}, results)
+    assert sorted(out) == ["code", "prose"], "no window, no figure; only C1 lines"
+    assert out["code"]["lines"] == 2 and out["code"]["committed_tokens_per_step"]["median"] == 3.0
+    # 3 tokens per step, a step of 100 ms: 30 committed tokens per second of step time
+    assert out["code"]["committed_per_s"] == pytest.approx(30.0)
+    assert out["prose"]["lines"] == 2 and out["prose"]["committed_per_s"] == pytest.approx(40.0)
+    assert decode_steps.workload_steps({"spark2": text}, {"spark2": 1}, results) == {}
+    late = decode_steps.workload_steps({"spark1": text}, {"spark1": 0},
+                                       [{"workload": "code", "concurrency": 1, "window": {"start": t0 + 60, "end": t0 + 70}}])
+    assert late["code"]["committed_per_s"] is None and late["code"]["missing"] == (
+        "no Decode batch line with #running-req: 1 in the measured window in the latest boot")
+
+
+def test_results_carry_the_window_of_their_measured_rounds(engine, prompt_files):  # noqa: F811
+    import time
+    before = time.time()
+    (r,) = bench(engine, prompt_files, names=("code",), warmups=1, timeout=30)["results"]
+    assert before <= r["window"]["start"] < r["window"]["end"] <= time.time()

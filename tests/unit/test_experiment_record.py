@@ -208,3 +208,18 @@ def test_stage_e_plans_and_records_the_exposed_engram_time():
     assert "## Exposed engram time on the compute stream (us per profiled step, kernels matching `engram`)" in text
     assert "| baseline | spark1 1000.0 | spark2 - |" in text and "| prefetch | spark1 150.0 | spark2 150.0 |" in text
     assert definition()["profile"] == {"exposed": None}
+
+
+def test_ranking_table_orders_conditions_per_workload_best_first():
+    from ansible.module_utils import experiment_record as er
+    st = lambda per, ms, q: {"committed_tokens_per_step": {"median": per}, "step_ms": {"median": ms},
+                             "committed_per_s": q, "lines": 12, "missing": None}
+    conditions = {"baseline": {"workload_steps": {"prose": st(2.5, 100.0, 25.0), "code": st(3.0, 100.0, 30.0)}},
+                  "k5": {"workload_steps": {"prose": st(3.2, 110.0, 29.09), "code": st(3.3, 120.0, 27.5)}}}
+    labels = {"baseline": {"block_size": 3}, "k5": {"block_size": 5}}
+    assert er.ranking_table({"ranking": None}, conditions, ["baseline", "k5"], labels) == []
+    out = er.ranking_table({"ranking": {"concurrency": 1}}, conditions, ["baseline", "k5"], labels)
+    code, prose = out.index("### code"), out.index("### prose")
+    assert out[code + 4] == "| 1 | baseline (block size 3) | 3.00 | 100.00 | 30.0 | 12 |"
+    assert out[code + 5] == "| 2 | k5 (block size 5) | 3.30 | 120.00 | 27.5 | 12 |"
+    assert out[prose + 4].startswith("| 1 | k5 (block size 5) | 3.20 | 110.00 | 29.1 |")
