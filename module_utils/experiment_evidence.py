@@ -12,7 +12,7 @@ import re
 
 from ansible.module_utils.boot_facts import autotune_verdict
 from ansible.module_utils.engine_log_scan import scan_text
-from ansible.module_utils.experiment_checks import messages
+from ansible.module_utils.experiment_checks import split_boot
 from ansible.module_utils.memory_ledger import fleet_ledger
 
 __metaclass__ = type
@@ -127,9 +127,10 @@ DISABLED_RE = re.compile(r"DSpark folded sampling disabled: its static buffers n
 def folded_sampling(text):
     """The folded-sampling decision of one boot's log: {"folded": True (greedy + sampling folded) / False
     (greedy only, eager, or AUTO short of memory) / None (no decision logged), "decision", "line",
-    "need_gib", "free_gib" (the AUTO figures when it was short)}. The last decision of the text wins."""
+    "need_gib", "free_gib" (the AUTO figures when it was short)}. The last decision of the text wins.
+    Only the boot is read (up to the Ready line): a request echoed into the log later can quote anything."""
     out = {"folded": None, "decision": "not logged", "line": None, "need_gib": None, "free_gib": None}
-    for msg in messages(text):
+    for msg in split_boot(text)[0]:
         m = FOLDED_RE.search(msg)
         if m:
             sampling = m.group("kind") != "greedy only"

@@ -224,3 +224,11 @@ def test_only_the_lowest_concurrency_of_a_workload_is_counted():
     same_c1 = result("prose", words(3000, VOCAB, rng))
     assert sc.distribution_failures([shifted_c4, same_c1], base)[0] == []
     assert sc.distribution_failures([shifted_c4], base)[0] != []
+
+
+def test_a_decision_quoted_by_a_request_after_ready_is_not_read():
+    ready = "[2026-09-24 02:51:20] INFO:     Uvicorn running on http://0.0.0.0:8888 (Press CTRL+C to quit)"
+    echoed = ("[2026-09-24 02:52:00] Receive: obj=GenerateReqInput(text='DSpark draft proposal (greedy + sampling) "
+              "folded into the draft cuda graph.')")
+    assert ev.folded_sampling("\n".join([SHORT, ready, echoed]))["folded"] is False
+    assert ev.folded_sampling("\n".join([ready, FOLDED]))["folded"] is None
