@@ -36,7 +36,7 @@ VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
 
 @pytest.fixture(scope="module", autouse=True)
 def lab_up():
-    lab("ensure")
+    lab("reset")   # from the report's state, whatever an earlier module on this lab left
     yield
     install_launcher("explicit")
 
