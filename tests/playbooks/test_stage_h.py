@@ -93,6 +93,10 @@ def test_stage_h_each_switch_from_the_baseline_passes_and_restores(tmp_path, for
     for arm in ("folded_force", "draft_tau", "block_verify"):
         dist = rec["conditions"][arm]["distribution"]
         assert sorted(dist) == ["code", "prose"] and all(f["p"] >= 0.001 for f in dist.values()), dist
+    # forcing is promoted with the validation that lets site.yml converge SGLANG_DSPARK_FOLDED_SAMPLING=2
+    (force,) = [p for p in rec["proposals"] if p["arm"] == "folded_force"]
+    assert force["validation"]["name"] == "folded_sampling_budget"
+    assert force["validation"]["image_digest"] == rec["image_digest"]
     md = (run / "record.md").read_text()
     print(md)
     assert "## Sampling: folded decision (rank 0) and sampled answers against the baseline" in md
