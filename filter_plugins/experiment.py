@@ -13,12 +13,18 @@ def _module_utils():
     if path not in list(amu.__path__):
         amu.__path__.append(path)
     from ansible.module_utils import (decode_steps, experiment_checks, experiment_evidence, experiment_snapshot,
-                                      memory_ledger, meminfo, sampling_checks)
+                                      memory_ledger, meminfo, nvidia_smi, sampling_checks)
     return (experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence,
-            sampling_checks)
+            sampling_checks, nvidia_smi)
 
 
-_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling = _module_utils()
+_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi = _module_utils()
+
+
+def dsv41_driver_versions(outputs):
+    """{host: nvidia-smi --query-gpu=driver_version output} -> {host: "580.95.05" or None} (one parser:
+    module_utils/nvidia_smi.py)."""
+    return dict((host, _smi.parse_driver_version(text)) for host, text in (outputs or {}).items())
 
 
 def dsv41_experiment_evidence(evidence, logs, ranks, profiles=None):
@@ -164,4 +170,5 @@ class FilterModule:
             "dsv41_experiment_workload_steps": dsv41_experiment_workload_steps,
             "dsv41_memory_ledger": dsv41_memory_ledger,
             "dsv41_memory_floor_failures": dsv41_memory_floor_failures,
+            "dsv41_driver_versions": dsv41_driver_versions,
         }

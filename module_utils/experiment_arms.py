@@ -76,6 +76,9 @@ def normalise(doc):
                     if "exposed" in doc.get("profile", {}) else None},
         # rank the conditions per workload by committed tokens per step / step time at this concurrency
         "ranking": dict({"concurrency": 1}, **doc["ranking"]) if "ranking" in doc else None,
+        # figures tabled beside the acceptance metric, which always comes first
+        "report": {"metrics": [base_acc["metric"]] + [m for m in doc.get("report", {}).get("metrics", [])
+                                                      if m != base_acc["metric"]]},
         "arms": arms,
     }
 

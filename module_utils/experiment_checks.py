@@ -102,7 +102,8 @@ def preconditions(requires, facts):
 
     ``facts``: ``features`` (adapters in the image and registered), ``forwarded`` ({"head": [...],
     "worker": [...]}), ``packed`` (host -> bool), ``mem_available_gib`` (host -> float),
-    ``ledger`` (list of {name, image_digest, record}), ``image_digest``, ``arms_passed`` (names).
+    ``ledger`` (list of {name, image_digest, record}), ``image_digest``, ``arms_passed`` (names),
+    ``driver_version`` (host -> nvidia-smi's driver version, None where it did not answer).
     """
     out = []
     ledger = [v for v in facts.get("ledger") or [] if v.get("image_digest") == facts.get("image_digest")]
@@ -155,6 +156,13 @@ def preconditions(requires, facts):
                        "nothing while the proposal is not folded; read the decision first (unset is AUTO, not off)"
                        % (decision.get("decision") or "not logged",
                           ": %r" % decision["line"] if decision.get("line") else ""))
+    drivers = requires.get("driver_version")
+    if drivers:
+        seen = facts.get("driver_version") or {}
+        off = ["%s %s" % (h, v or "unknown") for h, v in sorted(seen.items()) if v not in drivers]
+        if off or not seen:
+            out.append("GPU driver %s required on every rank; found: %s" % (
+                " or ".join(drivers), ", ".join(off) or "no rank answered nvidia-smi"))
     for arm in requires.get("arms_passed", []):
         if arm not in (facts.get("arms_passed") or []):
             out.append("arm %s must pass first in this run" % arm)

@@ -122,6 +122,29 @@ def table_rows(definition, conditions, verdicts):
     return rows
 
 
+def metric_tables(definition, conditions, order):
+    """Figures the definition reports beside its acceptance metric (``report.metrics`` after the first),
+    one table per metric and workload: each condition's median [min..max]; no verdict is drawn on them
+    (e.g. per-stream rates when more slots are judged on the aggregate)."""
+    out = []
+    for metric in (definition.get("report") or {}).get("metrics", [])[1:]:
+        cells = {}
+        for name in order:
+            for r in (conditions.get(name) or {}).get("results") or []:
+                try:
+                    values = st.metric_values(r, metric)
+                except st.StatsError:
+                    continue   # a failed condition has no figures; its verdict says why
+                if values:
+                    cells[(r["workload"], int(r["concurrency"]), name)] = _fig(st.describe(values))
+        for workload in sorted(set(k[0] for k in cells)):
+            out += ["", "## %s: %s, median [min..max] (reported, not judged)" % (workload, metric), "",
+                    "| " + " | ".join(["C"] + order) + " |", "|" + "---|" * (len(order) + 1)]
+            for c in sorted(set(k[1] for k in cells if k[0] == workload)):
+                out.append("| " + " | ".join(["C%d" % c] + [cells.get((workload, c, n), "-") for n in order]) + " |")
+    return out
+
+
 def markdown(record):
     """record.md: the verdicts, then the side-by-side table per workload (prose and code apart)."""
     d = record["definition"]
@@ -150,6 +173,7 @@ def markdown(record):
         for r in rows:
             if r["workload"] == workload:
                 out.append("| " + " | ".join(["C%d" % r["concurrency"], r["baseline"]] + [r[a] for a in timed]) + " |")
+    out += metric_tables(d, record["conditions"], ["baseline"] + timed)
     out += condition_table(record["conditions"], ["baseline"] + arms)
     out += memory_tables(d, record["conditions"], ["baseline"] + arms)
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)

@@ -185,6 +185,9 @@ REQUIRES = {
         # validation `grants` (e.g. folded_sampling_budget: forced folded sampling's static buffers fit)
         "capture_headroom": {"type": dict, "required": ("gib",), "keys": {"gib": _number, "grants": _name}},
         "folded_sampling": _bool,                     # rank 0's latest boot folded the sampled proposal
+        # every rank's GPU driver is one of these (nvidia-smi --query-gpu=driver_version), e.g. the DRM
+        # cache's qualified 580.173.02
+        "driver_version": _list_of(_str),
     },
 }
 SAMPLING = {
@@ -281,6 +284,9 @@ DEFINITION = {
         # the report's block-size rank: committed tokens per speculative step / step time, per workload, from
         # rank 0's Decode batch lines logged while that workload ran at `concurrency` (default 1)
         "ranking": {"type": dict, "keys": {"concurrency": _int_at_least(1)}},
+        # figures tabled beside the acceptance metric (per-stream and aggregate rates for more slots): the
+        # rates decode_bench keeps per repetition
+        "report": {"type": dict, "keys": {"metrics": _list_of(_one_of(("aggregate_tok_s", "per_stream_tok_s")))}},
         "arms": {"type": list, "items": ARM, "min_items": 1},
     },
 }
@@ -305,6 +311,7 @@ def _cross_checks(doc, ctx, stem):
                 ctx.fail(at + ".requires.arms_passed", "%r is not an earlier arm of this definition" % dep)
         if arm.get("timed", True) is False and "benchmark" in arm:
             ctx.fail(at + ".benchmark", "an untimed arm (timed: false) has no benchmark plan")
+    _cache_ways_rule(doc, ctx)
     known = ["baseline"] + names
     for i, name in enumerate(doc.get("memory", {}).get("compare_with", [])):
         if name not in known:
@@ -320,6 +327,28 @@ def _cross_checks(doc, ctx, stem):
                 at = "%s.%s[%d]" % (where, kind, j)
                 if ("text" in line) == ("pattern" in line):
                     ctx.fail(at, "give exactly one of text (literal) or pattern (regex)")
+
+
+def _gib(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _cache_ways_rule(doc, ctx):
+    """Engram row-cache ways matter only with a non-zero cache (SPEC section 3): an arm that changes
+    DSV41_CACHE_WAYS where its cache (its own DSV41_CACHE_GIB, else the baseline's) is zero measures nothing."""
+    base = doc.get("baseline", {}).get("settings", {})
+    for i, arm in enumerate(doc["arms"]):
+        own = arm.get("settings") or {}
+        if "DSV41_CACHE_WAYS" not in own or own["DSV41_CACHE_WAYS"] == base.get("DSV41_CACHE_WAYS"):
+            continue
+        cache = _gib(own.get("DSV41_CACHE_GIB", base.get("DSV41_CACHE_GIB")))
+        if not cache:
+            ctx.fail("arms[%d].settings.DSV41_CACHE_WAYS" % i,
+                     "ways matter only with a non-zero DSV41_CACHE_GIB (the arm's cache is %s)"
+                     % own.get("DSV41_CACHE_GIB", base.get("DSV41_CACHE_GIB", "unset")))
 
 
 def _evidence_blocks(doc):

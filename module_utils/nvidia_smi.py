@@ -146,3 +146,17 @@ def parse_sm_clock(text):
             except ValueError:
                 return None
     return None
+
+
+DRIVER_RE = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
+
+
+def parse_driver_version(text):
+    """``nvidia-smi --query-gpu=driver_version --format=csv,noheader`` -> "580.95.05" (first GPU), or None
+    when the first line is not a version (an error message, ``[N/A]``, nothing)."""
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line:
+            version = line.split(",")[0].strip()
+            return version if DRIVER_RE.match(version) else None
+    return None

@@ -216,7 +216,8 @@ Latency model of the chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED
   TTFT            = 60 ms + 0.05 ms * prompt_tokens
   step_ms         = base + 4 * (K - 3)                    base 98 if every known rank is packed else 120
                     - 4 if DSV41_WO_A_W8, - 2 if DSV41_ENGRAM_PREFETCH (packed only), - 1 if DSV41_DRAFT_HEAD_FP8,
-                    + 15 if DSV41_ENGRAM_PREFETCH_CHECK (validation mode)
+                    + 15 if DSV41_ENGRAM_PREFETCH_CHECK (validation mode), - 3 with EP_SIZE 1 (EP1),
+                    - 4 * min(DSV41_CACHE_GIB, 0.5) with a row cache (- 0.5 more at 16 ways, cache only)
                     times (1 + 0.12 * (active_requests - 1))   (aggregate improves, per-stream falls)
                     times a +-3% jitter
   committed/step  = 1 + accepted, accepted ~ Binomial(K, a); a = 0.55 prose, 0.70 code-like prompts
@@ -1434,6 +1435,13 @@ class Engine:
             base += 15.0
         if adapter_on("draft_head_fp8"):
             base -= 1.0
+        if self.args.ep_size == 1 and self.args.tp_size > 1:
+            base -= 3.0   # EP1: every rank holds a slice of every expert, no expert imbalance (a lab figure)
+        cache = env_float("DSV41_CACHE_GIB", 0.0)
+        if cache > 0:
+            base -= 4.0 * min(cache, 0.5)   # fewer exposed Engram misses, up to 2 ms at 0.5 GiB
+            if int(env_float("DSV41_CACHE_WAYS", 4)) >= 16:
+                base -= 0.5                  # ways matter only with a non-zero cache
         with self.lock:
             active = max(1, self.active)
         return base * (1 + 0.12 * (active - 1))

@@ -101,7 +101,7 @@ def test_an_inventory_named_production_is_refused_from_a_lab_only_machine(broken
 FLEET_SCOPE = {"fleet_status.yml": "any", "drift.yml": "any", "drift_schedule.yml": "any",
                "stage_b_autotune.yml": "whole_only", "stage_c_fence.yml": "whole_only", "stage_d_wo_a.yml": "whole_only",
                "stage_e_prefetch.yml": "whole_only", "stage_f_drop.yml": "whole_only", "stage_g_spec.yml": "whole_only",
-               "stage_h_sampling.yml": "whole_only",
+               "stage_h_sampling.yml": "whole_only", "stage_i_experiments.yml": "whole_only",
                "stage_a_pack.yml": "whole", "site.yml": "whole",
                "contention.yml": "whole", "rollback.yml": "whole", "adopt.yml": "whole"}
 # Playbooks whose plays stop every host on the first host's failure (rollback restores what it can).

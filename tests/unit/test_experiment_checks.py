@@ -288,3 +288,19 @@ def test_an_unforwarded_switch_whose_unset_is_not_off_names_the_unset_forward():
                    "passes nothing while it stays unset: `ansible-playbook site.yml --tags container_env -e "
                    "container_env_add_forwards=true -e '{\"container_env_forward_keys\": "
                    "[\"SGLANG_DSPARK_FOLDED_SAMPLING\"]}'`)")
+
+
+def test_driver_precondition_names_every_rank_on_another_driver():
+    req = {"driver_version": ["580.173.02"]}
+    facts = {"driver_version": {"spark1": "580.95.05", "spark2": "580.173.02", "spark3": None}}
+    assert filters.dsv41_experiment_preconditions(req, facts) == [
+        "GPU driver 580.173.02 required on every rank; found: spark1 580.95.05, spark3 unknown"]
+    assert filters.dsv41_experiment_preconditions(req, {"driver_version": {}}) == [
+        "GPU driver 580.173.02 required on every rank; found: no rank answered nvidia-smi"]
+    ok = {"driver_version": dict((h, "580.173.02") for h in RANKS)}
+    assert filters.dsv41_experiment_preconditions(req, ok) == []
+
+
+def test_driver_versions_filter_reads_each_ranks_nvidia_smi_answer():
+    assert filters.dsv41_driver_versions({"spark1": "580.95.05\n", "spark2": "", "spark3": "Failed to initialize NVML"}) == {
+        "spark1": "580.95.05", "spark2": None, "spark3": None}

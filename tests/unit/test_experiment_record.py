@@ -223,3 +223,18 @@ def test_ranking_table_orders_conditions_per_workload_best_first():
     assert out[code + 4] == "| 1 | baseline (block size 3) | 3.00 | 100.00 | 30.0 | 12 |"
     assert out[code + 5] == "| 2 | k5 (block size 5) | 3.30 | 120.00 | 27.5 | 12 |"
     assert out[prose + 4].startswith("| 1 | k5 (block size 5) | 3.20 | 110.00 | 29.1 |")
+
+
+def test_reported_metrics_are_tabled_beside_the_judged_one():
+    d = definition("stage_i_slots")
+
+    def both(c, agg, per):
+        return {"workload": "prose", "concurrency": c, "aggregate_tok_s": {"rounds": agg},
+                "per_stream_tok_s": {"rounds": per}}
+    conds = {"baseline": {"results": [both(8, [40, 41, 39, 40, 40], [10, 10, 10, 10, 10])]},
+             "slots6": {"results": []},
+             "slots8": {"results": [both(8, [60, 61, 59, 60, 62], [7.5, 7.6, 7.4, 7.5, 7.7])]}}
+    text = er.metric_tables(d, conds, ["baseline", "slots6", "slots8"])
+    assert text[1] == "## prose: per_stream_tok_s, median [min..max] (reported, not judged)"
+    assert "| C8 | 10.00 [10.00..10.00] | - | 7.50 [7.40..7.70] |" in text
+    assert er.metric_tables(definition(), conds, ["baseline"]) == [], "nothing beside the judged metric"

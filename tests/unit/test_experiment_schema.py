@@ -223,3 +223,35 @@ def test_memory_block_refuses_what_it_cannot_mean(memory, where):
     doc = stage_c()
     doc["memory"] = memory
     assert "experiments/x.yml: %s" % where in refused(doc)
+
+
+def stage_i(name):
+    return load(ROOT / "experiments" / ("stage_i_%s.yml" % name))
+
+
+def test_cache_ways_only_with_a_non_zero_cache():
+    doc = stage_i("row_cache")
+    doc["arms"][0]["settings"] = {"DSV41_CACHE_WAYS": "16"}
+    assert refused(doc) == ("experiments/x.yml: arms[0].settings.DSV41_CACHE_WAYS: ways matter only with a "
+                            "non-zero DSV41_CACHE_GIB (the arm's cache is 0)")
+    doc["arms"][0]["settings"] = {"DSV41_CACHE_WAYS": "16", "DSV41_CACHE_GIB": "0.25"}
+    es.validate(doc, source="x.yml")
+    doc["baseline"]["settings"]["DSV41_CACHE_GIB"] = "0.5"      # the baseline's cache counts too
+    doc["arms"][0]["settings"] = {"DSV41_CACHE_WAYS": "16"}
+    es.validate(doc, source="x.yml")
+
+
+def test_report_metrics_follow_the_acceptance_metric_and_only_per_repetition_rates():
+    defn = es.validate(stage_i("slots"), source="x.yml")
+    assert defn["report"]["metrics"] == ["aggregate_tok_s", "per_stream_tok_s"]
+    assert es.validate(stage_c(), source="x.yml")["report"]["metrics"] == ["aggregate_tok_s"]
+    doc = stage_i("slots")
+    doc["report"]["metrics"] = ["ttft_ms"]
+    assert refused(doc).startswith("experiments/x.yml: report.metrics[0]: ")
+
+
+def test_driver_requirement_is_a_list_of_versions():
+    doc = stage_i("drm")
+    assert es.validate(copy.deepcopy(doc), source="x.yml")["arms"][0]["requires"]["driver_version"] == ["580.173.02"]
+    doc["arms"][0]["requires"]["driver_version"] = "580.173.02"
+    assert refused(doc).startswith("experiments/x.yml: arms[0].requires.driver_version: ")

@@ -19,3 +19,11 @@ def test_sm_clock_sample_of_the_first_gpu():
     assert nvidia_smi.parse_sm_clock("\n2200\n208\n") == 2200
     assert nvidia_smi.parse_sm_clock("2200, 3003\n") == 2200
     assert nvidia_smi.parse_sm_clock("[N/A]\n") is None and nvidia_smi.parse_sm_clock("") is None
+
+
+def test_driver_version_of_the_first_gpu():
+    assert nvidia_smi.parse_driver_version("580.95.05\n") == "580.95.05"
+    assert nvidia_smi.parse_driver_version("\n580.173.02, 580.173.02\n") == "580.173.02"
+    # an error message or [N/A] is no version: the precondition says "unknown" rather than compare garbage
+    assert nvidia_smi.parse_driver_version("NVIDIA-SMI has failed because it couldn't communicate\n") is None
+    assert nvidia_smi.parse_driver_version("[N/A]") is None and nvidia_smi.parse_driver_version(None) is None
