@@ -103,7 +103,8 @@ def preconditions(requires, facts):
     ``facts``: ``features`` (adapters in the image and registered), ``forwarded`` ({"head": [...],
     "worker": [...]}), ``packed`` (host -> bool), ``mem_available_gib`` (host -> float),
     ``ledger`` (list of {name, image_digest, record}), ``image_digest``, ``arms_passed`` (names),
-    ``driver_version`` (host -> nvidia-smi's driver version, None where it did not answer).
+    ``driver_version`` (host -> nvidia-smi's driver version, None where it did not answer), ``clocks`` (host ->
+    the clock-lock verdict: locked, unlocked, drift or unknown).
     """
     out = []
     ledger = [v for v in facts.get("ledger") or [] if v.get("image_digest") == facts.get("image_digest")]
@@ -163,6 +164,13 @@ def preconditions(requires, facts):
         if off or not seen:
             out.append("GPU driver %s required on every rank; found: %s" % (
                 " or ".join(drivers), ", ".join(off) or "no rank answered nvidia-smi"))
+    want = requires.get("clocks")
+    if want:
+        seen = facts.get("clocks") or {}
+        off = ["%s %s" % (h, v or "unknown") for h, v in sorted(seen.items()) if v != want]
+        if off or not seen:
+            out.append("clocks %s required on every rank (from the journal of this boot); found: %s" % (
+                want, ", ".join(off) or "no rank's clock state was read"))
     for arm in requires.get("arms_passed", []):
         if arm not in (facts.get("arms_passed") or []):
             out.append("arm %s must pass first in this run" % arm)

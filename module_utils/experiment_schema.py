@@ -67,6 +67,7 @@ METRICS = {
     "committed_per_step": "higher",
 }
 WIN_RULES = ("separation",)
+HOOKS = ("clock_state",)
 SAMPLING_MODES = ("greedy", "sampled")
 RANK_SETS = ("all", "head", "workers")
 WHEN = ("boot", "run", "profile")
@@ -188,6 +189,9 @@ REQUIRES = {
         # every rank's GPU driver is one of these (nvidia-smi --query-gpu=driver_version), e.g. the DRM
         # cache's qualified 580.173.02
         "driver_version": _list_of(_str),
+        # every rank's clock-lock verdict (the journal of this boot) before anything changes: the clocks A/B
+        # measures unlocked against a locked baseline
+        "clocks": _one_of(("locked",)),
     },
 }
 SAMPLING = {
@@ -226,7 +230,10 @@ ARM = {
         "name": _name,
         "description": _str,
         "settings": _settings,
-        "hook": _one_of(("image_pin", "driver_probe", "clock_state")),
+        # work that is not a launcher setting, run by the experiment role; clock_state: the clock-lock role's
+        # unlocked state for this arm, the snapshot's state restored after (an image pin or a driver probe is
+        # not a hook the role runs: refused here rather than run an arm that changes nothing)
+        "hook": _one_of(HOOKS),
         "requires": REQUIRES,
         "evidence": EVIDENCE,
         "correctness": _named_checks(CORRECTNESS_CHECKS, CHECK_PARAMS),

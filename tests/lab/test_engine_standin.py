@@ -1561,3 +1561,37 @@ def test_mixed_greedy_fault_changes_greedy_rows_beside_sampled_ones(lab):
     assert results[""][0] == results[""][1], "greedy answers keep their text in a mixed batch"
     assert results["mixed_greedy"][0] != results["mixed_greedy"][1], "the fault changes the greedy row"
     assert results["mixed_greedy"][0] == results[""][0]
+
+
+def test_step_time_follows_ep1_the_row_cache_and_the_clock_lock(tmp_path, monkeypatch):
+    """The stage I lab figures: EP1 -3 ms, a row cache up to -2 ms (-0.5 more at 16 ways, only with a cache),
+    unlocked clocks 1.2% shorter steps, read from the lab nvidia-smi's state as a clocks arm leaves it."""
+    import threading
+    import types
+    eng = load_engine_module()
+    for key in [k for k in os.environ if k.startswith(("DSV41_", "LAB_"))]:
+        monkeypatch.delenv(key)
+    state = tmp_path / "state.json"
+    monkeypatch.setattr(eng, "NVIDIA_STATE", str(state))
+
+    def step(ep=3, locked=True, **env):
+        for key in ("DSV41_CACHE_GIB", "DSV41_CACHE_WAYS"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        state.write_text(json.dumps({"locked_clocks": {"min": 0, "max": 2200} if locked else None}))
+        eng._CLOCKS["at"] = -1e9   # read the state now
+        fake = types.SimpleNamespace(args=types.SimpleNamespace(dspark_block_size=3, ep_size=ep, tp_size=3),
+                                     all_packed=lambda: True, lock=threading.Lock(), active=1)
+        return eng.Engine.step_ms(fake)
+
+    monkeypatch.setattr(eng, "adapter_in_image", lambda name: True)
+    assert step() == 98.0
+    assert step(ep=1) == 95.0
+    assert step(DSV41_CACHE_GIB="0.25") == 97.0 and step(DSV41_CACHE_GIB="0.5") == 96.0
+    assert step(DSV41_CACHE_GIB="0.5", DSV41_CACHE_WAYS="16") == 95.5
+    assert step(DSV41_CACHE_WAYS="16") == 98.0, "ways matter only with a non-zero cache"
+    assert step(locked=False) == pytest.approx(98.0 * 0.988)
+    state.write_text("{broken")
+    eng._CLOCKS["at"] = -1e9
+    assert eng.clocks_locked() is True, "an unreadable state is the fleet's state: locked"
