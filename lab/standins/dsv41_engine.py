@@ -52,6 +52,9 @@ so tests can turn them on without changing the launcher; the environment wins ov
                                        commits other tokens (mixed batches break greedy answers)
                            rank_length_mismatch  the last worker boots with block size 3 whatever it is given (4
                                        when given 3): a rank that disagrees on the speculative length
+                           drm_fallback  engram_drm armed (DSV41_ENGRAM_DRM_NODE set, the ported adapter in the
+                                       image) with a cache: the DRM allocation fails and the layer falls back
+                                       to anonymous memory (the line the DRM stage must catch)
   LAB_ENGINE_NO_SMALL_ROW=1  the image has no small-row kernel: wo_a_w8 prints its einsum bridge line
   LAB_ENGINE_STATS_SECONDS=<s>  period of the prefetch CHECK line in the lab (default DSV41_STATS_SECONDS, else
                            60, divided by LAB_ENGINE_SPEED)
@@ -677,6 +680,8 @@ def adapter_on(name: str) -> bool:
         on = os.environ.get("DSV41_ENGRAM_PREFETCH", "0").strip().lower() in ("1", "on", "true")
     elif name == "draft_tau":
         on = abs(tau_value() - 1.0) > 1e-9
+    elif name == "engram_drm":
+        on = bool(os.environ.get("DSV41_ENGRAM_DRM_NODE", "").strip())
     else:
         switch = {"autotune_keep": "DSV41_AUTOTUNE_KEEP", "folded_fence": "DSV41_FOLDED_FENCE",
                   "wo_a_w8": "DSV41_WO_A_W8", "draft_head_fp8": "DSV41_DRAFT_HEAD_FP8",
@@ -1099,6 +1104,27 @@ def print_verify_adapters() -> None:
             "to the anchor's experts")
 
 
+def drm_lines(rank: int, cache_gib_total: float) -> None:
+    """The ported DRM cache adapter (``engram_drm``, in the image only where a test builds it in): the last
+    Engram layer's share of DSV41_CACHE_GIB backed by the DRM node named by DSV41_ENGRAM_DRM_NODE; at a zero
+    budget it yields no slots. Fault ``drm_fallback``: the allocation fails and the layer silently takes
+    anonymous ordinary memory, the report's hazard that the stage must catch. (Lab wording: the SPEC quotes
+    no DRM line.)"""
+    if not adapter_on("engram_drm"):
+        return
+    node = os.environ.get("DSV41_ENGRAM_DRM_NODE", "").strip()
+    layer = ENGRAM_LAYERS[-1]
+    share = cache_gib_total / len(ENGRAM_LAYERS)
+    if share <= 0:
+        print(f"[engram_drm] DSV41_CACHE_GIB=0: no cache slots; DRM node {node} unused", flush=True)
+    elif fault("drm_fallback"):
+        print(f"[engram_drm] DRM allocation of {share:.2f} GiB on {node} failed (errno=12) for layer {layer} "
+              f"rank {rank}; falling back to anonymous memory", flush=True)
+    else:
+        print(f"[engram_drm] layer {layer} rank {rank} cache on {node}: {share:.2f} GiB DRM-backed (keys, metadata "
+              f"and staging in ordinary memory)", flush=True)
+
+
 def capture_pass(pass_name: str, args, mem: dict, autotune: Autotune) -> float:
     """One CUDA-graph capture with its autotune pass; returns the lab seconds spent capturing."""
     m = args.max_running_requests
@@ -1245,6 +1271,7 @@ def boot(args, t_start: float) -> dict:
                 f"({slots} slots, {ways}-way, {pct:.1f}% of owned rows) scales=0.0GiB io_threads=96 "
                 f"packed={packed}")
         pace(PHASE["engram_layer"])
+    drm_lines(args.rank, cache_gib_total)
     if prefetch and not packed_all:
         log("DSV41 Engram prefetch disabled after error: packed Engram shards are required "
             f"(DSV41_PACKED_DIR={packed_dir})")

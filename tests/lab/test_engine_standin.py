@@ -1595,3 +1595,24 @@ def test_step_time_follows_ep1_the_row_cache_and_the_clock_lock(tmp_path, monkey
     state.write_text("{broken")
     eng._CLOCKS["at"] = -1e9
     assert eng.clocks_locked() is True, "an unreadable state is the fleet's state: locked"
+
+
+@pytest.mark.parametrize("cache,fault,expect", [
+    ("0.25", "", r"^\[engram_drm\] layer 14 rank 0 cache on /dev/dri/renderD128: 0\.12 GiB DRM-backed"),
+    ("0", "", r"^\[engram_drm\] DSV41_CACHE_GIB=0: no cache slots; DRM node /dev/dri/renderD128 unused$"),
+    ("0.25", "drm_fallback", r"^\[engram_drm\] DRM allocation of 0\.12 GiB on /dev/dri/renderD128 failed \(errno=12\) "
+                             r"for layer 14 rank 0; falling back to anonymous memory$"),
+])
+def test_drm_cache_lines_and_the_fallback_fault(lab, cache, fault, expect):
+    """Stage I's DRM cache in the lab: what the ported adapter says, and a fallback the stage's must-not catches."""
+    import yaml
+    port, proc = head_with(lab, {"DSV41_ENGRAM_DRM_NODE": "/dev/dri/renderD128", "DSV41_CACHE_GIB": cache,
+                                 "LAB_ENGINE_FAULT": fault})
+    try:
+        lines = [line for line in proc.stream("stdout").splitlines() if line.startswith("[engram_drm]")]
+    finally:
+        assert proc.stop() == 0
+    assert len(lines) == 1 and re.search(expect, lines[0]), lines
+    drm = yaml.safe_load((ROOT / "experiments" / "stage_i_drm.yml").read_text())
+    (fallback,) = [m for m in drm["evidence"]["must_not"] if m["id"] == "drm_fallback"]
+    assert bool(re.search(fallback["pattern"], lines[0])) == (fault == "drm_fallback")

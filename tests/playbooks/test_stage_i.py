@@ -3,16 +3,14 @@
 One experiment per run (-e experiment=NAME). The catalogue's refusals (transport, canary, clocks, an unknown
 name) happen on the control node before any host is contacted; the DRM cache is refused on the lab's driver
 (580.95.05, not the qualified 580.173.02) and image (no ported engram_drm adapter); the row cache is refused
-without packed shards and without proven headroom. EP1 and more slots run end to end.
+without packed shards and without proven headroom. EP1 and more slots run end to end. The clocks A/B:
+tests/playbooks/test_stage_i_clocks.py; the caches on a packed fleet: tests/playbooks/test_stage_i_cache.py.
 """
-import json
-import subprocess
-
 import pytest
 import yaml
 
 from experiment_lab import engine_healthy, flat, fleet_state, lab_definition, record, verdicts
-from labhelpers import HOSTS, ROOT, lab, lab_container, playbook, sh
+from labhelpers import ROOT, lab, playbook
 
 RUN = ("-e", "maintenance_window=true")
 
@@ -80,7 +78,7 @@ def test_row_cache_is_refused_without_packed_shards_and_without_headroom(tmp_pat
     assert not (tmp_path / "rec").exists() or not any((tmp_path / "rec").iterdir())
 
 
-@pytest.mark.parametrize("name", ["ep1", "slots", "row_cache", "clocks"])
+@pytest.mark.parametrize("name", ["ep1", "slots", "row_cache"])
 def test_check_mode_prints_the_plan_and_changes_nothing(tmp_path, name):
     before = fleet_state()
     rc, out = playbook("stage_i_experiments.yml", "-e", "experiment=%s" % name, "--check",
@@ -91,12 +89,9 @@ def test_check_mode_prints_the_plan_and_changes_nothing(tmp_path, name):
         assert rc != 0 and "packed shards required" in out
     else:
         assert rc == 0, out[-3000:]
-        assert {"ep1": "arm ep1: EP_SIZE=1", "slots": "arm slots8: MAX_RUNNING_REQUESTS=8",
-                "clocks": "arm unlocked: hook clock_state"}[name] in out
+        assert {"ep1": "arm ep1: EP_SIZE=1", "slots": "arm slots8: MAX_RUNNING_REQUESTS=8"}[name] in out
     assert fleet_state() == before
     assert not any(tmp_path.iterdir()), "check mode writes no record"
-    if name == "clocks":
-        assert "clocks: spark1: locked spark2: locked spark3: locked" in out
 
 
 def test_ep1_runs_against_its_own_baseline_and_restores(tmp_path, fast_engine):
@@ -134,42 +129,3 @@ def test_more_slots_judged_on_the_aggregate_with_per_stream_reported(tmp_path, f
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()
 
-
-def nv_history(host):
-    """The lab nvidia-smi's record of clock commands (lab only: the real driver has no such read-back)."""
-    return json.loads(sh(host, "cat /var/lib/lab-nvidia/state.json"))["history"]
-
-
-def test_clocks_unlocked_for_the_arm_only_then_locked_again(tmp_path, fast_engine):
-    before, seen = fleet_state(), dict((h, len(nv_history(h))) for h in HOSTS)
-    rc, out = run_experiment(tmp_path, "clocks")
-    run, rec = record(tmp_path / "rec")
-    assert rc == 0, (rec["verdicts"], rec["arm_checks"])
-    assert verdicts(rec)["unlocked"]["verdict"] == "pass"
-    assert rec["conditions"]["unlocked"]["hook"] == "clock_state" and rec["conditions"]["baseline"]["hook"] is None
-    for host in HOSTS:
-        # reset for the arm through the role's reset unit, locked again by the lock unit in the restore
-        argv = [" ".join(e["argv"][-2:]) if e["argv"][-1] != "-rgc" else "-rgc" for e in nv_history(host)[seen[host]:]]
-        assert argv == ["-rgc", "-lgc 0,2200"], (host, argv)
-    md = (run / "record.md").read_text()
-    print(md)
-    assert "unlocked (block size 3, clocks unlocked)" in md
-    assert rec["restore"] == {"equal": True, "differences": {}}
-    assert fleet_state() == before and engine_healthy()
-
-
-def test_clocks_refused_while_a_rank_is_already_unlocked(tmp_path):
-    # an operator's manual reset through sudo (the journal keeps sudo's line, as on a real Spark)
-    p = subprocess.run(["podman", "exec", "--user", "zurih", "--workdir", "/home/zurih", lab_container("spark3"),
-                        "sudo", "-n", "nvidia-smi", "-rgc"], text=True, capture_output=True)
-    assert p.returncode == 0, p
-    try:
-        before = fleet_state()
-        rc, out = run_experiment(tmp_path, "clocks")
-        assert rc != 0
-        out = flat(out)
-        assert "stage_i_clocks refused, nothing changed:" in out
-        assert "clocks locked required on every rank (from the journal of this boot); found: spark3 drift" in out, out[-3000:]
-        assert fleet_state() == before
-    finally:
-        lab("reset")

@@ -304,3 +304,13 @@ def test_driver_precondition_names_every_rank_on_another_driver():
 def test_driver_versions_filter_reads_each_ranks_nvidia_smi_answer():
     assert filters.dsv41_driver_versions({"spark1": "580.95.05\n", "spark2": "", "spark3": "Failed to initialize NVML"}) == {
         "spark1": "580.95.05", "spark2": None, "spark3": None}
+
+
+def test_clocks_precondition_needs_every_rank_locked():
+    req = {"clocks": "locked"}
+    facts = {"clocks": {"spark1": "locked", "spark2": "drift", "spark3": ""}}
+    assert filters.dsv41_experiment_preconditions(req, facts) == [
+        "clocks locked required on every rank (from the journal of this boot); found: spark2 drift, spark3 unknown"]
+    assert filters.dsv41_experiment_preconditions(req, {}) == [
+        "clocks locked required on every rank (from the journal of this boot); found: no rank's clock state was read"]
+    assert filters.dsv41_experiment_preconditions(req, {"clocks": dict((h, "locked") for h in RANKS)}) == []

@@ -255,3 +255,12 @@ def test_driver_requirement_is_a_list_of_versions():
     assert es.validate(copy.deepcopy(doc), source="x.yml")["arms"][0]["requires"]["driver_version"] == ["580.173.02"]
     doc["arms"][0]["requires"]["driver_version"] = "580.173.02"
     assert refused(doc).startswith("experiments/x.yml: arms[0].requires.driver_version: ")
+
+
+def test_only_hooks_the_role_runs_are_accepted():
+    doc = stage_i("clocks")
+    defn = es.validate(copy.deepcopy(doc), source="x.yml")
+    assert defn["arms"][0]["hook"] == "clock_state" and defn["arms"][0]["settings"] == {}
+    assert defn["arms"][0]["requires"]["clocks"] == "locked"
+    doc["arms"][0]["hook"] = "image_pin"
+    assert refused(doc).startswith("experiments/x.yml: arms[0].hook: ")
