@@ -49,6 +49,9 @@ def test_stage_c_passes_and_the_fleet_ends_equal_to_its_snapshot(tmp_path, fast_
     assert all(c["baseline"]["n"] == 5 and c["arm"]["n"] == 5 for c in verdict["comparisons"])
     assert (run / "chart.png").read_bytes()[:4] == b"\x89PNG"
     md = (run / "record.md").read_text()
+    print(md)
+    # the hash comparison the restore judged: spark1's items before the run and after the restore
+    print((run / "snapshot-before.json").read_text(), (run / "snapshot-after.json").read_text())
     assert "| C | baseline (block size 3) | fence (block size 3) |" in md
     assert '+  DSV41_FOLDED_FENCE: "1"' in rec["proposals"][0]["inventory_diff"]
     assert fleet_state() == before
@@ -63,6 +66,7 @@ def test_fold_race_fails_the_fence_for_its_greedy_answers_and_restores(tmp_path,
     assert rc != 0
     (verdict,) = rec["verdicts"]
     assert verdict["verdict"] == "fail"
+    print(verdict["reasons"])
     assert any(r.startswith("correctness: greedy_repeat_identical:") for r in verdict["reasons"]), verdict["reasons"]
     assert any(r.startswith("correctness: greedy_concurrent_identical:") for r in verdict["reasons"])
     assert rec["arm_checks"]["baseline"]["correctness_failures"] == [], "the race needs the fence armed"
