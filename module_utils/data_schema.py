@@ -110,3 +110,30 @@ def _walk(where, value, spec, ctx):
 
 def _join(where, key):
     return "%s.%s" % (where, key) if where else str(key)
+
+
+def yaml_load_strict(text, source, error=ValueError, what="file"):
+    """YAML -> data, refusing duplicate keys (PyYAML would keep the last one silently); every refusal is
+    ``error("<source>: ...")``. PyYAML is only needed here (the data is read on the control node)."""
+    try:
+        import yaml
+    except ImportError:
+        raise error("%s: reading a %s needs PyYAML (it runs on the control node)" % (source, what))
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _value in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise error("%s: line %d: key %r appears twice" % (source, key_node.start_mark.line + 1, key))
+            seen.add(key)
+        return loader.construct_mapping(node, deep=deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise error("%s: not valid YAML: %s" % (source, exc))

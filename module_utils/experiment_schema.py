@@ -17,6 +17,7 @@ import re
 
 from ansible.module_utils.data_schema import (  # noqa: F401 (NAME_RE re-exported)
     NAME_RE, Context, _bool, _int_at_least, _join, _list_of, _name, _number, _one_of, _regex, _str, _walk,
+    yaml_load_strict,
 )
 from ansible.module_utils.experiment_arms import normalise, plan_lines  # noqa: F401 (re-exported)
 
@@ -380,36 +381,9 @@ def validate(doc, source="definition", stem=None):
     return normalise(doc)
 
 
-def _yaml_load(text, source):
-    """YAML -> data, refusing duplicate keys (PyYAML would keep the last one silently)."""
-    try:
-        from ansible.module_utils.common.yaml import SafeLoader, yaml_load  # noqa: F401 (PyYAML present?)
-        import yaml
-    except ImportError:
-        raise DefinitionError("%s: reading a definition needs PyYAML (it runs on the control node)" % source)
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def mapping(loader, node, deep=False):
-        seen = set()
-        for key_node, _value in node.value:
-            key = loader.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise DefinitionError("%s: line %d: key %r appears twice" % (source, key_node.start_mark.line + 1, key))
-            seen.add(key)
-        return loader.construct_mapping(node, deep=deep)
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    try:
-        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise DefinitionError("%s: not valid YAML: %s" % (source, exc))
-
-
 def load_text(text, source="definition", stem=None, known_workloads=None):
     """Parse and validate a definition's YAML text; returns the normalised definition."""
-    defn = validate(_yaml_load(text, source), source=source, stem=stem)
+    defn = validate(yaml_load_strict(text, source, DefinitionError, "definition"), source=source, stem=stem)
     if known_workloads is not None:
         for where, bench in [("benchmark", defn["baseline"]["benchmark"])] + [
                 ("arms[%d].benchmark" % i, a["benchmark"]) for i, a in enumerate(defn["arms"]) if a["benchmark"]]:
