@@ -49,7 +49,9 @@ def playbook(name, *args, inventories=(LAB_INVENTORY,)):
     cmd = ["ansible-playbook", str(ROOT / "playbooks" / name)]
     for inv in inventories:
         cmd += ["-i", str(inv)]
-    res = subprocess.run(cmd + list(args), cwd=ROOT, env=env(), text=True,
+    # stdin from /dev/null: a playbook never prompts here, and ansible refuses a non-blocking stdin inherited
+    # from the runner (seen under pytest -s: "Ansible requires blocking IO on stdin/stdout/stderr")
+    res = subprocess.run(cmd + list(args), cwd=ROOT, env=env(), text=True, stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
     return res.returncode, res.stdout
 
