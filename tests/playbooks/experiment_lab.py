@@ -136,3 +136,19 @@ def validation_layer(directory, name, digest):
     """An inventory layer whose ledger holds one validation for the image."""
     return inventory_layer(directory, "dsv41_validations:\n  - {name: %s, image_digest: '%s', record: "
                                       "records/experiments/%s/record.json}\n" % (name, digest, name))
+
+
+def mini_inventory(directory):
+    """The lab inventory with the small real-format checkpoint (what the packer reads)."""
+    from labhelpers import MINI_CHECKPOINT
+    return inventory_layer(directory, "dsv41_checkpoint_dir: %s\n" % MINI_CHECKPOINT)
+
+
+def pack_mini(inventories):
+    """Stage A, run as an operator runs it on the mini checkpoint: six shards packed, engine restarted with
+    packed=True. Returns the inventories the later stages run with."""
+    from labhelpers import MINI_CHECKPOINT, playbook, set_launcher_env
+    set_launcher_env(MODEL_PATH=MINI_CHECKPOINT)
+    rc, out = playbook("stage_a_pack.yml", "-e", "maintenance_window=true", inventories=inventories)
+    assert rc == 0, out[-4000:]
+    return inventories

@@ -7,8 +7,9 @@ it); the experiment then snapshots and restores that fleet.
 """
 import pytest
 
+import experiment_lab
 from experiment_lab import engine_healthy, flat, fleet_state, inventory_layer, lab_definition, record, verdicts
-from labhelpers import MINI_CHECKPOINT, lab, playbook, set_launcher_env
+from labhelpers import lab, playbook
 
 RUN = ("-e", "maintenance_window=true")
 
@@ -21,17 +22,12 @@ def fresh_lab():
 
 @pytest.fixture(scope="module")
 def mini_inventory(tmp_path_factory):
-    """The lab inventory with the small real-format checkpoint (what the packer reads)."""
-    return inventory_layer(tmp_path_factory.mktemp("mini"), "dsv41_checkpoint_dir: %s\n" % MINI_CHECKPOINT)
+    return experiment_lab.mini_inventory(tmp_path_factory.mktemp("mini"))
 
 
 @pytest.fixture(scope="module")
 def packed(mini_inventory):
-    """Stage A, run as an operator runs it: six shards packed, engine restarted with packed=True."""
-    set_launcher_env(MODEL_PATH=MINI_CHECKPOINT)
-    rc, out = playbook("stage_a_pack.yml", *RUN, inventories=mini_inventory)
-    assert rc == 0, out[-4000:]
-    return mini_inventory
+    return experiment_lab.pack_mini(mini_inventory)
 
 
 @pytest.fixture(scope="module")

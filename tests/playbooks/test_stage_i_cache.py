@@ -7,8 +7,9 @@ refused on the packed fleet too: the lab's driver is 580.95.05 and its image has
 """
 import pytest
 
-from experiment_lab import engine_healthy, flat, fleet_state, inventory_layer, lab_definition, record, verdicts
-from labhelpers import MINI_CHECKPOINT, lab, playbook, set_launcher_env
+from experiment_lab import (engine_healthy, flat, fleet_state, lab_definition, mini_inventory, pack_mini, record,
+                            verdicts)
+from labhelpers import lab, playbook
 
 RUN = ("-e", "maintenance_window=true")
 
@@ -21,12 +22,7 @@ def fresh_lab():
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    """Stage A, run as an operator runs it: six shards packed, engine restarted with packed=True."""
-    inventories = inventory_layer(tmp_path_factory.mktemp("mini"), "dsv41_checkpoint_dir: %s\n" % MINI_CHECKPOINT)
-    set_launcher_env(MODEL_PATH=MINI_CHECKPOINT)
-    rc, out = playbook("stage_a_pack.yml", *RUN, inventories=inventories)
-    assert rc == 0, out[-4000:]
-    return inventories
+    return pack_mini(mini_inventory(tmp_path_factory.mktemp("mini")))
 
 
 def run_experiment(tmp_path, inventories, name, **definition):
