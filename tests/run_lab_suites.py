@@ -129,7 +129,10 @@ def run_share(index, share, work, results, lock):
         with open(log, "w") as handle:
             handle.write("# share %d, lab instance %d, checkout %s\n# %s\n" % (instance, instance, checkout, argv))
             handle.flush()
-            rc = subprocess.run(argv, cwd=checkout, env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
+            # stdin from /dev/null: ansible refuses to start on a non-blocking stdin, and a job may
+            # leave the runner's inherited one non-blocking for every job that follows.
+            rc = subprocess.run(argv, cwd=checkout, env=env, stdin=subprocess.DEVNULL, stdout=handle,
+                                stderr=subprocess.STDOUT).returncode
         seconds = time.monotonic() - t0
         with lock:
             results.append({"job": name, "share": instance, "rc": rc, "seconds": round(seconds, 1), "log": str(log)})
