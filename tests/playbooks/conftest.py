@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -8,9 +9,31 @@ import pytest  # noqa: E402
 
 @pytest.fixture
 def fast_engine():
-    """The lab engine's request path 40x faster for one test (knob files on every host), removed after;
-    the test may call it again with more knobs (a fault)."""
-    from experiment_lab import clear_knobs, knobs
-    knobs(LAB_ENGINE_SPEED=40)
+    """The lab engine's request path STAGE_TEST_SPEED times faster for one test (knob files on every host),
+    removed after; the test may call it again with more knobs (a fault)."""
+    from experiment_lab import STAGE_TEST_SPEED, clear_knobs, knobs
+    knobs(LAB_ENGINE_SPEED=STAGE_TEST_SPEED)
     yield knobs
     clear_knobs()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_lab(request):
+    """Every test module starts on a lab in the report's state (labctl reset, seconds). A module may set
+    LAB_LAUNCHER_VARIANT (the launcher variant the reset seeds, lab/README.md; the default one is put back
+    after the module) and define lab_cleanup() for the fault knobs it leaves on the hosts, run after the
+    module's last test."""
+    from labhelpers import install_launcher, lab
+    variant = getattr(request.module, "LAB_LAUNCHER_VARIANT", None)
+    if variant:
+        os.environ["DSV41_LAB_LAUNCHER_VARIANT"] = variant
+    try:
+        lab("reset")
+        yield
+        cleanup = getattr(request.module, "lab_cleanup", None)
+        if cleanup:
+            cleanup()
+    finally:
+        if variant:  # the next module finds the lab's default (explicit) launcher again
+            os.environ.pop("DSV41_LAB_LAUNCHER_VARIANT", None)
+            install_launcher("explicit")

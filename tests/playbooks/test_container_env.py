@@ -10,7 +10,7 @@ import tempfile
 import pytest
 
 from ansible.module_utils.launcher_edit import BACKUP_INFIX
-from labhelpers import install_launcher, ROOT, LAB_INVENTORY, changed_tasks, env, lab, playbook, sh
+from labhelpers import install_launcher, ROOT, LAB_INVENTORY, changed_tasks, env, playbook, sh
 
 WRITE = "container_env : Write the launcher settings as data (this run's \"before\" kept as a recorded backup)"
 SHOW = "Show what changed, key by key (as bash sees it, secrets redacted)"
@@ -45,21 +45,14 @@ CE_PLAY = """---
 PREFLIGHT_PLAY = CE_PLAY.split("- name: Launcher")[0]
 
 
-
 # The .env writer's tests (hostile values, secrets, rollback) run on the lab's legacy launcher, which hands
 # every value to the containers as array words: a value reaches the container exactly as bash holds it.
 # The real-shaped launchers interpolate values into the workers' ssh command string, where such a value
 # cannot be served at all: test_a_value_the_launcher_would_reparse_is_refused shows that refusal, and the
 # forwarding test runs on the default (explicit) launcher.
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    os.environ["DSV41_LAB_LAUNCHER_VARIANT"] = "legacy"
-    try:
-        lab("reset")
-        yield
-    finally:
-        os.environ.pop("DSV41_LAB_LAUNCHER_VARIANT", None)
-        install_launcher("explicit")
+
+# the launcher variant the lab reset seeds for this module (conftest.fresh_lab)
+LAB_LAUNCHER_VARIANT = "legacy"
 
 
 def env_text():

@@ -6,15 +6,8 @@ exactly as they were before the first change.
 import json
 import re
 
-import pytest
 
-from labhelpers import lab, playbook, recap, sh
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
+from labhelpers import playbook, recap, sh
 
 
 def states(host):

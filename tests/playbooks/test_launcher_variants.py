@@ -44,7 +44,7 @@ def inspect(host):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_variant_serves_and_the_containers_get_the_env(variant):
     install_launcher(variant)
-    assert sh("spark2", f"cat /etc/dsv41-lab/launcher.variant").strip() == variant
+    assert sh("spark2", "cat /etc/dsv41-lab/launcher.variant").strip() == variant
     extra = "EXTRA_CONTAINER_ENV='DSV41_AUTOTUNE_KEEP=1 DSV41_FOLDED_FENCE=1'" if variant == "extra_env" else \
         "DSV41_AUTOTUNE_KEEP=1\nDSV41_FOLDED_FENCE=1"
     sh("spark1", f"printf '%s\\n' \"{extra}\" >> {DIR}/.env", user="mia")

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from labhelpers import (HOSTS, LAB_INVENTORY, MINI_CHECKPOINT, MODELS, ROOT, lab, lab_container, playbook,
+from labhelpers import (HOSTS, LAB_INVENTORY, MINI_CHECKPOINT, MODELS, lab, lab_container, playbook,
                         read_bytes, recap, sh, snapshot)
 from spec_reader import expected_shard
 
@@ -27,12 +27,6 @@ WATCHED = {
 # Every playbook that can change a host; stage B refuses a subset even with the flag.
 CHANGING = ("stage_a_pack.yml", "stage_b_autotune.yml", "site.yml", "contention.yml", "rollback.yml")
 REFUSAL = "Refusing to run on part of the fleet; nothing was changed on any host."
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
 
 
 def flat(out):

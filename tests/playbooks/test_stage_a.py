@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from labhelpers import (LAB_INVENTORY, boot_facts, install_launcher, MINI_CHECKPOINT, MODELS, ROOT, changed_tasks, env, lab, playbook,
+from labhelpers import (LAB_INVENTORY, boot_facts, install_launcher, MINI_CHECKPOINT, MODELS, ROOT, changed_tasks, env, playbook,
                         read_bytes, set_launcher_env, sh, snapshot)
 from spec_reader import expected_shard
 
@@ -30,16 +30,8 @@ WATCHED = {
 }
 
 
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    os.environ["DSV41_LAB_LAUNCHER_VARIANT"] = "legacy"
-    try:
-        lab("reset")
-        yield
-    finally:
-        os.environ.pop("DSV41_LAB_LAUNCHER_VARIANT", None)
-        install_launcher("explicit")
+# the launcher variant the lab reset seeds for this module (conftest.fresh_lab)
+LAB_LAUNCHER_VARIANT = "legacy"
 
 
 @pytest.fixture

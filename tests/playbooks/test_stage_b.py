@@ -5,16 +5,10 @@ import shutil
 
 import pytest
 
-from labhelpers import ROOT, lab, playbook, sh
+from labhelpers import ROOT, playbook, sh
 
 SOURCE = ROOT / "lab" / "seed" / "adapters"
 SIDECAR = "/home/zurih/.cache/sglang/flashinfer/autotune"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
 
 
 def flat(out):

@@ -3,19 +3,12 @@
 Each run writes its record under tmp_path (-e experiment_record_root); the lab engine's request path is
 sped up through the host-side knob files (LAB_ENGINE_SPEED, tests/playbooks/experiment_lab.py), which the tests remove again.
 """
-import pytest
 import yaml
 
 from experiment_lab import (HOOK, ROOT, fleet_state, lab_definition as _lab_definition,
                             record)
-from labhelpers import lab, playbook, sh
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("up")
-    yield
-
+from experiment_lab import STAGE_TEST_SPEED
+from labhelpers import playbook, sh
 
 
 def lab_definition(tmp_path):
@@ -58,7 +51,7 @@ def test_stage_c_passes_and_the_fleet_ends_equal_to_its_snapshot(tmp_path, fast_
 
 
 def test_fold_race_fails_the_fence_for_its_greedy_answers_and_restores(tmp_path, fast_engine):
-    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="fold_race")
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="fold_race")
     before = fleet_state()
     rc, out = playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", lab_definition(tmp_path),
                        "-e", "experiment_record_root=%s" % (tmp_path / "rec"))

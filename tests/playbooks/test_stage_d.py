@@ -5,21 +5,14 @@ sped up through its knob file on the head; the fault tests add LAB_ENGINE_FAULT 
 copy of the definition (one workload at C1, still five measured repetitions): they judge evidence,
 correctness and the restore, not speed.
 """
-import pytest
 import yaml
 
 from experiment_lab import (HOOK, ROOT, engine_healthy, flat, fleet_state, kill_during,
                             lab_definition, record, verdicts)
-from labhelpers import lab, playbook, sh
+from experiment_lab import STAGE_TEST_SPEED
+from labhelpers import playbook, sh
 
 RUN = ("-e", "maintenance_window=true")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
-
 
 
 def run_stage(tmp_path, *extra, **definition):
@@ -73,7 +66,7 @@ def test_stage_d_passes_with_the_fp8_kernels_in_every_rank_s_trace(tmp_path, fas
 
 
 def test_nonfinite_fails_the_w8_arm_and_the_fleet_is_restored(tmp_path, fast_engine):
-    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="nonfinite")
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="nonfinite")
     before = fleet_state()
     rc, out = run_stage(tmp_path, trim=True)
     _, rec = record(tmp_path / "rec")
@@ -90,7 +83,7 @@ def test_nonfinite_fails_the_w8_arm_and_the_fleet_is_restored(tmp_path, fast_eng
 
 
 def test_g4_not_taken_fails_the_w8_arm_on_its_profile_trace(tmp_path, fast_engine):
-    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="g4_not_taken")
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="g4_not_taken")
     before = fleet_state()
     rc, out = run_stage(tmp_path, trim=True)
     _, rec = record(tmp_path / "rec")
@@ -108,7 +101,7 @@ def test_g4_not_taken_fails_the_w8_arm_on_its_profile_trace(tmp_path, fast_engin
 
 
 def test_oom_at_boot_fails_the_arm_with_the_engine_s_own_line_and_restores(tmp_path, fast_engine):
-    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="oom_at_boot")
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="oom_at_boot")
     before = fleet_state()
     rc, out = run_stage(tmp_path, trim=True)
     _, rec = record(tmp_path / "rec")

@@ -9,15 +9,10 @@ import pytest
 
 import experiment_lab
 from experiment_lab import engine_healthy, flat, fleet_state, inventory_layer, lab_definition, record, verdicts
-from labhelpers import lab, playbook
+from experiment_lab import STAGE_TEST_SPEED
+from labhelpers import playbook
 
 RUN = ("-e", "maintenance_window=true")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +38,6 @@ def forwarded(packed, tmp_path_factory):
     assert rc == 0, out[-4000:]
     assert "DSV41_ENGRAM_PREFETCH_CHECK" in flat(out)
     return inventories
-
 
 
 def run_stage(tmp_path, inventories, *extra, **definition):
@@ -112,7 +106,7 @@ def test_stage_e_check_phase_at_zero_then_timed_prefetch_passes(tmp_path, forwar
 
 def test_prefetch_mismatch_fails_the_check_phase_and_the_fleet_is_restored(tmp_path, forwarded, fast_engine):
     packed = forwarded
-    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="prefetch_mismatch", LAB_ENGINE_STATS_SECONDS=1)
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="prefetch_mismatch", LAB_ENGINE_STATS_SECONDS=1)
     before = fleet_state()
     rc, out = run_stage(tmp_path, packed, trim=True)
     _, rec = record(tmp_path / "rec")

@@ -14,15 +14,10 @@ import yaml
 
 from experiment_lab import (ROOT, engine_healthy, flat, fleet_state, lab_definition, record, running_image_digest,
                             validation_layer, verdicts)
-from labhelpers import LAB_INVENTORY, lab, playbook
+from experiment_lab import STAGE_TEST_SPEED
+from labhelpers import LAB_INVENTORY, playbook
 
 RUN = ("-e", "maintenance_window=true")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +96,7 @@ def test_stage_f_ledger_against_both_baselines(tmp_path, validated, fast_engine)
 
 
 def test_a_boot_that_runs_out_of_memory_fails_its_arm_and_rolls_back(tmp_path, validated, fast_engine):
-    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="oom_at_boot")
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="oom_at_boot")
     before = fleet_state()
     rc, out = run_stage(tmp_path, validated, trim=True, **draft_head_only())
     _, rec = record(tmp_path / "rec")

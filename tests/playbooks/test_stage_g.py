@@ -7,15 +7,10 @@ import pytest
 
 from experiment_lab import (engine_healthy, flat, fleet_state, lab_definition, record, running_image_digest,
                             validation_layer, verdicts)
-from labhelpers import LAB_INVENTORY, lab, playbook
+from experiment_lab import STAGE_TEST_SPEED
+from labhelpers import LAB_INVENTORY, playbook
 
 RUN = ("-e", "maintenance_window=true")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +78,7 @@ def test_block_size_5_against_3_every_rank_consistent(tmp_path, fast_engine):
 
 
 def test_a_rank_on_another_block_size_fails_rank_consistency_and_rolls_back(tmp_path, fast_engine):
-    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="rank_length_mismatch")
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="rank_length_mismatch")
     before = fleet_state()
     rc, out = run(tmp_path, "stage_g_spec", trim=True)
     _, rec = record(tmp_path / "rec")

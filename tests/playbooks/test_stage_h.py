@@ -9,17 +9,12 @@ import pytest
 import yaml
 
 from experiment_lab import engine_healthy, flat, fleet_state, lab_definition, record, verdicts
-from labhelpers import ROOT, lab, playbook
+from experiment_lab import STAGE_TEST_SPEED
+from labhelpers import ROOT, playbook
 
 RUN = ("-e", "maintenance_window=true")
 FORWARD = ("site.yml", "--tags", "container_env", "-e", "container_env_add_forwards=true",
            "-e", '{"container_env_forward_keys": ["SGLANG_DSPARK_FOLDED_SAMPLING"]}')
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +100,7 @@ def test_stage_h_each_switch_from_the_baseline_passes_and_restores(tmp_path, for
 
 
 def test_a_shifted_sampler_and_broken_mixed_batches_fail_their_arms_and_restore(tmp_path, forwarded, fast_engine):
-    fast_engine(LAB_ENGINE_SPEED=40, LAB_ENGINE_FAULT="sampler_shift,mixed_greedy")
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="sampler_shift,mixed_greedy")
     before = fleet_state()
     rc, out = run_stage(tmp_path, trim=True)
     _, rec = record(tmp_path / "rec")

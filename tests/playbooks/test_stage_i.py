@@ -10,15 +10,9 @@ import pytest
 import yaml
 
 from experiment_lab import engine_healthy, flat, fleet_state, lab_definition, record, verdicts
-from labhelpers import ROOT, lab, playbook
+from labhelpers import ROOT, playbook
 
 RUN = ("-e", "maintenance_window=true")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
 
 
 def run_experiment(tmp_path, name, *extra, **definition):

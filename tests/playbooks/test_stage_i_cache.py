@@ -9,15 +9,9 @@ import pytest
 
 from experiment_lab import (engine_healthy, flat, fleet_state, lab_definition, mini_inventory, pack_mini, record,
                             verdicts)
-from labhelpers import lab, playbook
+from labhelpers import playbook
 
 RUN = ("-e", "maintenance_window=true")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
 
 
 @pytest.fixture(scope="module")

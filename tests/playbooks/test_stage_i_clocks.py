@@ -7,18 +7,11 @@ already unlocked by hand (sudo -rgc: drift in the journal) refuses the run befor
 import json
 import subprocess
 
-import pytest
 
 from experiment_lab import engine_healthy, flat, fleet_state, kill_during, lab_definition, record, verdicts
-from labhelpers import HOSTS, lab, lab_container, playbook, sh
+from labhelpers import HOSTS, lab_container, playbook, sh
 
 RUN = ("-e", "maintenance_window=true")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_lab():
-    lab("reset")
-    yield
 
 
 def run_experiment(tmp_path, *extra, **definition):
