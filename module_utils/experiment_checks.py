@@ -95,6 +95,9 @@ def evidence_failures(evidence, logs, ranks, profiles=None):
 # Switches whose unset value is not their off value (SPEC section 3): declaring them off to get a forward
 # would change the fleet's behaviour.
 UNSET_IS_NOT_OFF = {"SGLANG_DSPARK_FOLDED_SAMPLING": "AUTO (the engine decides from the free memory)"}
+# Switches that have no "off" value to declare: off is unset (a device path), and a declared empty value
+# passes nothing, so the launcher finds no forward missing. Their forward is asked for by name.
+OFF_IS_UNSET = {"DSV41_ENGRAM_DRM_NODE": "a DRM device path; unset is off"}
 
 
 def preconditions(requires, facts):
@@ -127,6 +130,11 @@ def preconditions(requires, facts):
                        "add a forward that passes nothing while it stays unset: `ansible-playbook site.yml --tags "
                        "container_env -e container_env_add_forwards=true -e '{\"container_env_forward_keys\": "
                        "[\"%s\"]}'`)" % (switch, " and ".join(missing), UNSET_IS_NOT_OFF[switch], switch))
+        elif missing and switch in OFF_IS_UNSET:
+            out.append("%s is not forwarded on the %s launch path (%s: leave it undeclared and add a forward that "
+                       "passes nothing while it stays unset: `ansible-playbook site.yml --tags container_env -e "
+                       "container_env_add_forwards=true -e '{\"container_env_forward_keys\": [\"%s\"]}'`)"
+                       % (switch, " and ".join(missing), OFF_IS_UNSET[switch], switch))
         elif missing:
             out.append("%s is not forwarded on the %s launch path (declare it in the inventory, off, and add the "
                        "forward: `ansible-playbook site.yml --tags container_env -e container_env_add_forwards=true`)"

@@ -157,3 +157,50 @@ def pack_mini(inventories):
     rc, out = playbook("stage_a_pack.yml", "-e", "maintenance_window=true", inventories=inventories)
     assert rc == 0, out[-4000:]
     return inventories
+
+
+
+# The checkout of the launcher on each lab host (the head's ROOT, the workers' WORKER_DIR).
+CHECKOUTS = {"spark1": ("mia", "/home/mia/dsv41-3x-spark"), "spark2": ("zurih", "/home/zurih/dsv41-3x-spark"),
+             "spark3": ("zurih", "/home/zurih/dsv41-3x-spark")}
+# The registration a port adds to the import hook: an install function and a gated call in the loader's
+# branch of the engine module it wraps (the hook's own shape, lab/seed/adapters/sitecustomize.py).
+_HOOK_PATCH = r"""
+import sys
+path, name, module, switch = sys.argv[1:5]
+src = open(path).read()
+anchor = "\n\nclass _Loader"
+assert anchor in src and ("def install_%s(" % name) not in src, path
+src = src.replace(anchor, "\n\ndef install_%s(module):\n    _install(%r)\n" % (name, name) + anchor, 1)
+branch = 'if name == "%s":\n' % module
+assert branch in src, (path, module)
+gate = ('            if os.environ.get("%s", "0") not in ("0", "", "off", "false"):\n'
+        "                install_%s(module)\n" % (switch, name))
+open(path, "w").write(src.replace(branch, branch + gate, 1))
+"""
+# The lab GPU's driver version (the stand-in merges its state file over its defaults: one key is enough).
+_DRIVER_SET = r"""
+import json, os, sys
+p = "/var/lib/lab-nvidia/state.json"
+s = json.load(open(p)) if os.path.exists(p) else {}
+s["driver_version"] = sys.argv[1]
+json.dump(s, open(p, "w"))
+"""
+
+
+def build_ported_adapter(name, engine_module, switch, driver=None):
+    """An image that carries a ported adapter: lab/seed/adapters/ported/<name>.py copied into every host's
+    launcher checkout and registered in its import hook (gated by switch, in the loader's branch of
+    engine_module), the image rebuilt through the launcher's own `build` and served once so the running
+    container is the new image (the snapshot an experiment takes is then this image). With driver, the lab
+    GPU reports that driver version on every host."""
+    import shlex
+    from labhelpers import sh
+    text = (ROOT / "lab" / "seed" / "adapters" / "ported" / (name + ".py")).read_text()
+    for host, (user, checkout) in CHECKOUTS.items():
+        sh(host, "cat > %s/adapter/%s.py <<'PORT'\n%sPORT\npython3 -c %s %s/adapter/sitecustomize.py %s %s %s"
+           % (checkout, name, text, shlex.quote(_HOOK_PATCH), checkout, name, engine_module, switch), user=user)
+        if driver:
+            sh(host, "mkdir -p /var/lib/lab-nvidia && python3 -c %s %s" % (shlex.quote(_DRIVER_SET), driver))
+    user, checkout = CHECKOUTS["spark1"]
+    sh("spark1", "cd %s && ./start.sh build && ./start.sh serve" % checkout, user=user)

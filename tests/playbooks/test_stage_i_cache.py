@@ -4,11 +4,15 @@ The row cache needs packed shards and proven headroom (refused without either: t
 here a module fixture runs stage_a_pack.yml for real on the small real-format checkpoint, then the row cache
 runs end to end: 0.25 GiB, 0.5 GiB, then 16 ways on 0.5 GiB once 0.5 GiB alone passed. The DRM cache stays
 refused on the packed fleet too: the lab's driver is 580.95.05 and its image has no ported engram_drm adapter.
+Then the lab builds what the DRM cache needs (an image whose import hook registers a port of the adapter with
+its fail policy, lab/seed/adapters/ported/engram_drm.py, and the qualified driver on every rank) and the DRM
+cache runs end to end; with the port's allocation falling back to ordinary memory (fault drm_fallback) the arm
+fails for that reason and the fleet is restored.
 """
 import pytest
 
-from experiment_lab import (engine_healthy, flat, fleet_state, lab_definition, mini_inventory, pack_mini, record,
-                            verdicts)
+from experiment_lab import (STAGE_TEST_SPEED, build_ported_adapter, engine_healthy, flat, fleet_state, lab_definition,
+                            mini_inventory, pack_mini, record, verdicts)
 from labhelpers import playbook
 
 RUN = ("-e", "maintenance_window=true")
@@ -17,6 +21,20 @@ RUN = ("-e", "maintenance_window=true")
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
     return pack_mini(mini_inventory(tmp_path_factory.mktemp("mini")))
+
+
+@pytest.fixture(scope="module")
+def drm_image(packed, tmp_path_factory):
+    """The packed fleet made ready for the DRM cache the way an operator would (after the refusal test above,
+    which needs the lab as the report left it): the switch's forward added on both launch paths by name (off is
+    unset for a device path; the stage refuses an arm whose switch is not forwarded), then an image with the
+    ported adapter, on the qualified driver."""
+    rc, out = playbook("site.yml", "--tags", "container_env", "-e", "container_env_add_forwards=true",
+                       "-e", '{"container_env_forward_keys": ["DSV41_ENGRAM_DRM_NODE"]}', inventories=packed)
+    assert rc == 0, out[-4000:]
+    assert "changed: [spark1]" in out, "the managed forward was added"
+    build_ported_adapter("engram_drm", "sglang.srt.layers.engram", "DSV41_ENGRAM_DRM_NODE", driver="580.173.02")
+    return packed
 
 
 def run_experiment(tmp_path, inventories, name, **definition):
@@ -53,4 +71,37 @@ def test_drm_stays_refused_on_a_packed_fleet_naming_driver_and_adapter(tmp_path,
     assert "packed shards required" not in out
     assert "GPU driver 580.173.02 required on every rank; found: spark1 580.95.05" in out
     assert "engine feature engram_drm: adapter not in the image or not registered in its import hook" in out
+    assert ("DSV41_ENGRAM_DRM_NODE is not forwarded on the head and worker launch path (a DRM device path; unset "
+            "is off: leave it undeclared") in out
     assert fleet_state() == before
+
+
+def test_drm_cache_runs_on_the_qualified_driver_with_the_ported_adapter(tmp_path, drm_image, fast_engine):
+    before = fleet_state()
+    rc, out = run_experiment(tmp_path, drm_image, "drm")
+    run, rec = record(tmp_path / "rec")
+    assert rc == 0, (rec["verdicts"], rec["arm_checks"])
+    v = verdicts(rec)
+    assert v["drm_cache"]["verdict"] == "pass", v["drm_cache"]
+    assert rec["arm_checks"]["drm_cache"] == {"evidence_failures": [], "correctness_failures": []}
+    md = (run / "record.md").read_text()
+    print(md)
+    # a 0.25 GiB budget over two Engram layers: 128 MiB per rank more weights than the zero-cache baseline
+    for host in ("spark1", "spark2", "spark3"):
+        assert "| drm_cache | baseline | %s | +256.0 |" % host in md
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert fleet_state() == before and engine_healthy()
+
+
+def test_a_drm_allocation_that_falls_back_fails_the_arm_and_restores(tmp_path, drm_image, fast_engine):
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="drm_fallback")
+    before = fleet_state()
+    rc, out = run_experiment(tmp_path, drm_image, "drm", trim=True)
+    run, rec = record(tmp_path / "rec")
+    assert rc != 0
+    v = verdicts(rec)
+    assert v["drm_cache"]["verdict"] == "fail", v["drm_cache"]
+    failures = " ".join(rec["arm_checks"]["drm_cache"]["evidence_failures"])
+    assert "drm_fallback" in failures and "drm_backed" in failures, failures
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert fleet_state() == before and engine_healthy()

@@ -290,6 +290,16 @@ def test_an_unforwarded_switch_whose_unset_is_not_off_names_the_unset_forward():
                    "[\"SGLANG_DSPARK_FOLDED_SAMPLING\"]}'`)")
 
 
+def test_an_unforwarded_switch_whose_off_is_unset_names_the_forward_by_key():
+    # a declared empty DRM node passes nothing, so the launcher finds no forward missing: ask for it by name
+    (msg,) = filters.dsv41_experiment_preconditions(
+        {"switches_forwarded": ["DSV41_ENGRAM_DRM_NODE"]}, {"forwarded": {"head": ["DSV41_ENGRAM_DRM_NODE"]}})
+    assert msg == ("DSV41_ENGRAM_DRM_NODE is not forwarded on the worker launch path (a DRM device path; unset is "
+                   "off: leave it undeclared and add a forward that passes nothing while it stays unset: "
+                   "`ansible-playbook site.yml --tags container_env -e container_env_add_forwards=true -e "
+                   "'{\"container_env_forward_keys\": [\"DSV41_ENGRAM_DRM_NODE\"]}'`)")
+
+
 def test_driver_precondition_names_every_rank_on_another_driver():
     req = {"driver_version": ["580.173.02"]}
     facts = {"driver_version": {"spark1": "580.95.05", "spark2": "580.173.02", "spark3": None}}
