@@ -4,7 +4,8 @@ DROP runs only with a wo_a_w8 validation in the ledger for the running image: th
 first, then the validation is given as an inventory layer (what the operator commits after stage D's
 record proposes it). Lab figures come from the engine stand-in's memory model (lab/standins/
 dsv41_engine.py: twins +688 MiB, DROP releases 41 copies of 32 MiB, 2 kept; the draft head +210.6 MiB),
-printed beside the report's reference figures.
+printed beside the report's reference figures. On an image without the small-row kernel (W8 arms its
+einsum bridge, whose draft path reads the bf16 weight) the DROP arm fails on the bridge line and rolls back.
 """
 import re
 
@@ -31,15 +32,19 @@ def validated(image_digest, tmp_path_factory):
     return validation_layer(tmp_path_factory.mktemp("validated"), "wo_a_w8", image_digest)
 
 
-def draft_head_only(floor_gib=None):
-    """Definition changes that keep only the draft-head arm (and its memory reference): the fault tests
-    need one arm to fail, not three."""
+def one_arm(arm, floor_gib=None):
+    """Definition changes that keep only one arm (and its memory references against the baseline): the fault
+    tests need one arm to fail, not three."""
     doc = yaml.safe_load((ROOT / "experiments" / "stage_f_drop.yml").read_text())
     memory = dict(doc["memory"], compare_with=["baseline"],
-                  reference=[r for r in doc["memory"]["reference"] if r["arm"] == "draft_head_fp8"])
+                  reference=[r for r in doc["memory"]["reference"] if r["arm"] == arm and r["vs"] == "baseline"])
     if floor_gib is not None:
         memory["floor_gib"] = floor_gib
-    return {"arms": [a for a in doc["arms"] if a["name"] == "draft_head_fp8"], "memory": memory}
+    return {"arms": [a for a in doc["arms"] if a["name"] == arm], "memory": memory}
+
+
+def draft_head_only(floor_gib=None):
+    return one_arm("draft_head_fp8", floor_gib)
 
 
 def run_stage(tmp_path, inventories, **definition):
@@ -122,4 +127,23 @@ def test_an_arm_below_the_memory_floor_fails_and_rolls_back(tmp_path, validated,
                for f in failures), failures
     assert verdicts(rec)["draft_head_fp8"]["verdict"] == "fail"
     assert rec["restore"]["equal"] is True and fleet_state() == before
+    print(failures)
+
+
+def test_drop_on_an_image_with_the_einsum_bridge_fails_for_the_bridge_and_rolls_back(tmp_path, validated,
+                                                                                     fast_engine):
+    # an image without the small-row kernel: W8 arms its einsum bridge, whose draft path still reads the bf16
+    # weight, so DROP must not run there (SPEC section 3); the stage cannot prove it spares the draft
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_NO_SMALL_ROW="1")
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, validated, trim=True, **one_arm("drop"))
+    _, rec = record(tmp_path / "rec")
+    assert rc != 0
+    failures = rec["arm_checks"]["drop"]["evidence_failures"]
+    for rank, host in enumerate(("spark1", "spark2", "spark3")):
+        assert "%s rank %d: bridge present in the latest boot: '[wo_a_w8] einsum bridge armed: fp8 twin for " \
+               "verify/draft rows, gemv left at M=1'" % (host, rank) in failures, failures
+    assert verdicts(rec)["drop"]["verdict"] == "fail"
+    assert rec["restore"]["equal"] is True
+    assert fleet_state() == before and engine_healthy()
     print(failures)
