@@ -1,10 +1,11 @@
 """Stage I (separate experiments, each with its own baseline) through the experiment engine, on the lab.
 
-One experiment per run (-e experiment=NAME). The catalogue's refusals (transport, canary, clocks, an unknown
-name) happen on the control node before any host is contacted; the DRM cache is refused on the lab's driver
-(580.95.05, not the qualified 580.173.02) and image (no ported engram_drm adapter); the row cache is refused
-without packed shards and without proven headroom. EP1 and more slots run end to end. The clocks A/B:
-tests/playbooks/test_stage_i_clocks.py; the caches on a packed fleet: tests/playbooks/test_stage_i_cache.py.
+One experiment per run (-e experiment=NAME). The catalogue's refusals (transport, eight slots with a
+free-slots delay, canary, an unknown name) happen on the control node before any host is contacted; the DRM
+cache is refused on the lab's driver (580.95.05, not the qualified 580.173.02) and image (no ported engram_drm
+adapter); the row cache is refused without packed shards and without proven headroom. EP1 and more slots run
+end to end. The clocks A/B: tests/playbooks/test_stage_i_clocks.py; the caches (the DRM one on an image with
+the port) on a packed fleet: tests/playbooks/test_stage_i_cache.py.
 """
 import pytest
 import yaml
@@ -24,6 +25,8 @@ def run_experiment(tmp_path, name, *extra, **definition):
 @pytest.mark.parametrize("name,why", [
     ("transport", "the triangle-aware RoCE transport is a code port, not a launcher setting"),
     ("canary", "must pin the image by digest (never a moving tag) and pass the G=4 small-row dispatch guard"),
+    ("slots8_delay", "eight slots with --min-free-slots-delay 1 needs a way to set that server argument, and no "
+                     "launch path has one"),
 ])
 def test_listed_but_refused_on_the_control_node_saying_why(name, why):
     before = fleet_state()
@@ -42,7 +45,7 @@ def test_an_unknown_or_missing_experiment_lists_the_catalogue():
         rc, out = playbook("stage_i_experiments.yml", *extra)
         assert rc != 0
         assert ("stage I runs one experiment: -e experiment=NAME, NAME one of ep1, slots, row_cache, drm, clocks, "
-                "transport, canary") in flat(out)
+                "transport, slots8_delay, canary") in flat(out)
 
 
 def test_drm_is_refused_on_another_driver_and_without_the_fail_policy_adapter(tmp_path):
