@@ -12,13 +12,19 @@ def _module_utils():
     path = str(Path(__file__).resolve().parent.parent / "module_utils")
     if path not in list(amu.__path__):
         amu.__path__.append(path)
-    from ansible.module_utils import (decode_steps, experiment_checks, experiment_evidence, experiment_snapshot,
-                                      memory_ledger, meminfo, nvidia_smi, sampling_checks)
+    from ansible.module_utils import (decode_steps, engram_cache_state, experiment_checks, experiment_evidence,
+                                      experiment_snapshot, memory_ledger, meminfo, nvidia_smi, sampling_checks)
     return (experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence,
-            sampling_checks, nvidia_smi)
+            sampling_checks, nvidia_smi, engram_cache_state)
 
 
-_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi = _module_utils()
+_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi, _cache = _module_utils()
+
+
+def dsv41_experiment_cache_state(logs, ranks):
+    """{host: [{layer, cold_hit_pct, warm_hit_pct, ...}]}: the Engram row cache at the first and the last
+    periodic Engram line of every rank's latest boot (module_utils/engram_cache_state.py)."""
+    return _cache.fleet_cache_state(logs or {}, ranks or {})
 
 
 def dsv41_driver_versions(outputs):
@@ -171,4 +177,5 @@ class FilterModule:
             "dsv41_memory_ledger": dsv41_memory_ledger,
             "dsv41_memory_floor_failures": dsv41_memory_floor_failures,
             "dsv41_driver_versions": dsv41_driver_versions,
+            "dsv41_experiment_cache_state": dsv41_experiment_cache_state,
         }

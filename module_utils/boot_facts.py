@@ -28,7 +28,7 @@ class BootFacts(object):
         self.tp_rank = None           # TP rank of the boot's prefixed lines (first seen)
         self.engram = {}              # layer -> fields of the Exact line (first of the boot)
         self.engram_order = []        # layers in the order they were attached
-        self.periodic = {}            # layer -> {count, packed_true, packed_false, packed_other, last}
+        self.periodic = {}            # layer -> {count, packed_true, packed_false, packed_other, first, last}
         self.memory = None            # last memory calculation
         self.memory_count = 0
         self.pool_sizes = []          # every pool line of the boot, in order (capped, latest kept)
@@ -267,11 +267,13 @@ class BootState(object):
             p = facts.periodic.get(f["layer"])
             if p is None:
                 p = facts.periodic[f["layer"]] = {"count": 0, "packed_true": 0, "packed_false": 0,
-                                                  "packed_other": 0, "last": None}
+                                                  "packed_other": 0, "first": None, "last": None}
             p["count"] += 1
             key = "packed_true" if f["packed"] is True else "packed_false" if f["packed"] is False else "packed_other"
             p[key] += 1
             p["last"] = dict((k, v) for k, v in f.items() if not k.startswith("_"))
+            if p["first"] is None:      # the row cache's state soonest after the boot (cold), beside the last
+                p["first"] = p["last"]
         elif kind == "fatal_engram":
             fatal = {"reason": f["reason"], "line": f["line"], "errno": f["errno"], "line_no": line_no,
                      "rank": facts.rank if facts.rank is not None else msg.tp_rank,

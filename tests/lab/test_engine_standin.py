@@ -1616,3 +1616,11 @@ def test_drm_cache_lines_and_the_fallback_fault(lab, cache, fault, expect):
     drm = yaml.safe_load((ROOT / "experiments" / "stage_i_drm.yml").read_text())
     (fallback,) = [m for m in drm["evidence"]["must_not"] if m["id"] == "drm_fallback"]
     assert bool(re.search(fallback["pattern"], lines[0])) == (fault == "drm_fallback")
+
+
+def test_the_row_cache_fills_from_cold_after_the_boot():
+    eng = load_engine_module()
+    assert eng.row_cache_hit_rate(0.0, 16, 10 ** 6) == 0.0, "no cache, no hits"
+    filling = [eng.row_cache_hit_rate(0.5, 4, n) for n in (0, 1000, 5000, 50000)]
+    assert filling[0] == 0.0 and filling == sorted(filling) and filling[-1] == pytest.approx(0.30, abs=1e-3)
+    assert eng.row_cache_hit_rate(0.25, 4, 50000) < filling[-1] < eng.row_cache_hit_rate(0.5, 16, 50000)

@@ -2,7 +2,8 @@
 
 The row cache needs packed shards and proven headroom (refused without either: tests/playbooks/test_stage_i.py);
 here a module fixture runs stage_a_pack.yml for real on the small real-format checkpoint, then the row cache
-runs end to end: 0.25 GiB, 0.5 GiB, then 16 ways on 0.5 GiB once 0.5 GiB alone passed. The DRM cache stays
+runs end to end: 0.25 GiB, 0.5 GiB, then 16 ways on 0.5 GiB once 0.5 GiB alone passed, each cache cold (the first
+periodic Engram line of its boot) and warm (the last) in the record. The DRM cache stays
 refused on the packed fleet too: the lab's driver is 580.95.05 and its image has no ported engram_drm adapter.
 Then the lab builds what the DRM cache needs (an image whose import hook registers a port of the adapter with
 its fail policy, lab/seed/adapters/ported/engram_drm.py, and the qualified driver on every rank) and the DRM
@@ -58,6 +59,12 @@ def test_row_cache_sizes_then_ways_against_the_zero_cache_baseline(tmp_path, pac
     for host in ("spark1", "spark2", "spark3"):
         assert "| cache_05 | baseline | %s | +512.0 |" % host in md
     assert "cache_05_ways16 (block size 3, cache gib 0.5, ways 16)" in md
+    # cold and warm: the cache starts empty at every boot and warms while the arm serves; never without one
+    assert "## Engram row cache, cold and warm" in md
+    for arm in ("cache_025", "cache_05", "cache_05_ways16"):
+        for layer in rec["conditions"][arm]["engram_cache"]["spark1"]:
+            assert layer["warm_hit_pct"] > layer["cold_hit_pct"] >= 0.0, (arm, layer)
+    assert all(layer["warm_hit_pct"] == 0.0 for layer in rec["conditions"]["baseline"]["engram_cache"]["spark1"])
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()
 
