@@ -14,6 +14,8 @@ from experiment_lab import engine_healthy, flat, fleet_state, lab_definition, re
 from labhelpers import ROOT, playbook
 
 RUN = ("-e", "maintenance_window=true")
+# The lab engine's speed where a test asserts a speed effect (four slots queue half of C8's streams).
+QUEUEING_SPEED = 40
 
 
 def run_experiment(tmp_path, name, *extra, **definition):
@@ -109,6 +111,9 @@ def test_ep1_runs_against_its_own_baseline_and_restores(tmp_path, fast_engine):
 
 
 def test_more_slots_judged_on_the_aggregate_with_per_stream_reported(tmp_path, fast_engine):
+    # the queueing this test asserts needs requests that take longer than the request path's own overhead:
+    # at STAGE_TEST_SPEED (200x) a 64-token answer takes a few ms and C8 on four slots barely queues
+    fast_engine(LAB_ENGINE_SPEED=QUEUEING_SPEED)
     before = fleet_state()
     rc, out = run_experiment(tmp_path, "slots", trim=True,
                              benchmark=dict(yaml.safe_load((ROOT / "experiments" / "stage_i_slots.yml").read_text())

@@ -44,17 +44,24 @@ def run_experiment(tmp_path, inventories, name, **definition):
                     "-e", "experiment_record_root=%s" % (tmp_path / "rec"), inventories=inventories)
 
 
-def test_row_cache_sizes_then_ways_against_the_zero_cache_baseline(tmp_path, packed, fast_engine):
-    before = fleet_state()
-    rc, out = run_experiment(tmp_path, packed, "row_cache")
+def passed(rc, tmp_path, arms):
+    """The run's record, after asserting that every arm passed its evidence and correctness; (record, its
+    Markdown, printed for the closing note)."""
     run, rec = record(tmp_path / "rec")
     assert rc == 0, (rec["verdicts"], rec["arm_checks"])
     v = verdicts(rec)
-    for arm in ("cache_025", "cache_05", "cache_05_ways16"):
+    for arm in arms:
         assert v[arm]["verdict"] == "pass", v[arm]
         assert rec["arm_checks"][arm] == {"evidence_failures": [], "correctness_failures": []}
     md = (run / "record.md").read_text()
     print(md)
+    return rec, md
+
+
+def test_row_cache_sizes_then_ways_against_the_zero_cache_baseline(tmp_path, packed, fast_engine):
+    before = fleet_state()
+    rc, out = run_experiment(tmp_path, packed, "row_cache")
+    rec, md = passed(rc, tmp_path, ("cache_025", "cache_05", "cache_05_ways16"))
     # the cache comes out of the same memory: the ledger shows its 512 MiB of weights on every rank
     for host in ("spark1", "spark2", "spark3"):
         assert "| cache_05 | baseline | %s | +512.0 |" % host in md
@@ -86,14 +93,9 @@ def test_drm_stays_refused_on_a_packed_fleet_naming_driver_and_adapter(tmp_path,
 def test_drm_cache_runs_on_the_qualified_driver_with_the_ported_adapter(tmp_path, drm_image, fast_engine):
     before = fleet_state()
     rc, out = run_experiment(tmp_path, drm_image, "drm")
-    run, rec = record(tmp_path / "rec")
-    assert rc == 0, (rec["verdicts"], rec["arm_checks"])
-    v = verdicts(rec)
-    assert v["drm_cache"]["verdict"] == "pass", v["drm_cache"]
-    assert rec["arm_checks"]["drm_cache"] == {"evidence_failures": [], "correctness_failures": []}
-    md = (run / "record.md").read_text()
-    print(md)
-    # a 0.25 GiB budget over two Engram layers: 128 MiB per rank more weights than the zero-cache baseline
+    rec, md = passed(rc, tmp_path, ("drm_cache",))
+    # the 0.25 GiB budget (the last layer's share DRM-backed, the other layer's ordinary) is 256 MiB per rank
+    # more than the zero-cache baseline: on a GB10 the DRM node's memory is the same unified memory
     for host in ("spark1", "spark2", "spark3"):
         assert "| drm_cache | baseline | %s | +256.0 |" % host in md
     assert rec["restore"] == {"equal": True, "differences": {}}
