@@ -52,7 +52,7 @@ def cache_table(conditions, order, ranks=None):
         for host in sorted(state, key=lambda h: ((ranks or {}).get(h, 99), h)):
             for e in state[host]:
                 rows.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                    name, host, e["layer"], "-" if e["cache_gib"] is None else "%.2f GiB, %s-way" % (
+                    name, host, e["layer"], "-" if e["cache_gib"] is None else "%g GiB, %s-way" % (
                         e["cache_gib"], e["ways"] if e["ways"] is not None else "?"),
                     _pct(e["cold_hit_pct"]), _pct(e["warm_hit_pct"]),
                     "-" if e["lookups"] is None else "{:,}".format(e["lookups"]), e["lines"]))

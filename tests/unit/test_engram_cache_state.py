@@ -54,5 +54,5 @@ def test_the_table_shows_each_condition_rank_and_layer_cold_and_warm():
                   "cache_025": {"engram_cache": {"spark1": cs.rank_cache_state(cached_boot(["0.5", "18.2"]))}}}
     lines = cs.cache_table(conditions, ["baseline", "cache_025", "not_run"])
     assert lines[1].startswith("## Engram row cache, cold and warm")
-    assert "| baseline | spark1 | 1 | 0.00 GiB, 4-way | 0.0% | 0.0% | 16,664 | 3 |" in lines
-    assert "| cache_025 | spark1 | 14 | 0.10 GiB, 16-way | 0.5% | 18.2% | 2,000 | 2 |" in lines
+    assert "| baseline | spark1 | 1 | 0 GiB, 4-way | 0.0% | 0.0% | 16,664 | 3 |" in lines
+    assert "| cache_025 | spark1 | 14 | 0.1 GiB, 16-way | 0.5% | 18.2% | 2,000 | 2 |" in lines
