@@ -114,7 +114,8 @@ molecule: setup ## molecule scenarios of every role, on one lab reset between sc
 	python3 lab/labctl.py reset
 	set -e; for scenario in $$(dirname roles/*/molecule/*/molecule.yml); do \
 	  role=$$(basename $$(dirname $$(dirname $$scenario))); name=$$(basename $$scenario); \
-	  echo "== molecule $$role/$$name"; (cd roles/$$role && $(BIN)/molecule test -s $$name); done
+	  echo "== molecule $$role/$$name"; (cd roles/$$role && { $(BIN)/molecule reset -s $$name >/dev/null 2>&1 || true; } \
+	    && $(BIN)/molecule test -s $$name); done
 
 playbook-tests: setup ## stage and check-mode tests of the playbooks on the lab (reset before each test module)
 	$(BIN)/pytest -q --durations=15 tests/playbooks

@@ -78,7 +78,9 @@ def normalise(doc):
         "ranking": dict({"concurrency": 1}, **doc["ranking"]) if "ranking" in doc else None,
         # figures tabled beside the acceptance metric, which always comes first
         "report": {"metrics": [base_acc["metric"]] + [m for m in doc.get("report", {}).get("metrics", [])
-                                                      if m != base_acc["metric"]]},
+                                                      if m != base_acc["metric"]],
+                   # sample every rank's GPU over each measured window (roles/experiment/tasks/bench.yml)
+                   "telemetry": bool(doc.get("report", {}).get("telemetry", False))},
         "arms": arms,
     }
 

@@ -176,7 +176,7 @@ def markdown(record):
     out += metric_tables(d, record["conditions"], ["baseline"] + timed)
     out += condition_table(record["conditions"], ["baseline"] + arms)
     out += memory_tables(d, record["conditions"], ["baseline"] + arms)
-    out += _cache_tables(record["conditions"], ["baseline"] + arms)
+    out += _window_tables(record["conditions"], ["baseline"] + arms)
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)
     out += sampling_table(record["conditions"], ["baseline"] + arms)
     out += ranking_table(d, record["conditions"], ["baseline"] + arms, labels)
@@ -196,9 +196,9 @@ def markdown(record):
     return "\n".join(out) + "\n"
 
 
-def _cache_tables(conditions, order):
-    from ansible.module_utils import engram_cache_state
-    return engram_cache_state.cache_table(conditions, order)
+def _window_tables(conditions, order):
+    from ansible.module_utils import engram_cache_state, gpu_telemetry
+    return engram_cache_state.cache_table(conditions, order) + gpu_telemetry.telemetry_table(conditions, order)
 
 
 def _secs(value):

@@ -294,7 +294,9 @@ DEFINITION = {
         "ranking": {"type": dict, "keys": {"concurrency": _int_at_least(1)}},
         # figures tabled beside the acceptance metric (per-stream and aggregate rates for more slots): the
         # rates decode_bench keeps per repetition
-        "report": {"type": dict, "keys": {"metrics": _list_of(_one_of(("aggregate_tok_s", "per_stream_tok_s")))}},
+        "report": {"type": dict, "keys": {"metrics": _list_of(_one_of(("aggregate_tok_s", "per_stream_tok_s"))),
+                                          # sample every rank's GPU (clock, power, heat) over each measured window
+                                          "telemetry": _bool}},
         "arms": {"type": list, "items": ARM, "min_items": 1},
     },
 }

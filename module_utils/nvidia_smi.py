@@ -160,3 +160,50 @@ def parse_driver_version(text):
             version = line.split(",")[0].strip()
             return version if DRIVER_RE.match(version) else None
     return None
+
+
+# The fields a GPU telemetry sample queries, in this order (nvidia-smi --query-gpu=... --format=csv,noheader,
+# nounits): the SM clock, the power draw, the temperature and the active clock event (throttle) reasons.
+TELEMETRY_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active")
+# clocks_event_reasons bits (NVML's nvmlClocksEventReason*): why the clock is below its maximum.
+EVENT_REASONS = ((0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
+                 (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
+                 (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"),
+                 (0x100, "display_clock_setting"))
+
+
+def _number(text):
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        return None          # [N/A], [Not Supported], a cut value
+
+
+def parse_telemetry(text):
+    """Samples of ``nvidia-smi --query-gpu=<TELEMETRY_FIELDS> --format=csv,noheader,nounits -lms N`` output:
+    [{"sm_mhz", "power_w", "temp_c", "reasons"}], one per complete line. A line that is not four fields
+    (the half-written last line of a sampler that was stopped, a message) is skipped; a field nvidia-smi
+    cannot read (``[N/A]``) is None."""
+    samples = []
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(TELEMETRY_FIELDS):
+            continue
+        sm, power, temp, reasons = parts
+        try:
+            bits = int(reasons, 16) if reasons.lower().startswith("0x") else None
+        except ValueError:
+            bits = None
+        sample = {"sm_mhz": _number(sm), "power_w": _number(power), "temp_c": _number(temp), "reasons": bits}
+        if all(v is None for v in sample.values()):
+            continue
+        samples.append(sample)
+    return samples
+
+
+def event_reason_names(bits):
+    """0x20 -> ["sw_thermal_slowdown"]; unknown bits as hex."""
+    names = [name for bit, name in EVENT_REASONS if bits & bit]
+    rest = bits & ~sum(bit for bit, _ in EVENT_REASONS)
+    return names + (["0x%X" % rest] if rest else [])

@@ -44,7 +44,10 @@ def jobs():
     for scenario in sorted(ROOT.glob("roles/*/molecule/*/molecule.yml")):
         role, name = scenario.parent.parent.parent.name, scenario.parent.name
         out.append(("molecule/%s" % role if name == "default" else "molecule/%s/%s" % (role, name),
-                    ["bash", "-c", 'cd "roles/$0" && exec molecule test -s "$1"', role, name]))
+                    # from a fresh molecule state: a run killed before its destroy leaves "prepared"
+                    # behind, and the next `molecule test` would skip the scenario's prepare
+                    ["bash", "-c", 'cd "roles/$0" && { molecule reset -s "$1" >/dev/null 2>&1 || true; } '
+                                   '&& exec molecule test -s "$1"', role, name]))
     for module in sorted((ROOT / "tests" / "playbooks").glob("test_*.py")):
         out.append(("playbooks/%s" % module.name,
                     ["pytest", "-q", "-p", "no:cacheprovider", "--durations=5", "tests/playbooks/%s" % module.name]))

@@ -168,3 +168,28 @@ def test_history_bounded(smi):
     smi("-lgc", "0,2200")
     hist = recorded(smi)["history"]
     assert len(hist) == 200 and hist[-1]["argv"][1] == "-lgc"
+
+
+def test_a_sustained_busy_gpu_heats_and_boost_is_taken_back_only_without_the_lock(smi):
+    q = ("--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active",
+         "--format=csv,noheader,nounits")
+    busy = {"LAB_NVIDIA_BUSY": str(os.getpid())}        # this test process stands for an engine running a while
+    # heated through (a tiny time constant): at boost the GPU passes 83 C and the driver takes boost back
+    hot = smi(*q, extra_env=dict(busy, LAB_NVIDIA_THERMAL_SECONDS="0.001")).stdout
+    assert hot == "2268, 41.60, 86, 0x0000000000000020\n"
+    smi("-lgc", "0,2200")
+    locked = smi(*q, extra_env=dict(busy, LAB_NVIDIA_THERMAL_SECONDS="0.001")).stdout
+    assert locked == "2200, 38.47, 71, 0x0000000000000000\n"
+    # just started (a long time constant): still near idle temperature, boost not yet taken back
+    smi("-rgc")
+    cold = smi(*q, extra_env=dict(busy, LAB_NVIDIA_THERMAL_SECONDS="100000")).stdout
+    assert cold == "2418, 44.12, 42, 0x0000000000000000\n"
+    # the real tool's millisecond loop
+    proc = subprocess.Popen([sys.executable, str(NVSMI), *q, "-lms", "100"], env=smi.env, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert lines == ["208, 11.23, 42, 0x0000000000000001\n"] * 3

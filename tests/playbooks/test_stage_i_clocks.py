@@ -1,7 +1,8 @@
 """Stage I's clocks A/B through the experiment engine, on the lab.
 
 The arm resets the lock through the clock-lock role's unlocked state (the reset unit), the restore locks
-every rank again through the lock unit, and rollback.yml does the same for a run killed mid-arm. A rank
+every rank again through the lock unit, and rollback.yml does the same for a run killed mid-arm. Every rank's
+GPU is sampled over each measured window (the lab GPU heats and, unlocked, loses boost to a thermal limit). A rank
 already unlocked by hand (sudo -rgc: drift in the journal) refuses the run before anything changes.
 """
 import json
@@ -38,6 +39,8 @@ def nv_history(host):
 
 
 def test_clocks_unlocked_for_the_arm_only_then_locked_again(tmp_path, fast_engine):
+    for host in HOSTS:   # the lab GPU heats through in about a second of engine life (lab thermal knob)
+        sh(host, "mkdir -p /var/lib/lab-nvidia && echo 1 > /var/lib/lab-nvidia/thermal-seconds")
     before, seen = fleet_state(), dict((h, len(nv_history(h))) for h in HOSTS)
     rc, out = run_experiment(tmp_path)
     run, rec = record(tmp_path / "rec")
@@ -51,6 +54,15 @@ def test_clocks_unlocked_for_the_arm_only_then_locked_again(tmp_path, fast_engin
     md = (run / "record.md").read_text()
     print(md)
     assert "unlocked (block size 3, clocks unlocked)" in md
+    # the sustained runs' telemetry: under the lock the GPU stays at or below 2200 MHz and cooler; unlocked it
+    # boosts, heats past the slowdown point and the driver takes boost back, on every rank
+    assert "## GPU telemetry during the measured window (nvidia-smi samples on every rank)" in md
+    for host in HOSTS:
+        locked, unlocked = (rec["conditions"][c]["telemetry"][host] for c in ("baseline", "unlocked"))
+        assert locked["samples"] >= 1 and unlocked["samples"] >= 1, (host, locked, unlocked)
+        assert locked["sm_mhz"]["max"] <= 2200 and "sw_thermal_slowdown" not in locked["reasons"], locked
+        assert unlocked["reasons"].get("sw_thermal_slowdown", 0) > 0, unlocked
+        assert unlocked["temp_c"]["max"] > locked["temp_c"]["max"], (locked, unlocked)
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()
 

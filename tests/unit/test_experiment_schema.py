@@ -250,6 +250,14 @@ def test_report_metrics_follow_the_acceptance_metric_and_only_per_repetition_rat
     assert refused(doc).startswith("experiments/x.yml: report.metrics[0]: ")
 
 
+def test_telemetry_is_asked_for_by_the_clocks_definition_only_and_is_a_boolean():
+    assert es.validate(stage_i("clocks"), source="x.yml")["report"]["telemetry"] is True
+    assert es.validate(stage_i("slots"), source="x.yml")["report"]["telemetry"] is False
+    doc = stage_i("clocks")
+    doc["report"]["telemetry"] = "yes"
+    assert refused(doc).startswith("experiments/x.yml: report.telemetry: ")
+
+
 def test_driver_requirement_is_a_list_of_versions():
     doc = stage_i("drm")
     assert es.validate(copy.deepcopy(doc), source="x.yml")["arms"][0]["requires"]["driver_version"] == ["580.173.02"]
