@@ -174,6 +174,8 @@ def test_a_sustained_busy_gpu_heats_and_boost_is_taken_back_only_without_the_loc
     q = ("--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active",
          "--format=csv,noheader,nounits")
     busy = {"LAB_NVIDIA_BUSY": str(os.getpid())}        # this test process stands for an engine running a while
+    # without the thermal knob (every other lab test): a busy GPU's figures at once, boost kept
+    assert smi(*q, extra_env=busy).stdout == "2418, 38.47, 71, 0x0000000000000000\n"
     # heated through (a tiny time constant): at boost the GPU passes 83 C and the driver takes boost back
     hot = smi(*q, extra_env=dict(busy, LAB_NVIDIA_THERMAL_SECONDS="0.001")).stdout
     assert hot == "2268, 41.60, 86, 0x0000000000000020\n"
