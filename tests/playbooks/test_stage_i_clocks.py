@@ -8,6 +8,8 @@ already unlocked by hand (sudo -rgc: drift in the journal) refuses the run befor
 import json
 import subprocess
 
+import pytest
+
 
 from experiment_lab import engine_healthy, flat, fleet_state, kill_during, lab_definition, record, verdicts
 from labhelpers import HOSTS, lab_container, playbook, sh
@@ -38,9 +40,17 @@ def nv_history(host):
     return json.loads(sh(host, "cat /var/lib/lab-nvidia/state.json"))["history"]
 
 
-def test_clocks_unlocked_for_the_arm_only_then_locked_again(tmp_path, fast_engine):
-    for host in HOSTS:   # the lab GPU heats through in about a second of engine life (lab thermal knob)
+@pytest.fixture
+def hot_gpu():
+    """The lab GPU's thermal model on, heating through in about a second of engine life; off again after."""
+    for host in HOSTS:
         sh(host, "mkdir -p /var/lib/lab-nvidia && echo 1 > /var/lib/lab-nvidia/thermal-seconds")
+    yield
+    for host in HOSTS:
+        sh(host, "rm -f /var/lib/lab-nvidia/thermal-seconds")
+
+
+def test_clocks_unlocked_for_the_arm_only_then_locked_again(tmp_path, fast_engine, hot_gpu):
     before, seen = fleet_state(), dict((h, len(nv_history(h))) for h in HOSTS)
     rc, out = run_experiment(tmp_path)
     run, rec = record(tmp_path / "rec")
