@@ -10,7 +10,6 @@ import subprocess
 
 import pytest
 
-
 from experiment_lab import engine_healthy, flat, fleet_state, kill_during, lab_definition, record, verdicts
 from labhelpers import HOSTS, lab_container, playbook, sh
 
