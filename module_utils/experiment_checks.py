@@ -92,13 +92,13 @@ def evidence_failures(evidence, logs, ranks, profiles=None):
     return out
 
 
-# Switches whose unset value is not their off value (SPEC section 3): declaring them off to get a forward
-# would change the fleet's behaviour.
-UNSET_IS_NOT_OFF = {"SGLANG_DSPARK_FOLDED_SAMPLING": "AUTO (the engine decides from the free memory)"}
-# Switches that have no "off" value to declare: off is unset (a device path), and a declared empty value
-# passes nothing, so the launcher finds no forward missing. Their forward is asked for by name.
-OFF_IS_UNSET = {"DSV41_ENGRAM_DRM_NODE": "a DRM device path; unset is off"}
-
+# Switches that cannot be declared "off" to get their forward, with why; their forward is asked for by name
+# (container_env_forward_keys) and passes nothing while they stay unset:
+# - unset is not off (SPEC section 3): declaring them off would change the fleet's behaviour;
+# - off is unset (a device path): a declared empty value passes nothing, so the launcher finds no forward
+#   missing.
+FORWARD_BY_NAME = {"SGLANG_DSPARK_FOLDED_SAMPLING": "unset is AUTO (the engine decides from the free memory), not off",
+                   "DSV41_ENGRAM_DRM_NODE": "a DRM device path; unset is off"}
 
 def preconditions(requires, facts):
     """What an arm (or the definition) requires, against what the fleet shows. Returns failure messages.
@@ -125,16 +125,11 @@ def preconditions(requires, facts):
     fwd = facts.get("forwarded") or {}
     for switch in requires.get("switches_forwarded", []):
         missing = [path for path in ("head", "worker") if switch not in (fwd.get(path) or [])]
-        if missing and switch in UNSET_IS_NOT_OFF:
-            out.append("%s is not forwarded on the %s launch path (unset is %s, not off: leave it undeclared and "
-                       "add a forward that passes nothing while it stays unset: `ansible-playbook site.yml --tags "
-                       "container_env -e container_env_add_forwards=true -e '{\"container_env_forward_keys\": "
-                       "[\"%s\"]}'`)" % (switch, " and ".join(missing), UNSET_IS_NOT_OFF[switch], switch))
-        elif missing and switch in OFF_IS_UNSET:
+        if missing and switch in FORWARD_BY_NAME:
             out.append("%s is not forwarded on the %s launch path (%s: leave it undeclared and add a forward that "
                        "passes nothing while it stays unset: `ansible-playbook site.yml --tags container_env -e "
                        "container_env_add_forwards=true -e '{\"container_env_forward_keys\": [\"%s\"]}'`)"
-                       % (switch, " and ".join(missing), OFF_IS_UNSET[switch], switch))
+                       % (switch, " and ".join(missing), FORWARD_BY_NAME[switch], switch))
         elif missing:
             out.append("%s is not forwarded on the %s launch path (declare it in the inventory, off, and add the "
                        "forward: `ansible-playbook site.yml --tags container_env -e container_env_add_forwards=true`)"
