@@ -22,7 +22,7 @@ import os
 import signal
 import time
 
-from ansible.module_utils.pack_lock import dest_lock, pid_alive, utc_text
+from ansible.module_utils.pack_lock import dest_lock, pid_alive, utc_text, wait_gone
 from ansible.module_utils.pack_progress import RUNNING_STATES, eta_text, read_progress
 from ansible.module_utils.shard_format import EngramPackError, fsync_dir, hostname
 from ansible.module_utils.shard_provenance import remove_own_file
@@ -164,12 +164,7 @@ def stop_packer(record, wait=STOP_WAIT_SECONDS):
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return True
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if not pid_alive(pid, start):
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_gone(lambda: pid_alive(pid, start), wait, step=0.1)
 
 
 def _past_limit(label, record, why, progress_file, cleanup):

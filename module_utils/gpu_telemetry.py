@@ -10,13 +10,17 @@ so the stop kills exactly that process group. ``timeout`` bounds it even when no
 """
 from __future__ import absolute_import, division, print_function
 
+import contextlib
 import errno
 import os
 import signal
+import stat
+import statistics
 import subprocess
-import time
 
 from ansible.module_utils.nvidia_smi import TELEMETRY_FIELDS, event_reason_names, parse_telemetry
+from ansible.module_utils.pack_lock import wait_gone
+from ansible.module_utils.shard_format import OPEN_SAFE, open_read
 
 __metaclass__ = type
 
@@ -27,13 +31,30 @@ def sampler_argv(nvidia_smi, interval_ms, max_seconds):
 
 
 def _open_new(path):
-    """Open path for writing, refusing a symlink or anything but a regular file (O_NOFOLLOW)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o600)
-    if not os.path.isfile(path) or os.path.islink(path):
+    """Open path for writing (created or truncated): never through a symlink, never blocking on a FIFO, and
+    only a regular file (the descriptor is checked, not the name)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | OPEN_SAFE, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", path)
     return fd
+
+
+def _read_text(path):
+    """The text of a regular file at path ("" when it is missing or not a regular file)."""
+    try:
+        fd = open_read(path)
+    except OSError:
+        return ""
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks).decode("utf-8", "replace")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _alive_sampler(pid):
@@ -48,9 +69,8 @@ def _alive_sampler(pid):
 
 def _read_pid(pidfile):
     try:
-        with open(pidfile) as fh:
-            return int(fh.read().strip())
-    except (IOError, OSError, ValueError):
+        return int(_read_text(pidfile).strip())
+    except ValueError:
         return None
 
 
@@ -63,11 +83,9 @@ def stop(pidfile, grace=5.0):
         os.killpg(pid, signal.SIGTERM)
     except OSError:
         return False
-    deadline = time.time() + grace
-    while time.time() < deadline and _alive_sampler(pid):
-        time.sleep(0.05)
-    if _alive_sampler(pid):
-        os.killpg(pid, signal.SIGKILL)
+    if not wait_gone(lambda: _alive_sampler(pid), grace):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
     return True
 
 
@@ -86,17 +104,14 @@ def start(path, nvidia_smi, interval_ms, max_seconds):
     return proc.pid
 
 
-def _median(values):
-    v = sorted(values)
-    n = len(v)
-    return None if not n else v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2.0
-
-
 def summarize(samples):
     """What an operator reads from a window's samples: count, SM clock median [min..max], power and
     temperature median and max, each event reason with the share of samples it was active in."""
     def col(key):
         return [s[key] for s in samples if s[key] is not None]
+
+    def median(values):
+        return statistics.median(values) if values else None
 
     sm, power, temp = col("sm_mhz"), col("power_w"), col("temp_c")
     reasons = {}
@@ -105,20 +120,15 @@ def summarize(samples):
         for name in event_reason_names(bits):
             reasons[name] = reasons.get(name, 0) + 1
     return {"samples": len(samples),
-            "sm_mhz": {"median": _median(sm), "min": min(sm) if sm else None, "max": max(sm) if sm else None},
-            "power_w": {"median": _median(power), "max": max(power) if power else None},
-            "temp_c": {"median": _median(temp), "max": max(temp) if temp else None},
+            "sm_mhz": {"median": median(sm), "min": min(sm) if sm else None, "max": max(sm) if sm else None},
+            "power_w": {"median": median(power), "max": max(power) if power else None},
+            "temp_c": {"median": median(temp), "max": max(temp) if temp else None},
             "reasons": dict((k, round(float(n) / len(with_bits), 3)) for k, n in sorted(reasons.items()))}
 
 
 def read_summary(path):
     """Summary of the samples in path (None figures when there are none)."""
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8", "replace")
-    except (IOError, OSError):
-        text = ""
-    return summarize(parse_telemetry(text))
+    return summarize(parse_telemetry(_read_text(path)))
 
 
 def _f(value, fmt="%.0f"):

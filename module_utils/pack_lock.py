@@ -72,6 +72,17 @@ def pid_alive(pid, start_ticks=None):
     return start_ticks is None or started == start_ticks
 
 
+def wait_gone(alive, wait, step=0.05):
+    """Poll ``alive()`` until it is false or ``wait`` seconds have passed; True when the process is gone.
+    (After a SIGTERM: the packer unwinding, a telemetry sampler exiting.)"""
+    deadline = time.monotonic() + wait
+    while alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
 def read_json_file(path):
     """A JSON object from ``path``; None if the file is missing, empty or not a JSON object."""
     try:

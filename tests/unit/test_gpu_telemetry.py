@@ -118,3 +118,12 @@ def test_the_sampler_is_bounded_by_timeout():
     assert argv == ["timeout", "--signal=TERM", "14400", "/usr/bin/nvidia-smi",
                     "--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active",
                     "--format=csv,noheader,nounits", "-lms", "1000"]
+
+
+def test_a_fifo_at_the_path_is_refused_and_never_waited_on(tmp_path):
+    smi, fifo = fake_smi(tmp_path), tmp_path / "w.csv"
+    os.mkfifo(fifo)
+    out = run_module(mod.main, {"state": "started", "path": str(fifo), "nvidia_smi": smi, "host_label": "spark2"})
+    assert out["failed"] and out["msg"].startswith("spark2: cannot start the GPU sampler into %s" % fifo), out
+    # the stop reads no FIFO either (it would block until someone writes): no samples, no wait
+    assert gt.read_summary(str(fifo))["samples"] == 0
