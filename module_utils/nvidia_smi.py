@@ -182,11 +182,14 @@ def _number(text):
 
 def parse_telemetry(text):
     """Samples of ``nvidia-smi --query-gpu=<TELEMETRY_FIELDS> --format=csv,noheader,nounits -lms N`` output:
-    [{"sm_mhz", "power_w", "temp_c", "reasons"}], one per complete line. A line that is not four fields
-    (the half-written last line of a sampler that was stopped, a message) is skipped; a field nvidia-smi
-    cannot read (``[N/A]``) is None."""
+    [{"sm_mhz", "power_w", "temp_c", "reasons"}], one per complete (newline-terminated) line. An unterminated
+    last line (the sampler was stopped while writing it) and a line that is not four fields (a message) are
+    skipped; a field nvidia-smi cannot read (``[N/A]``) is None."""
     samples = []
-    for line in (text or "").splitlines():
+    lines = (text or "").split("\n")
+    # the last element is "" after a final newline, or a line the sampler was still writing when it stopped
+    # (which may have all four fields and a cut last value): never a sample
+    for line in lines[:-1]:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != len(TELEMETRY_FIELDS):
             continue

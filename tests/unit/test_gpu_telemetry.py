@@ -24,6 +24,8 @@ def test_samples_are_parsed_and_a_half_written_line_is_skipped():
     assert samples[0] == {"sm_mhz": 2418.0, "power_w": 44.12, "temp_c": 80.0, "reasons": 0}
     assert len(samples) == 4 and samples[3]["sm_mhz"] is None and samples[3]["reasons"] == 0x24
     assert ns.parse_telemetry("No devices were found\n") == []
+    # a last line cut inside its last field has four fields, and is still not a sample
+    assert ns.parse_telemetry("2418, 44.12, 80, 0x0000000000000000\n2268, 41.60, 84, 0x00") == [samples[0]]
     assert ns.event_reason_names(0x24) == ["sw_power_cap", "sw_thermal_slowdown"]
     assert ns.event_reason_names(0x1000) == ["0x1000"]
 
