@@ -86,6 +86,7 @@ summary:
 import os
 import shutil
 import socket
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpu_telemetry import read_summary, start, stop
@@ -112,8 +113,10 @@ def run_module():
         stopped = stop(path + ".pid")
         summary = read_summary(path)
         for name in (path, path + ".pid"):
+            # only the sampler's own files: a symlink or FIFO someone put at the name is left alone
             try:
-                os.unlink(name)
+                if stat.S_ISREG(os.lstat(name).st_mode):
+                    os.unlink(name)
             except OSError:
                 pass
         module.exit_json(changed=False, stopped=stopped, summary=summary)

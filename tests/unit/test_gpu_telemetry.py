@@ -4,6 +4,7 @@ clock, power, heat and clock event reasons over a measured window.
 The module runs a real sampler process: a stand-in ``nvidia-smi`` script in the test's directory prints one CSV
 sample per 50 ms, as ``nvidia-smi --query-gpu=... -lms`` would."""
 import os
+import stat
 import time
 
 from ansible.module_utils import gpu_telemetry as gt
@@ -129,3 +130,5 @@ def test_a_fifo_at_the_path_is_refused_and_never_waited_on(tmp_path):
     assert out["failed"] and out["msg"].startswith("spark2: cannot start the GPU sampler into %s" % fifo), out
     # the stop reads no FIFO either (it would block until someone writes): no samples, no wait
     assert gt.read_summary(str(fifo))["samples"] == 0
+    stopped = run_module(mod.main, {"state": "stopped", "path": str(fifo)})
+    assert stopped["summary"]["samples"] == 0 and stat.S_ISFIFO(os.lstat(fifo).st_mode), "not its own: left alone"
