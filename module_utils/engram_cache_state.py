@@ -39,7 +39,7 @@ def _pct(value):
     return "-" if value is None else "%.1f%%" % value
 
 
-def cache_table(conditions, order, ranks=None):
+def cache_table(conditions, order):
     """Markdown lines: the row cache cold (first periodic line) and warm (last) per condition, rank and layer.
     Only where some condition ran a cache (a zero-cache run has nothing to show); [] otherwise."""
     rows = []
@@ -49,7 +49,7 @@ def cache_table(conditions, order, ranks=None):
         return []
     for name in order:
         state = (conditions.get(name) or {}).get("engram_cache") or {}
-        for host in sorted(state, key=lambda h: ((ranks or {}).get(h, 99), h)):
+        for host in sorted(state):
             for e in state[host]:
                 rows.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                     name, host, e["layer"], "-" if e["cache_gib"] is None else "%g GiB, %s-way" % (
