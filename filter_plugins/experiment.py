@@ -44,6 +44,17 @@ def dsv41_experiment_preconditions(requires, facts):
     return _checks.preconditions(requires or {}, facts or {})
 
 
+def dsv41_experiment_pin_images(definition, pins):
+    """{"definition": the definition with each image_pin arm set to its pinned IMAGE, "problems": [...]}."""
+    resolved, problems = _checks.pin_images(definition or {}, pins or {})
+    return {"definition": resolved, "problems": problems}
+
+
+def dsv41_experiment_image_facts(presence, checks):
+    """{ref: {"present": {host: bool}, "problems", "checks", "image_id"}} of the pinned images."""
+    return _checks.image_facts(presence or {}, checks or [])
+
+
 def dsv41_experiment_correctness(checks, results, run_logs=None, conditions=None, condition=None, mixed=None):
     """Failure messages of the named correctness checks (empty = correct). ``conditions`` (the run's so far)
     and ``condition`` (the name judged) give the checks that compare with the baseline its figures;
@@ -162,6 +173,8 @@ class FilterModule:
         return {
             "dsv41_experiment_evidence": dsv41_experiment_evidence,
             "dsv41_experiment_preconditions": dsv41_experiment_preconditions,
+            "dsv41_experiment_pin_images": dsv41_experiment_pin_images,
+            "dsv41_experiment_image_facts": dsv41_experiment_image_facts,
             "dsv41_experiment_correctness": dsv41_experiment_correctness,
             "dsv41_experiment_fatal_lines": dsv41_experiment_fatal_lines,
             "dsv41_snapshot_compare": dsv41_snapshot_compare,

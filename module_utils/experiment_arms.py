@@ -50,7 +50,7 @@ def normalise(doc):
         timed = arm.get("timed", True)
         arms.append({
             "name": arm["name"], "description": arm.get("description", ""),
-            "settings": dict(arm.get("settings", {})), "hook": arm.get("hook"),
+            "settings": dict(arm.get("settings", {})), "hook": arm.get("hook"), "image_pin": arm.get("image_pin"),
             "requires": req, "timed": timed,
             "evidence": {"checks": _merge_checks(shared_ev["checks"], own_ev["checks"]),
                          "must": shared_ev["must"] + own_ev["must"],
@@ -109,7 +109,8 @@ def plan_lines(defn):
         lines.append("profile of the baseline and every timed arm: %s time on the compute stream (kernels matching "
                      "%r)%s" % (exposed["name"], exposed["pattern"], ", must fall on every rank" if exposed["must_fall"] else ""))
     for arm in defn["arms"]:
-        change = _fmt(arm["settings"]) if arm["settings"] else "hook %s" % arm["hook"]
+        change = (_fmt(arm["settings"]) if arm["settings"] else "hook %s" % arm["hook"] if arm["hook"]
+                  else "the image pinned as %s (experiment_image_pins)" % arm["image_pin"])
         bench = arm["benchmark"]
         timing = ("untimed validation phase" if bench is None else
                   "%s x C%s, %d reps after %d warm-up(s), %s" % (

@@ -177,7 +177,48 @@ def preconditions(requires, facts):
     for arm in requires.get("arms_passed", []):
         if arm not in (facts.get("arms_passed") or []):
             out.append("arm %s must pass first in this run" % arm)
+    ref = requires.get("pinned_image")
+    if ref:
+        seen = (facts.get("images") or {}).get(ref)
+        if not seen:
+            out.append("image %s was not judged (no image check ran)" % ref)
+        else:
+            missing = sorted(h for h, there in (seen.get("present") or {}).items() if not there)
+            if missing or not seen.get("present"):
+                out.append("image %s is not on %s (pull it by digest on every rank first)"
+                           % (ref, ", ".join(missing) or "any rank"))
+            out.extend("image %s %s" % (ref, p) for p in seen.get("problems") or [])
     return out
+
+
+# An immutable image reference: repo[:tag]@sha256:<digest> (a registry digest) or sha256:<image id>.
+PINNED_IMAGE_RE = re.compile(r"^(?:[a-z0-9][a-z0-9._:/-]*@)?sha256:[0-9a-f]{64}$")
+
+
+def pin_images(definition, pins):
+    """The definition with each ``image_pin`` arm resolved against ``pins`` (name -> reference): the arm sets
+    ``IMAGE`` to the pinned reference and requires that image judged. Returns (definition, problems): a
+    pin missing or not immutable (a tag moves; a comparison against it means nothing) is a problem."""
+    pins = pins or {}
+    problems, arms = [], []
+    for arm in definition.get("arms", []):
+        name = arm.get("image_pin")
+        if name is None:
+            arms.append(arm)
+            continue
+        ref = pins.get(name)
+        if not ref:
+            problems.append("arm %s: no image pinned as %r (set experiment_image_pins.%s to repo@sha256:<digest> in "
+                            "the inventory)" % (arm["name"], name, name))
+        elif not PINNED_IMAGE_RE.match(str(ref)):
+            problems.append("arm %s: experiment_image_pins.%s is %r, not pinned by digest (repo@sha256:<64 hex> or "
+                            "an image id sha256:<64 hex>; a tag can move under the comparison)" % (arm["name"], name, ref))
+        resolved = dict(arm, settings={"IMAGE": str(ref or "")},
+                        requires=dict(arm.get("requires") or {}, pinned_image=str(ref or "")))
+        resolved.setdefault("labels", {})
+        resolved["labels"] = dict(resolved["labels"], image=str(ref or ""))
+        arms.append(resolved)
+    return dict(definition, arms=arms), problems
 
 
 # The prompt set the short_prefill check sends (roles/benchmark/files/prompts/short.json: a few tokens each).
@@ -306,4 +347,23 @@ def exposed_failures(exposed, arm_us, baseline_us, ranks):
         elif not a < b:
             out.append("profile: exposed %s time did not fall on %s: %.1f -> %.1f us per profiled step"
                        % (exposed["name"], who, b, a))
+    return out
+
+
+def image_facts(presence, checks):
+    """{ref: {"present": {host: bool}, "problems": [...], "checks": {...}, "image_id"}} from the registered
+    loops: ``presence`` {host: [{"item": ref, "rc": int}, ...]} (docker image inspect on every rank) and
+    ``checks`` [{"item": ref, "failed", "msg", "problems", "checks", "image_id"}] (engine_image_check on the
+    head; a failed run's message is its one problem)."""
+    out = {}
+    for host, results in sorted((presence or {}).items()):
+        for r in results or []:
+            out.setdefault(r["item"], {"present": {}, "problems": [], "checks": {}, "image_id": ""})
+            out[r["item"]]["present"][host] = r.get("rc") == 0
+    for r in checks or []:
+        entry = out.setdefault(r["item"], {"present": {}, "problems": [], "checks": {}, "image_id": ""})
+        entry["checks"] = r.get("checks") or {}
+        entry["image_id"] = r.get("image_id") or ""
+        entry["problems"] = list(r.get("problems") or []) or ([r.get("msg") or "the image check failed"]
+                                                            if r.get("failed") else [])
     return out

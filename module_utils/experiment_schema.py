@@ -235,6 +235,9 @@ ARM = {
         # unlocked state for this arm, the snapshot's state restored after (an image pin or a driver probe is
         # not a hook the role runs: refused here rather than run an arm that changes nothing)
         "hook": _one_of(HOOKS),
+        # another engine image, named by a pin the inventory holds (experiment_image_pins: name -> an immutable
+        # reference); the arm sets IMAGE to it and may run only once the image checks pass on the head
+        "image_pin": _name,
         "requires": REQUIRES,
         "evidence": EVIDENCE,
         "correctness": _named_checks(CORRECTNESS_CHECKS, CHECK_PARAMS),
@@ -312,8 +315,8 @@ def _cross_checks(doc, ctx, stem):
         at = "arms[%d]" % i
         if arm["name"] == "baseline" or names.count(arm["name"]) > 1:
             ctx.fail(at + ".name", "%r is reserved or used twice" % arm["name"])
-        if ("settings" in arm) == ("hook" in arm):
-            ctx.fail(at, "an arm has exactly one of settings or hook (one change per arm)")
+        if sum(key in arm for key in ("settings", "hook", "image_pin")) != 1:
+            ctx.fail(at, "an arm has exactly one of settings, hook or image_pin (one change per arm)")
         if "settings" in arm and not arm["settings"]:
             ctx.fail(at + ".settings", "is empty: an arm changes one thing")
         for dep in arm.get("requires", {}).get("arms_passed", []):

@@ -204,3 +204,29 @@ def build_ported_adapter(name, engine_module, switch, driver=None):
             sh(host, "mkdir -p /var/lib/lab-nvidia && python3 -c %s %s" % (shlex.quote(_DRIVER_SET), driver))
     user, checkout = CHECKOUTS["spark1"]
     sh("spark1", "cd %s && ./start.sh build && ./start.sh serve" % checkout, user=user)
+
+
+# The lab's pinned canary: the engine version of sglang f80c91a4b (its source layer in lab/seed/engine_src),
+# built on every host from the launcher checkout's adapters, so it carries the same hooks as the running image.
+CANARY_TAG = "dsv41-sglang:canary-f80c91a4b"
+CANARY_VERSION = "0.5.6.dev0+f80c91a4b"
+
+
+def build_canary_image(g4_dispatch=False):
+    """Build the canary on every host from a copy of its launcher checkout's adapter/ (with g4_dispatch, the
+    checkout's wo_a_w8.py extended by lab/seed/adapters/ported/wo_a_w8_g4_dispatch.py) and return its image
+    id, the immutable reference a pin takes (a local build has no registry digest). The checkout and the
+    running image are not touched; the next lab reset removes the image."""
+    from labhelpers import sh
+    port = (ROOT / "lab" / "seed" / "adapters" / "ported" / "wo_a_w8_g4_dispatch.py").read_text()
+    ids = set()
+    for host, (user, checkout) in CHECKOUTS.items():
+        ctx = "/tmp/lab-canary-%s" % user
+        script = "rm -rf %s && mkdir -p %s/adapter && cp %s/adapter/*.py %s/adapter/" % (ctx, ctx, checkout, ctx)
+        if g4_dispatch:
+            script += " && cat >> %s/adapter/wo_a_w8.py <<'PORT'\n\n%sPORT\n" % (ctx, port)
+        sh(host, script, user=user)
+        ids.add(sh(host, "docker build -q -t %s --label org.opencontainers.image.version=%s %s"
+                   % (CANARY_TAG, CANARY_VERSION, ctx), user=user).strip().splitlines()[-1])
+    assert len(ids) == 1, "the canary differs between hosts: %s" % sorted(ids)
+    return ids.pop()

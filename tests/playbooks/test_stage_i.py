@@ -1,7 +1,7 @@
 """Stage I (separate experiments, each with its own baseline) through the experiment engine, on the lab.
 
 One experiment per run (-e experiment=NAME). The catalogue's refusals (transport, eight slots with a
-free-slots delay, canary, an unknown name) happen on the control node before any host is contacted; the DRM
+free-slots delay, an unknown name) happen on the control node before any host is contacted; the DRM
 cache is refused on the lab's driver (580.95.05, not the qualified 580.173.02) and image (no ported engram_drm
 adapter); the row cache is refused without packed shards and without proven headroom. EP1 and more slots run
 end to end. The clocks A/B: tests/playbooks/test_stage_i_clocks.py; the caches (the DRM one on an image with
@@ -26,7 +26,6 @@ def run_experiment(tmp_path, name, *extra, **definition):
 
 @pytest.mark.parametrize("name,why", [
     ("transport", "the triangle-aware RoCE transport is a code port, not a launcher setting"),
-    ("canary", "must pin the image by digest (never a moving tag) and pass the G=4 small-row dispatch guard"),
     ("slots8_delay", "eight slots with --min-free-slots-delay 1 needs a way to set that server argument, and no "
                      "launch path has one"),
 ])

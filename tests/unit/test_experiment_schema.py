@@ -109,7 +109,7 @@ def test_fewer_than_five_repetitions_is_refused():
 def test_an_arm_changes_exactly_one_kind_of_thing():
     doc = stage_c()
     doc["arms"][0]["hook"] = "clock_state"
-    assert "arms[0]: an arm has exactly one of settings or hook" in refused(doc)
+    assert "arms[0]: an arm has exactly one of settings, hook or image_pin" in refused(doc)
     doc = stage_c()
     doc["arms"][0]["settings"] = {}
     assert "arms[0].settings: is empty" in refused(doc)

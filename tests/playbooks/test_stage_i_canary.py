@@ -1,0 +1,130 @@
+"""Stage I, the pinned canary image (`stage_i_experiments.yml -e experiment=canary`), on the lab.
+
+The arm changes the engine image only, named through the inventory's pin (experiment_image_pins.canary). A
+tag is refused on the control node; an image not on every rank, a canary whose small-row dispatch admits
+only G=2 with no adapter replacing it (the lab canary, as sglang f80c91a4b), a hooked engine symbol whose
+signature changed and a changed vocab padding are each refused before anything changes, named; a canary
+that carries the G=4 dispatch runs end to end against its own baseline and the fleet ends on its snapshot.
+The canary's engine source is the lab's source layer of its version (lab/seed/engine_src); the fault tests
+overwrite a file of that layer on the head (where the checks read it) and put it back.
+"""
+import json
+
+from experiment_lab import (CANARY_TAG, CANARY_VERSION, build_canary_image, engine_healthy, flat, fleet_state,
+                            lab_definition, record, verdicts)
+from labhelpers import playbook, sh
+
+RUN = ("-e", "maintenance_window=true")
+LAYER = "/usr/local/lib/dsv41-lab/seed/engine_src/%s/python/sglang/srt" % CANARY_VERSION
+
+
+def canary(tmp_path, ref, *extra):
+    return playbook("stage_i_experiments.yml", "-e", "experiment=canary",
+                    "-e", json.dumps({"experiment_image_pins": {"canary": ref}}),
+                    "-e", "experiment_record_root=%s" % (tmp_path / "rec"), *extra)
+
+
+def refused(out):
+    """The refusal's text and whether the run stopped before its snapshot (no host changed)."""
+    out = flat(out)
+    assert "stage_i_canary refused, nothing changed:" in out, out[-3000:]
+    assert "TASK [experiment : Take the snapshot" not in out
+    return out
+
+
+def test_a_tag_or_no_pin_is_refused_on_the_control_node(tmp_path):
+    before = fleet_state()
+    rc, out = canary(tmp_path, CANARY_TAG, *RUN)
+    assert rc != 0
+    out = refused(out)
+    assert ("arm canary: experiment_image_pins.canary is 'dsv41-sglang:canary-f80c91a4b', not pinned by digest "
+            "(repo@sha256:<64 hex> or an image id sha256:<64 hex>; a tag can move under the comparison)") in out
+    assert "TASK [experiment : Read MemAvailable]" not in out, "refused before any host is read"
+    rc, out = playbook("stage_i_experiments.yml", "-e", "experiment=canary", *RUN)
+    assert rc != 0
+    assert ("arm canary: no image pinned as 'canary' (set experiment_image_pins.canary to repo@sha256:<digest> "
+            "in the inventory)") in refused(out)
+    assert fleet_state() == before
+
+
+def test_the_canary_without_a_g4_dispatch_or_missing_on_a_rank_is_refused_before_any_change(tmp_path):
+    image = build_canary_image(g4_dispatch=False)
+    before = fleet_state()
+    rc, out = canary(tmp_path, image, *RUN)
+    assert rc != 0
+    out = refused(out)
+    assert ("image %s g4_guard: %s sglang/srt/models/deepseek_v4.py:13: DeepseekV4Attention.wo_a_forward enters "
+            "its small-row path only for weights (2, 1024, 4096); TP3 has G=4 local groups and no adapter in the "
+            "image replaces sglang.srt.models.deepseek_v4.DeepseekV4Attention.wo_a_forward (carry a G=4 dispatch)"
+            % (image, image)) in out
+    assert "hook_signatures:" not in out and "vocab_padding:" not in out, "the other two checks pass"
+    absent = "sha256:" + "0" * 64
+    rc, out = canary(tmp_path, absent, "--check")
+    assert rc != 0
+    out = refused(out)
+    assert "image %s is not on spark1, spark2, spark3 (pull it by digest on every rank first)" % absent in out
+    assert "is not on spark1 (docker image inspect:" in out, "the head's check names what docker said"
+    assert fleet_state() == before
+
+
+def test_a_changed_hook_signature_and_vocab_padding_are_refused_naming_each(tmp_path):
+    image = build_canary_image(g4_dispatch=True)
+    worker = sh("spark1", "cat %s/../../../../common/python/sglang/srt/speculative/dspark_worker.py" % LAYER)
+    vocab = sh("spark1", "cat %s/../../../../common/python/sglang/srt/layers/vocab_parallel_embedding.py" % LAYER)
+    drifted = {
+        # the canary's worker takes one more argument in propose (the cap wraps it) and renamed load_weights
+        "speculative/dspark_worker.py": worker.replace("def propose(self, batch)", "def propose(self, batch, state)")
+                                              .replace("def load_weights(", "def load_weights_v2("),
+        "layers/vocab_parallel_embedding.py": vocab.replace("DEFAULT_VOCAB_PADDING_SIZE = 64",
+                                                            "DEFAULT_VOCAB_PADDING_SIZE = 256"),
+    }
+    assert all(drifted[k] not in (worker, vocab) for k in drifted), "the lab sources changed shape"
+    before = fleet_state()
+    try:
+        for rel, text in drifted.items():
+            sh("spark1", "mkdir -p %s/%s && cat > %s/%s <<'SRC'\n%sSRC\n"
+               % (LAYER, rel.rsplit("/", 1)[0], LAYER, rel, text))
+        rc, out = canary(tmp_path, image, "--check")
+    finally:
+        sh("spark1", "rm -f %s" % " ".join("%s/%s" % (LAYER, rel) for rel in drifted))
+    assert rc != 0
+    out = refused(out)
+    assert ("hook_signatures: verify_cap: sglang.srt.speculative.dspark_worker.DSparkWorker.propose changed: "
+            "def (self, batch) in dsv41-sglang:tp3, def (self, batch, state) in %s" % image) in out
+    assert ("hook_signatures: draft_head_fp8: sglang.srt.speculative.dspark_worker.DSparkDraftHead.load_weights "
+            "is gone in %s (sglang/srt/speculative/dspark_worker.py has no DSparkDraftHead.load_weights)" % image) in out
+    assert ("vocab_padding: %s pads the vocabulary of 129280 to 43264 rows a rank (DEFAULT_VOCAB_PADDING_SIZE 256), "
+            "dsv41-sglang:tp3 to 43136 (DEFAULT_VOCAB_PADDING_SIZE 64): the TP3 vocab split changes" % image) in out
+    assert "g4_guard:" not in out, "the port's dispatch replaces the guarded function"
+    assert fleet_state() == before
+
+
+def test_check_mode_prints_the_plan_and_every_check_and_changes_nothing(tmp_path):
+    image = build_canary_image(g4_dispatch=True)
+    before = fleet_state()
+    rc, out = canary(tmp_path, image, "--check")
+    assert rc == 0, flat(out)[-3000:]
+    out = flat(out)
+    assert "arm canary: the image pinned as canary (experiment_image_pins)" in out
+    assert "'pinned_image': '%s'" % image in out
+    assert fleet_state() == before
+    assert not (tmp_path / "rec").exists() or not any((tmp_path / "rec").iterdir())
+
+
+def test_the_canary_with_a_g4_dispatch_runs_against_its_own_baseline_and_restores(tmp_path, fast_engine):
+    image = build_canary_image(g4_dispatch=True)
+    before = fleet_state()
+    rc, out = playbook("stage_i_experiments.yml", "-e", "experiment=canary", *RUN,
+                       "-e", json.dumps({"experiment_image_pins": {"canary": image}}),
+                       "-e", lab_definition(tmp_path, "stage_i_canary"),
+                       "-e", "experiment_record_root=%s" % (tmp_path / "rec"))
+    run, rec = record(tmp_path / "rec")
+    assert rc == 0, (rec["verdicts"], rec["arm_checks"])
+    assert verdicts(rec)["canary"]["verdict"] == "pass"
+    assert rec["conditions"]["canary"]["settings"]["IMAGE"] == image
+    assert "IMAGE" not in rec["conditions"]["baseline"]["settings"] or \
+        rec["conditions"]["baseline"]["settings"]["IMAGE"] != image
+    md = (run / "record.md").read_text()
+    print(md)
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert fleet_state() == before and engine_healthy()

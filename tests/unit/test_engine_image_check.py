@@ -1,0 +1,290 @@
+"""A candidate engine image judged from its source (module_utils/engine_source.py, engine_image_check) and
+the pinned-image arm around it (experiment_checks.pin_images / image_facts / preconditions).
+
+The images are served by a fake docker that answers `docker image inspect` and `docker run --rm ... cat`
+from the lab's engine source layers (lab/seed/engine_src) and adapter files, so the engine side is the
+shape the lab image carries and the adapters are the real-shaped lab ones."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible.module_utils import engine_source as E
+from ansible.module_utils import experiment_checks as C
+from ansible.module_utils import experiment_schema as S
+from ansible.module_utils.import_hook import read_hook
+from modrun import run_module
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "library"))
+import engine_image_check  # noqa: E402
+
+SRC = ROOT / "lab" / "seed" / "engine_src"
+ADAPTERS = ROOT / "lab" / "seed" / "adapters"
+G4_PORT = (ADAPTERS / "ported" / "wo_a_w8_g4_dispatch.py").read_text()
+RUNNING, CANARY = "0.5.4.post1-dsv41", "0.5.6.dev0+f80c91a4b"
+CANARY_ID = "sha256:" + "c" * 64
+
+
+def layer_reader(version, overrides=None):
+    def read(rel):
+        if overrides and rel in overrides:
+            return overrides[rel]
+        for layer in (version, "common"):
+            path = SRC / layer / "python" / rel
+            if path.is_file():
+                return path.read_text()
+        return None
+    return read
+
+
+def engines(canary_overrides=None):
+    return (E.Engine(layer_reader(CANARY, canary_overrides), "canary"), E.Engine(layer_reader(RUNNING), "tp3"))
+
+
+def adapter_texts(extra_wo_a=""):
+    hook = read_hook((ADAPTERS / "sitecustomize.py").read_text())
+    texts = {}
+    for name, a in hook["adapters"].items():
+        path = ADAPTERS / (name + ".py")
+        if not a["tp4_only"]:
+            texts[name] = path.read_text() + (extra_wo_a if name == "wo_a_w8" else "") if path.is_file() else None
+    return hook, texts
+
+
+def checks(canary_overrides=None, extra_wo_a="", groups=4):
+    hook, texts = adapter_texts(extra_wo_a)
+    cand, ref = engines(canary_overrides)
+    return E.image_checks(cand, ref, hook, texts, "sglang.srt.models.deepseek_v4",
+                          "sglang.srt.layers.vocab_parallel_embedding", groups, 129280, 3)
+
+
+# --- what an adapter touches -----------------------------------------------------------------------------
+
+def test_the_w8_adapter_touches_the_attention_loader_and_the_tp_size():
+    got = E.adapter_targets((ADAPTERS / "wo_a_w8.py").read_text(), "wo_a_w8.py")
+    assert {E.dotted(t): how for t, how in got.items()} == {
+        "sglang.srt.distributed.get_tensor_model_parallel_world_size": "read",
+        "sglang.srt.models.deepseek_v4.DeepseekV4Attention.process_weights_after_loading": "patched"}
+
+
+def test_aliases_getattr_setattr_and_import_as_are_followed():
+    text = '''
+import sglang.srt.speculative.dspark_worker as dw
+from sglang.srt.layers import flashinfer_utils
+
+
+def install():
+    worker = dw.DSparkWorker
+    original = getattr(worker, "propose")
+    setattr(dw.DSparkDraftHead, "compute_logits", original)
+    flashinfer_utils.load_autotune_cache("x")
+    import json  # not the engine's
+    json.dumps(1)
+'''
+    got = {E.dotted(t): how for t, how in E.adapter_targets(text, "x.py").items()}
+    assert got == {"sglang.srt.speculative.dspark_worker.DSparkWorker.propose": "read",
+                   "sglang.srt.speculative.dspark_worker.DSparkDraftHead.compute_logits": "patched",
+                   "sglang.srt.layers.flashinfer_utils.load_autotune_cache": "read"}
+
+
+def test_an_adapter_that_is_not_python_is_named():
+    with pytest.raises(E.SourceError, match=r"^img:x.py: not valid Python \(line 1"):
+        E.adapter_targets("def (:\n", "img:x.py")
+
+
+# --- the engine side -------------------------------------------------------------------------------------
+
+def test_a_symbol_is_found_through_a_package_star_reexport():
+    cand, _ref = engines()
+    node, where = cand.find(("sglang.srt.distributed", ("get_tensor_model_parallel_world_size",)))
+    assert E.describe(node) == "def ()" and where.startswith("sglang/srt/distributed/parallel_state.py:")
+
+
+def test_signatures_show_kinds_and_defaults_but_not_default_values():
+    tree = E.parse("def f(a, /, b, c=1, *args, d, e=2, **kw): pass\nclass K: pass\nX = 3\n", "t.py")
+    f, k, x = tree.body
+    assert E.describe(f) == "def (a, /, b, c=…, *args, d, e=…, **kw)"
+    assert (E.describe(k), E.describe(x)) == ("class", "value")
+    assert E.describe(E.parse("def g(*, a): pass", "t.py").body[0]) == "def (*, a)"
+
+
+def test_vocab_rows_per_rank_for_tp3():
+    assert E.rows_per_rank(129280, 64, 3) == 43136       # the draft head's (43136, 5120)
+    assert E.rows_per_rank(129280, 256, 3) == 43264
+    assert E.rows_per_rank(129280, 64, 4) == 32320
+
+
+# --- the three checks ------------------------------------------------------------------------------------
+
+def test_the_lab_canary_fails_only_the_g4_guard():
+    got = checks()
+    assert got["hook_signatures"]["problems"] == [] and got["vocab_padding"]["problems"] == []
+    assert got["g4_guard"]["problems"] == [
+        "canary sglang/srt/models/deepseek_v4.py:13: DeepseekV4Attention.wo_a_forward enters its small-row path "
+        "only for weights (2, 1024, 4096); TP3 has G=4 local groups and no adapter in the image replaces "
+        "sglang.srt.models.deepseek_v4.DeepseekV4Attention.wo_a_forward (carry a G=4 dispatch)"]
+    assert got["vocab_padding"]["rows"] == [{"image": "tp3", "padding": 64, "rows_per_rank": 43136},
+                                            {"image": "canary", "padding": 64, "rows_per_rank": 43136}]
+
+
+def test_an_adapter_that_replaces_the_guarded_dispatch_passes_the_g4_guard():
+    got = checks(extra_wo_a="\n" + G4_PORT)
+    assert [n for n in E.CHECKS if got[n]["problems"]] == []
+    assert got["g4_guard"]["rows"] == [{"where": "sglang/srt/models/deepseek_v4.py:13",
+                                        "function": "DeepseekV4Attention.wo_a_forward",
+                                        "weights": "(2, 1024, 4096)", "verdict": "ok", "why": "replaced by an adapter"}]
+    # the TP4 group count is admitted by the same guard without any port
+    assert checks(groups=2)["g4_guard"]["problems"] == []
+
+
+def test_the_running_image_guard_admits_any_group_count():
+    _cand, ref = engines()
+    assert E.shape_guards(ref.module("sglang.srt.models.deepseek_v4")[0]) == []
+
+
+def test_a_changed_signature_a_gone_symbol_and_an_added_attribute():
+    worker = layer_reader(CANARY)("sglang/srt/speculative/dspark_worker.py")
+    drifted = worker.replace("def propose(self, batch)", "def propose(self, batch, state)") \
+                    .replace("def load_weights(", "def load_weights_v2(")
+    got = checks({"sglang/srt/speculative/dspark_worker.py": drifted}, extra_wo_a="\n" + G4_PORT)
+    assert got["hook_signatures"]["problems"] == [
+        "draft_head_fp8: sglang.srt.speculative.dspark_worker.DSparkDraftHead.load_weights is gone in canary "
+        "(sglang/srt/speculative/dspark_worker.py has no DSparkDraftHead.load_weights)",
+        "verify_cap: sglang.srt.speculative.dspark_worker.DSparkWorker.propose changed: def (self, batch) in tp3, "
+        "def (self, batch, state) in canary"]
+    fence = [r for r in got["hook_signatures"]["rows"] if r["adapter"] == "folded_fence"]
+    assert [r["target"].rsplit(".", 1)[1] for r in fence] == ["_DSV41_FENCE", "fold_sampling_results",
+                                                              "read_folded_results"]
+    assert fence[0]["candidate"] == "(added by the adapter)", "state the adapter keeps is not the engine's"
+
+
+def test_a_wrapped_module_the_canary_lacks_and_a_missing_adapter_file_are_named():
+    hook, texts = adapter_texts()
+    texts["block_verify"] = None
+    cand, ref = engines({"sglang/srt/model_executor/cuda_graph_runner.py": None})
+    cand.read = (lambda inner: lambda rel: None if rel.startswith("sglang/srt/model_executor/cuda_graph_runner")
+                 else inner(rel))(cand.read)
+    got = E.image_checks(cand, ref, hook, texts, "sglang.srt.models.deepseek_v4",
+                         "sglang.srt.layers.vocab_parallel_embedding", 4, 129280, 3)
+    assert got["hook_signatures"]["problems"][:2] == [
+        "the import hook installs block_verify, but canary has no block_verify.py",
+        "the import hook wraps sglang.srt.model_executor.cuda_graph_runner, which canary does not have (its "
+        "adapters would never arm)"]
+
+
+def test_a_changed_vocab_padding_and_an_unreadable_one():
+    vocab = layer_reader(CANARY)("sglang/srt/layers/vocab_parallel_embedding.py")
+    got = checks({"sglang/srt/layers/vocab_parallel_embedding.py": vocab.replace("= 64", "= 256")})
+    assert got["vocab_padding"]["problems"] == [
+        "canary pads the vocabulary of 129280 to 43264 rows a rank (DEFAULT_VOCAB_PADDING_SIZE 256), tp3 to 43136 "
+        "(DEFAULT_VOCAB_PADDING_SIZE 64): the TP3 vocab split changes"]
+    got = checks({"sglang/srt/layers/vocab_parallel_embedding.py": vocab.replace("= 64", "= int('64')")})
+    assert got["vocab_padding"]["problems"] == [
+        "canary: DEFAULT_VOCAB_PADDING_SIZE is not a positive int literal "
+        "(sglang/srt/layers/vocab_parallel_embedding.py:4)"]
+
+
+# --- the module, through its entry point -----------------------------------------------------------------
+
+def fake_docker(images, calls=None):
+    """run_command answering for images {ref: (version, extra text appended to wo_a_w8.py)}."""
+    def run(cmd):
+        if calls is not None:
+            calls.append(cmd)
+        if cmd[1:3] == ["image", "inspect"]:
+            if cmd[3] not in images:
+                return 1, "[]", "Error: No such image: %s" % cmd[3]
+            return 0, json.dumps([{"Id": cmd[3] if cmd[3].startswith("sha256:") else "sha256:" + "1" * 64}]), ""
+        assert cmd[1:7] == ["run", "--rm", "--network", "none", "--entrypoint", "cat"], cmd
+        version, extra = images[cmd[7]]
+        path = cmd[8]
+        if path.startswith("/sgl-workspace/adapter/"):
+            f = ADAPTERS / path.rsplit("/", 1)[1]
+            if not f.is_file():
+                return 1, "", "cat: %s: No such file or directory" % path
+            return 0, f.read_text() + (extra if f.name == "wo_a_w8.py" else ""), ""
+        text = layer_reader(version)(path[len("/sgl-workspace/sglang/python/"):])
+        return (0, text, "") if text is not None else (1, "", "cat: %s: No such file or directory" % path)
+    return run
+
+
+ARGS = {"image": CANARY_ID, "reference_image": "dsv41-sglang:tp3", "host_label": "spark1"}
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_module_reports_every_problem_without_failing_and_only_reads(check_mode):
+    calls = []
+    images = {CANARY_ID: (CANARY, ""), "dsv41-sglang:tp3": (RUNNING, "")}
+    res = run_module(engine_image_check.main, ARGS, check_mode=check_mode, run_command=fake_docker(images, calls))
+    assert not res.get("failed") and res["changed"] is False
+    assert res["image_id"] == CANARY_ID
+    assert [p.split(":")[0] for p in res["problems"]] == ["g4_guard"]
+    assert all(c[1:3] == ["image", "inspect"] or c[1:3] == ["run", "--rm"] for c in calls)
+    assert len(set(map(tuple, calls))) == len(calls), "each file is read once"
+
+
+def test_module_passes_a_canary_that_carries_the_g4_dispatch():
+    images = {CANARY_ID: (CANARY, "\n" + G4_PORT), "dsv41-sglang:tp3": (RUNNING, "")}
+    res = run_module(engine_image_check.main, ARGS, run_command=fake_docker(images))
+    assert res["problems"] == [] and sorted(res["checks"]) == sorted(E.CHECKS)
+
+
+def test_module_fails_naming_the_host_when_the_image_is_not_there():
+    res = run_module(engine_image_check.main, ARGS, run_command=fake_docker({"dsv41-sglang:tp3": (RUNNING, "")}))
+    assert res["failed"]
+    assert res["msg"] == ("spark1: image %s is not on spark1 (docker image inspect: Error: No such image: %s)"
+                          % (CANARY_ID, CANARY_ID))
+    assert res["problems"] == ["is not on spark1 (docker image inspect: Error: No such image: %s)" % CANARY_ID]
+
+
+# --- the arm around it -----------------------------------------------------------------------------------
+
+def canary_definition():
+    path = ROOT / "experiments" / "stage_i_canary.yml"
+    return S.load_text(path.read_text(), str(path), "stage_i_canary", ["prose", "code"])
+
+
+@pytest.mark.parametrize("ref,problem", [
+    (None, "arm canary: no image pinned as 'canary' (set experiment_image_pins.canary to repo@sha256:<digest> in "
+           "the inventory)"),
+    ("dsv41-sglang:canary-f80c91a4b", "arm canary: experiment_image_pins.canary is 'dsv41-sglang:canary-f80c91a4b', "
+                                      "not pinned by digest"),
+    ("sha256:abc", "not pinned by digest"),
+    ("registry.local:5000/dsv41-sglang@sha256:" + "A" * 64, "not pinned by digest"),
+    ("registry.local:5000/dsv41-sglang@sha256:" + "a" * 64, None),
+    (CANARY_ID, None),
+])
+def test_a_pin_must_be_immutable(ref, problem):
+    resolved, problems = C.pin_images(canary_definition(), {"canary": ref} if ref else {})
+    if problem is None:
+        assert problems == []
+        (arm,) = resolved["arms"]
+        assert arm["settings"] == {"IMAGE": ref} and arm["requires"]["pinned_image"] == ref
+    else:
+        assert len(problems) == 1 and problem in problems[0]
+
+
+def test_an_arm_changes_one_thing_an_image_pin_counts_as_one():
+    doc = {"schema_version": 1, "name": "x", "stage": "I", "description": "d",
+           "benchmark": {"workloads": ["prose"], "concurrency": [1], "repetitions": 5},
+           "acceptance": {"metric": "per_stream_tok_s", "rule": "separation"},
+           "arms": [{"name": "a", "image_pin": "canary", "settings": {"EP_SIZE": "1"}}]}
+    with pytest.raises(S.DefinitionError, match="exactly one of settings, hook or image_pin"):
+        S.validate(doc, "x.yml")
+
+
+def test_image_facts_and_the_precondition_name_missing_ranks_and_each_problem():
+    facts = C.image_facts(
+        {"spark1": [{"item": CANARY_ID, "rc": 0}], "spark2": [{"item": CANARY_ID, "rc": 1}],
+         "spark3": [{"item": CANARY_ID, "rc": 0}]},
+        [{"item": CANARY_ID, "failed": False, "problems": ["g4_guard: G=2 only"], "checks": {"g4_guard": {}},
+          "image_id": CANARY_ID}])
+    assert facts[CANARY_ID]["present"] == {"spark1": True, "spark2": False, "spark3": True}
+    assert C.preconditions({"pinned_image": CANARY_ID}, {"images": facts}) == [
+        "image %s is not on spark2 (pull it by digest on every rank first)" % CANARY_ID,
+        "image %s g4_guard: G=2 only" % CANARY_ID]
+    failed = C.image_facts({}, [{"item": CANARY_ID, "failed": True, "msg": "spark1: boom"}])
+    assert failed[CANARY_ID]["problems"] == ["spark1: boom"]
+    assert C.preconditions({"pinned_image": CANARY_ID}, {}) == ["image %s was not judged (no image check ran)" % CANARY_ID]
