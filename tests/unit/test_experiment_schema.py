@@ -38,7 +38,7 @@ def test_every_stage_definition_is_valid_and_names_its_file(path):
         if arm["timed"]:
             assert arm["benchmark"]["repetitions"] >= 5
             assert arm["benchmark"]["warmups"] >= 1
-        assert arm["settings"] or arm["hook"]
+        assert arm["settings"] or arm["hook"] or arm["image_pin"]
 
 
 def test_the_stages_are_defined():
