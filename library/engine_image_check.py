@@ -124,8 +124,10 @@ def judge(run, p, label):
         said = (err or out).strip().splitlines()
         raise ValueError("is not on %s (docker image inspect: %s)" % (label, said[-1] if said else "no output"))
     image_id = json.loads(out)[0]["Id"]
-    candidate = Engine(image_reader(run, p["docker"], p["image"], p["source_root"]), p["image"])
-    reference = Engine(image_reader(run, p["docker"], p["reference_image"], p["source_root"]), p["reference_image"])
+    # messages are read after "image <candidate ref> ": the candidate needs no second name
+    candidate = Engine(image_reader(run, p["docker"], p["image"], p["source_root"]), "the candidate")
+    reference = Engine(image_reader(run, p["docker"], p["reference_image"], p["source_root"]),
+                       "the running image %s" % p["reference_image"])
     adapters = image_reader(run, p["docker"], p["image"], p["adapter_dir"])
     hook_text = adapters("sitecustomize.py")
     if hook_text is None:

@@ -68,6 +68,11 @@ options:
   not_applicable:
     description: When set, the stage did not apply (the reason); the record says so and judges nothing.
     type: str
+  images:
+    description: The pinned images an arm ran ({ref - {present, problems, checks, image_id}}, the experiment role's
+      facts); the record shows where each was found and the checks it passed before any change.
+    type: dict
+    default: {}
   chart:
     description: Draw chart.png (needs matplotlib on the interpreter running the module).
     type: bool
@@ -145,6 +150,7 @@ def run_module():
             measured_on=dict(type="str", default=""),
             started=dict(type="str", default=""),
             not_applicable=dict(type="str"),
+            images=dict(type="dict", default={}),
             chart=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -173,6 +179,7 @@ def run_module():
         "labels": dict((name, c.get("labels") or {}) for name, c in p["conditions"].items()),
         "arm_checks": p["arm_checks"], "verdicts": verdicts, "snapshot": p["snapshot"],
         "proposals": proposals, "image_digest": p["image_digest"], "not_applicable": p["not_applicable"],
+        "images": p["images"],
     }
     if p["restored"] is not None:
         record["restore"] = es.compare(p["snapshot"], p["restored"])

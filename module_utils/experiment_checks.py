@@ -208,10 +208,10 @@ def pin_images(definition, pins):
             continue
         ref = pins.get(name)
         if not ref:
-            problems.append("arm %s: no image pinned as %r (set experiment_image_pins.%s to repo@sha256:<digest> in "
+            problems.append("arm %s: no image pinned as %s (set experiment_image_pins.%s to repo@sha256:<digest> in "
                             "the inventory)" % (arm["name"], name, name))
         elif not PINNED_IMAGE_RE.match(str(ref)):
-            problems.append("arm %s: experiment_image_pins.%s is %r, not pinned by digest (repo@sha256:<64 hex> or "
+            problems.append("arm %s: experiment_image_pins.%s is %s, not pinned by digest (repo@sha256:<64 hex> or "
                             "an image id sha256:<64 hex>; a tag can move under the comparison)" % (arm["name"], name, ref))
         resolved = dict(arm, settings={"IMAGE": str(ref or "")},
                         requires=dict(arm.get("requires") or {}, pinned_image=str(ref or "")))

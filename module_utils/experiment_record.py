@@ -180,6 +180,9 @@ def markdown(record):
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)
     out += sampling_table(record["conditions"], ["baseline"] + arms)
     out += ranking_table(d, record["conditions"], ["baseline"] + arms, labels)
+    if record.get("images"):
+        from ansible.module_utils import engine_image_report
+        out += engine_image_report.markdown_tables(record["images"])
     if record.get("restore"):
         rs = record["restore"]
         out += ["", "## Restore", "", "Fleet equal to the snapshot: **%s**" % ("yes" if rs.get("equal") else "NO")]

@@ -487,6 +487,46 @@ def test_engine_container_gets_image_root(dk, tmp_path):
     dk("rm", "-f", "dsv41-head")
 
 
+def test_an_engine_image_named_by_id_or_digest_runs_the_engine(dk, tmp_path):
+    # IMAGE=sha256:<id> or repo@sha256:<digest> in the launcher's .env (a pinned image) must start the engine, as
+    # docker runs whatever the reference resolves to; the lab once kept such a container as bookkeeping only
+    co = make_checkout(tmp_path)
+    image_id = dk("build", "-q", "-t", "dsv41-sglang:canary", str(co)).stdout.strip()
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", image_id)
+    dk("run", "-d", "--name", "dsv41-head", "--network", "host", image_id, "--role", "head")
+    assert wait_for(lambda: "Ready: API on port 8888" in logs(dk, "dsv41-head")[0])
+    (c,) = json.loads(dk("inspect", "dsv41-head").stdout)
+    assert c["Image"] == image_id and c["Config"]["Image"] == image_id
+    dk("rm", "-f", "dsv41-head")
+
+
+def test_one_off_reads_see_the_engine_source_layer_of_the_image_version(dk, tmp_path):
+    # the engine's own Python tree (lab/seed/engine_src: one layer per engine version plus a common one) is
+    # under /sgl-workspace/sglang/ of every engine image, beneath what the build copied
+    co = make_checkout(tmp_path)
+    src = ROOT / "lab" / "seed" / "engine_src"
+    env = {"LAB_DOCKER_ENGINE_SRC": str(src)}
+    dk("build", "-t", "dsv41-sglang:tp3", str(co), extra_env=env)
+    dk("build", "-t", "dsv41-sglang:canary", "--label", "org.opencontainers.image.version=0.5.6.dev0+f80c91a4b",
+       str(co), extra_env=env)
+    model = "/sgl-workspace/sglang/python/sglang/srt/models/deepseek_v4.py"
+    for tag, version in (("dsv41-sglang:tp3", "0.5.4.post1-dsv41"), ("dsv41-sglang:canary", "0.5.6.dev0+f80c91a4b")):
+        got = dk("run", "--rm", "--network", "none", "--entrypoint", "cat", tag, model, extra_env=env).stdout
+        assert got == (src / version / "python/sglang/srt/models/deepseek_v4.py").read_text()
+    common = "/sgl-workspace/sglang/python/sglang/srt/speculative/dspark_worker.py"
+    assert dk("run", "--rm", "--entrypoint", "cat", "dsv41-sglang:canary", common, extra_env=env).stdout == \
+        (src / "common/python/sglang/srt/speculative/dspark_worker.py").read_text()
+    # what the build copied still wins; a path no layer has is missing, named as in the image
+    assert dk("run", "--rm", "--entrypoint", "cat", "dsv41-sglang:canary", "/sgl-workspace/adapter/sitecustomize.py",
+              extra_env=env).stdout == REPORT_HOOK.read_text()
+    p = dk("run", "--rm", "--entrypoint", "cat", "dsv41-sglang:canary", "/sgl-workspace/sglang/python/nope.py",
+           extra_env=env, check=False)
+    assert p.returncode == 1 and p.stderr == "cat: /sgl-workspace/sglang/python/nope.py: No such file or directory\n"
+    # a non-engine image has no engine source
+    p = dk("run", "--rm", "--entrypoint", "cat", "busybox:1", model, extra_env=env, check=False)
+    assert p.returncode == 1
+
+
 def test_docker_non_root_member(dk):
     """A non-root user with write access to the state dir (group docker on the lab) can use it."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):

@@ -25,11 +25,11 @@ def canary(tmp_path, ref, *extra):
 
 
 def refused(out):
-    """The refusal's text and whether the run stopped before its snapshot (no host changed)."""
+    """The refusal's message (the run stopped before its snapshot: no host changed)."""
     out = flat(out)
     assert "stage_i_canary refused, nothing changed:" in out, out[-3000:]
     assert "TASK [experiment : Take the snapshot" not in out
-    return out
+    return out.split("stage_i_canary refused, nothing changed:")[-1].split("PLAY RECAP")[0]
 
 
 def test_a_tag_or_no_pin_is_refused_on_the_control_node(tmp_path):
@@ -37,12 +37,12 @@ def test_a_tag_or_no_pin_is_refused_on_the_control_node(tmp_path):
     rc, out = canary(tmp_path, CANARY_TAG, *RUN)
     assert rc != 0
     out = refused(out)
-    assert ("arm canary: experiment_image_pins.canary is 'dsv41-sglang:canary-f80c91a4b', not pinned by digest "
+    assert ("arm canary: experiment_image_pins.canary is dsv41-sglang:canary-f80c91a4b, not pinned by digest "
             "(repo@sha256:<64 hex> or an image id sha256:<64 hex>; a tag can move under the comparison)") in out
     assert "TASK [experiment : Read MemAvailable]" not in out, "refused before any host is read"
     rc, out = playbook("stage_i_experiments.yml", "-e", "experiment=canary", *RUN)
     assert rc != 0
-    assert ("arm canary: no image pinned as 'canary' (set experiment_image_pins.canary to repo@sha256:<digest> "
+    assert ("arm canary: no image pinned as canary (set experiment_image_pins.canary to repo@sha256:<digest> "
             "in the inventory)") in refused(out)
     assert fleet_state() == before
 
@@ -53,17 +53,17 @@ def test_the_canary_without_a_g4_dispatch_or_missing_on_a_rank_is_refused_before
     rc, out = canary(tmp_path, image, *RUN)
     assert rc != 0
     out = refused(out)
-    assert ("image %s g4_guard: %s sglang/srt/models/deepseek_v4.py:13: DeepseekV4Attention.wo_a_forward enters "
-            "its small-row path only for weights (2, 1024, 4096); TP3 has G=4 local groups and no adapter in the "
-            "image replaces sglang.srt.models.deepseek_v4.DeepseekV4Attention.wo_a_forward (carry a G=4 dispatch)"
-            % (image, image)) in out
+    assert ("image %s g4_guard: the candidate sglang/srt/models/deepseek_v4.py:13: DeepseekV4Attention.wo_a_forward "
+            "enters its small-row path only for weights (2, 1024, 4096); TP3 has G=4 local groups and no adapter in "
+            "the image replaces sglang.srt.models.deepseek_v4.DeepseekV4Attention.wo_a_forward (carry a G=4 "
+            "dispatch)" % image) in out
     assert "hook_signatures:" not in out and "vocab_padding:" not in out, "the other two checks pass"
     absent = "sha256:" + "0" * 64
     rc, out = canary(tmp_path, absent, "--check")
     assert rc != 0
     out = refused(out)
     assert "image %s is not on spark1, spark2, spark3 (pull it by digest on every rank first)" % absent in out
-    assert "is not on spark1 (docker image inspect:" in out, "the head's check names what docker said"
+    assert "image %s is not on spark1 (docker image inspect: " % absent in out, "the head's check says what docker said"
     assert fleet_state() == before
 
 
@@ -89,12 +89,15 @@ def test_a_changed_hook_signature_and_vocab_padding_are_refused_naming_each(tmp_
         sh("spark1", "rm -f %s" % " ".join("%s/%s" % (LAYER, rel) for rel in drifted))
     assert rc != 0
     out = refused(out)
-    assert ("hook_signatures: verify_cap: sglang.srt.speculative.dspark_worker.DSparkWorker.propose changed: "
-            "def (self, batch) in dsv41-sglang:tp3, def (self, batch, state) in %s" % image) in out
-    assert ("hook_signatures: draft_head_fp8: sglang.srt.speculative.dspark_worker.DSparkDraftHead.load_weights "
-            "is gone in %s (sglang/srt/speculative/dspark_worker.py has no DSparkDraftHead.load_weights)" % image) in out
-    assert ("vocab_padding: %s pads the vocabulary of 129280 to 43264 rows a rank (DEFAULT_VOCAB_PADDING_SIZE 256), "
-            "dsv41-sglang:tp3 to 43136 (DEFAULT_VOCAB_PADDING_SIZE 64): the TP3 vocab split changes" % image) in out
+    assert ("image %s hook_signatures: verify_cap: sglang.srt.speculative.dspark_worker.DSparkWorker.propose "
+            "changed: def (self, batch) in the running image dsv41-sglang:tp3, def (self, batch, state) in the "
+            "candidate" % image) in out
+    assert ("image %s hook_signatures: draft_head_fp8: sglang.srt.speculative.dspark_worker.DSparkDraftHead."
+            "load_weights is gone in the candidate (sglang/srt/speculative/dspark_worker.py has no "
+            "DSparkDraftHead.load_weights)" % image) in out
+    assert ("image %s vocab_padding: the candidate pads the vocabulary of 129280 to 43264 rows a rank "
+            "(DEFAULT_VOCAB_PADDING_SIZE 256), the running image dsv41-sglang:tp3 to 43136 (DEFAULT_VOCAB_PADDING_SIZE "
+            "64): the TP3 vocab split changes" % image) in out
     assert "g4_guard:" not in out, "the port's dispatch replaces the guarded function"
     assert fleet_state() == before
 
@@ -106,7 +109,12 @@ def test_check_mode_prints_the_plan_and_every_check_and_changes_nothing(tmp_path
     assert rc == 0, flat(out)[-3000:]
     out = flat(out)
     assert "arm canary: the image pinned as canary (experiment_image_pins)" in out
-    assert "'pinned_image': '%s'" % image in out
+    assert "msg: arms: canary: [] facts:" in out, "every precondition of the arm passes"
+    # the verdicts are printed with the tables they were judged on
+    assert ("%s: checks: g4_guard: problems: [] rows: - function: DeepseekV4Attention.wo_a_forward verdict: ok "
+            "weights: (2, 1024, 4096) where: sglang/srt/models/deepseek_v4.py:13 why: replaced by an adapter "
+            "hook_signatures: problems: []" % image) in out
+    assert "vocab_padding: problems: [] rows: - image: the running image dsv41-sglang:tp3 padding: 64 rows_per_rank: 43136" in out
     assert fleet_state() == before
     assert not (tmp_path / "rec").exists() or not any((tmp_path / "rec").iterdir())
 

@@ -247,9 +247,9 @@ def canary_definition():
 
 
 @pytest.mark.parametrize("ref,problem", [
-    (None, "arm canary: no image pinned as 'canary' (set experiment_image_pins.canary to repo@sha256:<digest> in "
+    (None, "arm canary: no image pinned as canary (set experiment_image_pins.canary to repo@sha256:<digest> in "
            "the inventory)"),
-    ("dsv41-sglang:canary-f80c91a4b", "arm canary: experiment_image_pins.canary is 'dsv41-sglang:canary-f80c91a4b', "
+    ("dsv41-sglang:canary-f80c91a4b", "arm canary: experiment_image_pins.canary is dsv41-sglang:canary-f80c91a4b, "
                                       "not pinned by digest"),
     ("sha256:abc", "not pinned by digest"),
     ("registry.local:5000/dsv41-sglang@sha256:" + "A" * 64, "not pinned by digest"),
