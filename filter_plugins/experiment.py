@@ -55,6 +55,11 @@ def dsv41_experiment_image_facts(presence, checks):
     return _checks.image_facts(presence or {}, checks or [])
 
 
+def dsv41_experiment_pinned_image_failures(image_ids, ref, images):
+    """Evidence failures: ranks whose engine does not run the pinned image (empty when nothing is pinned)."""
+    return _checks.pinned_image_failures(image_ids or {}, ref or "", images or {})
+
+
 def dsv41_experiment_correctness(checks, results, run_logs=None, conditions=None, condition=None, mixed=None):
     """Failure messages of the named correctness checks (empty = correct). ``conditions`` (the run's so far)
     and ``condition`` (the name judged) give the checks that compare with the baseline its figures;
@@ -175,6 +180,7 @@ class FilterModule:
             "dsv41_experiment_preconditions": dsv41_experiment_preconditions,
             "dsv41_experiment_pin_images": dsv41_experiment_pin_images,
             "dsv41_experiment_image_facts": dsv41_experiment_image_facts,
+            "dsv41_experiment_pinned_image_failures": dsv41_experiment_pinned_image_failures,
             "dsv41_experiment_correctness": dsv41_experiment_correctness,
             "dsv41_experiment_fatal_lines": dsv41_experiment_fatal_lines,
             "dsv41_snapshot_compare": dsv41_snapshot_compare,

@@ -367,3 +367,13 @@ def image_facts(presence, checks):
         entry["problems"] = list(r.get("problems") or []) or ([r.get("msg") or "the image check failed"]
                                                             if r.get("failed") else [])
     return out
+
+
+def pinned_image_failures(image_ids, ref, images):
+    """Evidence failures of a condition that pins ``ref``: every rank whose engine runs another image id than
+    the one the pin resolved to on the head (``images[ref]["image_id"]``). [] when nothing is pinned."""
+    if not ref:
+        return []
+    want = ((images or {}).get(ref) or {}).get("image_id") or ""
+    return ["pinned image: %s runs %s, not %s (%s)" % (h, got or "no readable container", want or "(unresolved)", ref)
+            for h, got in sorted((image_ids or {}).items()) if not want or got != want]

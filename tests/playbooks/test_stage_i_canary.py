@@ -9,6 +9,7 @@ The canary's engine source is the lab's source layer of its version (lab/seed/en
 overwrite a file of that layer on the head (where the checks read it) and put it back.
 """
 import json
+import re
 
 from experiment_lab import (CANARY_TAG, CANARY_VERSION, build_canary_image, engine_healthy, flat, fleet_state,
                             lab_definition, record, verdicts)
@@ -130,9 +131,18 @@ def test_the_canary_with_a_g4_dispatch_runs_against_its_own_baseline_and_restore
     assert rc == 0, (rec["verdicts"], rec["arm_checks"])
     assert verdicts(rec)["canary"]["verdict"] == "pass"
     assert rec["conditions"]["canary"]["settings"]["IMAGE"] == image
+    # every rank's engine ran the pinned image in the arm, and the running one in the baseline
+    assert rec["conditions"]["canary"]["image_ids"] == {"spark1": image, "spark2": image, "spark3": image}
+    running = set(re.findall(r"^sha256:[0-9a-f]{64}$", "\n".join(before.values()), re.M))
+    assert len(running) == 1 and set(rec["conditions"]["baseline"]["image_ids"].values()) == running
     assert "IMAGE" not in rec["conditions"]["baseline"]["settings"] or \
         rec["conditions"]["baseline"]["settings"]["IMAGE"] != image
     md = (run / "record.md").read_text()
     print(md)
+    assert "## Image %s" % image in md and "Verdict before any change: **may run**" in md
+    assert "| wo_a_w8 | sglang.srt.models.deepseek_v4.DeepseekV4Attention.process_weights_after_loading | patched | " \
+           "def (self) | def (self) | ok |" in md
+    assert "| sglang/srt/models/deepseek_v4.py:13 | DeepseekV4Attention.wo_a_forward | (2, 1024, 4096) | " \
+           "replaced by an adapter | ok |" in md
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()

@@ -288,3 +288,28 @@ def test_image_facts_and_the_precondition_name_missing_ranks_and_each_problem():
     failed = C.image_facts({}, [{"item": CANARY_ID, "failed": True, "msg": "spark1: boom"}])
     assert failed[CANARY_ID]["problems"] == ["spark1: boom"]
     assert C.preconditions({"pinned_image": CANARY_ID}, {}) == ["image %s was not judged (no image check ran)" % CANARY_ID]
+
+
+def test_a_rank_on_another_image_fails_the_pinned_arm():
+    images = {CANARY_ID: {"image_id": CANARY_ID}}
+    ids = {"spark1": CANARY_ID, "spark2": "sha256:" + "4" * 64, "spark3": ""}
+    assert C.pinned_image_failures(ids, CANARY_ID, images) == [
+        "pinned image: spark2 runs sha256:%s, not %s (%s)" % ("4" * 64, CANARY_ID, CANARY_ID),
+        "pinned image: spark3 runs no readable container, not %s (%s)" % (CANARY_ID, CANARY_ID)]
+    assert C.pinned_image_failures(ids, "", images) == [], "a condition that pins nothing is not judged"
+    assert C.pinned_image_failures({"spark1": CANARY_ID}, CANARY_ID, {CANARY_ID: {}}) == [
+        "pinned image: spark1 runs %s, not (unresolved) (%s)" % (CANARY_ID, CANARY_ID)]
+
+
+def test_the_record_shows_each_pinned_image_and_its_checks():
+    from ansible.module_utils import engine_image_report as R
+    got = checks(extra_wo_a="\n" + G4_PORT)
+    lines = R.markdown_tables({CANARY_ID: {"present": {"spark1": True, "spark2": False}, "problems": ["x | y"],
+                                           "checks": got, "image_id": CANARY_ID}})
+    text = "\n".join(lines)
+    assert "## Image %s" % CANARY_ID in text and "on spark1; missing on spark2." in text
+    assert "Verdict before any change: **refused**\n- x | y" in text
+    assert "| sglang/srt/models/deepseek_v4.py:13 | DeepseekV4Attention.wo_a_forward | (2, 1024, 4096) | " \
+           "replaced by an adapter | ok |" in text
+    assert "| tp3 | 64 | 43136 |" in text
+    assert R.markdown_tables({}) == []
