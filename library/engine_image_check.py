@@ -63,6 +63,11 @@ options:
     description: The docker command.
     type: str
     default: docker
+  command_timeout:
+    description: Seconds each docker command may take (a one-off container of a large image on a busy node
+      is slow to create, but a daemon that stops answering must not hold the play).
+    type: int
+    default: 120
   host_label:
     description: Name used in messages (defaults to the host name).
     type: str
@@ -101,6 +106,7 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engine_source import CHECKS, Engine, SourceError, image_checks
 from ansible.module_utils.import_hook import HookError, read_hook
+from ansible.module_utils.probe_runner import make_runner
 
 
 def image_reader(run, docker, image, root):
@@ -131,7 +137,8 @@ def judge(run, p, label):
     adapters = image_reader(run, p["docker"], p["image"], p["adapter_dir"])
     hook_text = adapters("sitecustomize.py")
     if hook_text is None:
-        raise ValueError("has no %s/sitecustomize.py (read on %s): no adapter would arm in it"
+        raise ValueError("has no %s/sitecustomize.py (read on %s): no adapter would arm in it (where the image "
+                         "keeps the launcher checkout's adapter/ elsewhere, set experiment_image_adapter_dir)"
                          % (p["adapter_dir"], label))
     hook = read_hook(hook_text, source="%s:%s/sitecustomize.py" % (p["image"], p["adapter_dir"]))
     texts = dict((name, adapters(name + ".py")) for name, a in hook["adapters"].items() if not a["tp4_only"])
@@ -154,17 +161,15 @@ def main():
             vocab_size=dict(type="int", default=129280),
             tp_size=dict(type="int", default=3),
             docker=dict(type="str", default="docker"),
+            command_timeout=dict(type="int", default=120),
             host_label=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     label = p["host_label"] or socket.gethostname().split(".")[0]
-
-    def run(argv):
-        return module.run_command(argv, check_rc=False)
     try:
-        result = judge(run, p, label)
+        result = judge(make_runner(module, timeout=p["command_timeout"]), p, label)
     except (ValueError, SourceError, HookError) as exc:
         module.fail_json(msg="%s: image %s %s" % (label, p["image"], exc), problems=[str(exc)])
     module.exit_json(changed=False, **result)

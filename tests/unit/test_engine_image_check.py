@@ -200,6 +200,8 @@ def fake_docker(images, calls=None):
         assert cmd[1:7] == ["run", "--rm", "--network", "none", "--entrypoint", "cat"], cmd
         version, extra = images[cmd[7]]
         path = cmd[8]
+        if not path.startswith(("/sgl-workspace/adapter/", "/sgl-workspace/sglang/python/")):
+            return 1, "", "cat: %s: No such file or directory" % path
         if path.startswith("/sgl-workspace/adapter/"):
             f = ADAPTERS / path.rsplit("/", 1)[1]
             if not f.is_file():
@@ -313,3 +315,12 @@ def test_the_record_shows_each_pinned_image_and_its_checks():
            "replaced by an adapter | ok |" in text
     assert "| tp3 | 64 | 43136 |" in text
     assert R.markdown_tables({}) == []
+
+
+def test_module_names_the_adapter_dir_variable_when_the_image_has_no_hook():
+    images = {CANARY_ID: (CANARY, ""), "dsv41-sglang:tp3": (RUNNING, "")}
+    res = run_module(engine_image_check.main, dict(ARGS, adapter_dir="/opt/nowhere"),
+                     run_command=fake_docker(images))
+    assert res["failed"] and res["msg"] == (
+        "spark1: image %s has no /opt/nowhere/sitecustomize.py (read on spark1): no adapter would arm in it (where "
+        "the image keeps the launcher checkout's adapter/ elsewhere, set experiment_image_adapter_dir)" % CANARY_ID)
