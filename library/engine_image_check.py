@@ -104,7 +104,8 @@ import json
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_source import CHECKS, Engine, SourceError, image_checks
+from ansible.module_utils.engine_image_checks import CHECKS, image_checks
+from ansible.module_utils.engine_source import Engine, SourceError
 from ansible.module_utils.import_hook import HookError, read_hook
 from ansible.module_utils.probe_runner import make_runner
 

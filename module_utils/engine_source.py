@@ -1,21 +1,13 @@
 # -*- coding: utf-8 -*-
-"""An engine image's Python source, read by its structure, and what the local adapters need of it.
+"""An engine image's Python source, read by its structure (never executed), and what an adapter touches in it.
 
-A canary image (SPEC section 4, stage I) may only be timed once three things hold, each judged here from
-source text read out of the images (never executed):
-
-* **hook signatures**: every engine symbol a registered adapter touches (reads, wraps or assigns) exists in
-  the candidate image with the parameter list it has in the running image, where the adapter is known to
-  work; and every module the import hook's finder wraps exists (a missing one silently never arms);
-* **the G=4 guard**: a shape guard in the model's dispatch that admits only another group count (the pinned
-  canary's small-row path wants ``(2, 1024, 4096)`` weights; TP3 has G=4 local groups) must be replaced by an
-  adapter in the image, or TP3 never takes the fast path;
-* **vocab padding**: the candidate pads the vocabulary like the running image, so every rank keeps the
-  same number of vocab rows (129,280 padded for TP3 to 43,136 rows a rank with the padding of 64).
-
-Targets are ``(module, (attr, ...))`` pairs; ``from pkg import name`` is resolved against the image's files
-(a submodule when ``pkg/name.py`` exists, else a symbol of ``pkg``). Standard library only: Ansible ships
-this file to the target host next to the module.
+:func:`adapter_targets` lists the engine symbols an adapter file reads, wraps or assigns, as ``(module,
+(attr, ...))`` pairs (``from pkg import name`` is resolved against the image's files: a submodule when
+``pkg/name.py`` exists, else a symbol of ``pkg``); :class:`Engine` finds a symbol's definition in one image
+(through package re-exports) and :func:`describe` gives its parameter list; :func:`shape_guards` the
+weight-shape guards of a module; :func:`vocab_padding_size` the image's vocab padding. The checks a pinned
+image must pass are in :mod:`engine_image_checks`. Standard library only: Ansible ships this file to the
+target host next to the module.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -232,46 +224,6 @@ class Engine:
         return node, "%s:%s" % (rel, getattr(node, "lineno", "?"))
 
 
-def hook_signatures(candidate, reference, targets, wrapped):
-    """Problems and table rows for every adapter target ({adapter: {target: how}}) and wrapped module.
-
-    A symbol the adapter reads or replaces must exist in the candidate, with the reference's parameter list
-    where the reference has it. One the adapter assigns that neither image defines is the adapter's own
-    addition (a module attribute it keeps state in): only its owner must exist, and what the adapter reads
-    under it is not the engine's.
-    """
-    problems, rows, added = [], [], []
-    for module in wrapped:
-        if candidate.module(module) is None:
-            problems.append("the import hook wraps %s, which %s does not have (its adapters would never arm)"
-                            % (module, candidate.label))
-    for adapter in sorted(targets):
-        for target, how in sorted(targets[adapter].items(), key=lambda kv: (kv[0][0], len(kv[0][1]), kv[0][1])):
-            if any(a[0] == target[0] and target[1][:len(a[1])] == a[1] for a in added):
-                continue
-            new, new_where = candidate.find(target)
-            old, old_where = reference.find(target)
-            row = {"adapter": adapter, "target": dotted(target), "how": how,
-                   "reference": describe(old) if old is not None else "(absent)",
-                   "candidate": describe(new) if new is not None else "(absent)", "verdict": "ok"}
-            if new is None and old is None and how == "patched" and len(target[1]) > 1 \
-                    and candidate.find((target[0], target[1][:-1]))[0] is not None:
-                added.append(target)
-                row["candidate"] = row["reference"] = "(added by the adapter)"
-            elif new is None and old is None:
-                problems.append("%s: %s is found in neither image (%s; %s)" % (adapter, dotted(target), old_where, new_where))
-                row["verdict"] = "FAIL"
-            elif new is None:
-                problems.append("%s: %s is gone in %s (%s)" % (adapter, dotted(target), candidate.label, new_where))
-                row["verdict"] = "FAIL"
-            elif old is not None and row["candidate"] != row["reference"]:
-                problems.append("%s: %s changed: %s in %s, %s in %s" % (
-                    adapter, dotted(target), row["reference"], reference.label, row["candidate"], candidate.label))
-                row["verdict"] = "FAIL"
-            rows.append(row)
-    return problems, rows
-
-
 def _qualname(parents, node):
     names = []
     cur = parents.get(node)
@@ -282,63 +234,56 @@ def _qualname(parents, node):
     return tuple(reversed(names))
 
 
+def _unwrap(node, names):
+    """The argument of ``name(arg)`` (``tuple``, ``list``, ``torch.Size``...) when ``node`` is such a call."""
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name in names:
+            return node.args[0]
+    return node
+
+
 def _is_shape(node):
-    """``x.shape`` or ``tuple(x.shape)``."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "tuple" and node.args:
-        node = node.args[0]
+    """``x.shape``, ``x.size()``, or either through ``tuple()`` / ``list()``."""
+    node = _unwrap(node, ("tuple", "list"))
+    if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute) and node.func.attr == "size":
+        return True
     return isinstance(node, ast.Attribute) and node.attr == "shape"
 
 
+def _three_dims(node):
+    """The 3-int shapes a literal side names: ``(2, 1024, 4096)``, a list, ``torch.Size(...)``, or a tuple /
+    list / set of such shapes (an ``in`` guard admitting several)."""
+    node = _unwrap(node, ("Size",))
+    if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return []
+    if len(node.elts) == 3 and all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts):
+        return [tuple(e.value for e in node.elts)]
+    if isinstance(node, ast.Set) or any(isinstance(_unwrap(e, ("Size",)), (ast.Tuple, ast.List)) for e in node.elts):
+        return [d for e in node.elts for d in _three_dims(e)]
+    return []
+
+
 def shape_guards(tree):
-    """[(qualname, line, dims)]: every ``<x>.shape == (int, int, int)`` comparison (either side)."""
+    """[(qualname, line, [dims, ...])]: every comparison of a shape with 3-int literal shapes (``==``, ``!=``,
+    ``in``, ``not in``, either side); a guard admitting several shapes lists them all."""
     parents = {}
     for p in ast.walk(tree):
         for c in ast.iter_child_nodes(p):
             parents[c] = p
     out = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Compare) or not any(isinstance(op, (ast.Eq, ast.In)) for op in node.ops):
+        if not isinstance(node, ast.Compare) \
+                or not any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
             continue
         sides = [node.left] + list(node.comparators)
         if not any(_is_shape(s) for s in sides):
             continue
-        for s in sides:
-            if isinstance(s, ast.Tuple) and len(s.elts) == 3 \
-                    and all(isinstance(e, ast.Constant) and isinstance(e.value, int) for e in s.elts):
-                out.append((_qualname(parents, node), node.lineno, tuple(e.value for e in s.elts)))
+        dims = [d for s in sides for d in _three_dims(s)]
+        if dims:
+            out.append((_qualname(parents, node), node.lineno, dims))
     return out
-
-
-def g4_guard(candidate, guard_module, local_groups, patched):
-    """Problems and rows: each 3-dim weight-shape guard in ``guard_module`` of the candidate whose group count
-    is not ``local_groups`` must sit in a function some adapter of the image replaces (``patched``: dotted
-    names, however the adapter imported the module)."""
-    got = candidate.module(guard_module)
-    if got is None:
-        return ["%s has no %s: the G=%d dispatch cannot be judged" % (candidate.label, guard_module, local_groups)], []
-    tree, _pkg, rel = got
-    problems, rows = [], []
-    for qual, line, dims in shape_guards(tree):
-        replaced = bool(qual) and dotted((guard_module, qual)) in patched
-        ok = dims[0] == local_groups or replaced
-        rows.append({"where": "%s:%d" % (rel, line), "function": ".".join(qual) or "(module)",
-                     "weights": "(%s)" % ", ".join(str(d) for d in dims),
-                     "verdict": "ok" if ok else "FAIL",
-                     "why": "admits G=%d" % local_groups if dims[0] == local_groups
-                     else ("replaced by an adapter" if replaced else "admits only G=%d" % dims[0])})
-        if not ok:
-            problems.append(
-                "%s %s:%d: %s enters its small-row path only for weights (%s); TP3 has G=%d local groups and no "
-                "adapter in the image replaces %s (carry a G=%d dispatch)" % (
-                    candidate.label, rel, line, ".".join(qual) or "the module", ", ".join(str(d) for d in dims),
-                    local_groups, dotted((guard_module, qual)), local_groups))
-    return problems, rows
-
-
-def rows_per_rank(vocab_size, padding, tp_size):
-    """Vocab rows a rank holds when the vocabulary is padded so that it splits evenly in ``padding`` steps."""
-    step = padding * tp_size
-    return -(-vocab_size // step) * step // tp_size
 
 
 def vocab_padding_size(engine, vocab_module):
@@ -350,48 +295,3 @@ def vocab_padding_size(engine, vocab_module):
     if isinstance(value, ast.Constant) and isinstance(value.value, int) and value.value > 0:
         return value.value
     return "%s: %s is not a positive int literal (%s)" % (engine.label, VOCAB_PADDING_NAME, where)
-
-
-def vocab_padding(candidate, reference, vocab_module, vocab_size, tp_size):
-    """Problems and rows: the candidate's padding (and so each rank's vocab rows) equals the reference's."""
-    rows, values = [], []
-    for engine in (reference, candidate):
-        pad = vocab_padding_size(engine, vocab_module)
-        values.append(pad)
-        rows.append({"image": engine.label, "padding": pad if isinstance(pad, int) else "(unreadable)",
-                     "rows_per_rank": rows_per_rank(vocab_size, pad, tp_size) if isinstance(pad, int) else None})
-    problems = [v for v in values if not isinstance(v, int)]
-    if not problems and rows[0]["rows_per_rank"] != rows[1]["rows_per_rank"]:
-        problems.append("%s pads the vocabulary of %d to %d rows a rank (%s %d), %s to %d (%s %d): the TP3 vocab "
-                        "split changes" % (candidate.label, vocab_size, rows[1]["rows_per_rank"], VOCAB_PADDING_NAME,
-                                           values[1], reference.label, rows[0]["rows_per_rank"], VOCAB_PADDING_NAME,
-                                           values[0]))
-    return problems, rows
-
-
-CHECKS = ("hook_signatures", "g4_guard", "vocab_padding")
-
-
-def image_checks(candidate, reference, hook, adapter_texts, guard_module, vocab_module, local_groups, vocab_size,
-                 tp_size):
-    """Every check of a candidate image: {check: {"problems": [...], "rows": [...]}}.
-
-    ``hook`` is :func:`import_hook.read_hook` of the candidate's ``sitecustomize.py``; ``adapter_texts``
-    {adapter: text or None} the files of the adapters it installs on TP3 (None: missing from the image).
-    """
-    targets, problems = {}, []
-    for name, text in sorted(adapter_texts.items()):
-        if text is None:
-            problems.append("the import hook installs %s, but %s has no %s.py" % (name, candidate.label, name))
-            continue
-        try:
-            targets[name] = adapter_targets(text, "%s:%s.py" % (candidate.label, name))
-        except SourceError as exc:
-            problems.append(str(exc))
-    hooks, hook_rows = hook_signatures(candidate, reference, targets, hook["finder"]["modules"])
-    patched = set(dotted(t) for per in targets.values() for t, how in per.items() if how == "patched")
-    guard, guard_rows = g4_guard(candidate, guard_module, local_groups, patched)
-    vocab, vocab_rows = vocab_padding(candidate, reference, vocab_module, vocab_size, tp_size)
-    return {"hook_signatures": {"problems": problems + hooks, "rows": hook_rows},
-            "g4_guard": {"problems": guard, "rows": guard_rows},
-            "vocab_padding": {"problems": vocab, "rows": vocab_rows}}

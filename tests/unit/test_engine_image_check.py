@@ -1,4 +1,5 @@
-"""A candidate engine image judged from its source (module_utils/engine_source.py, engine_image_check) and
+"""A candidate engine image judged from its source (module_utils/engine_source.py and engine_image_checks.py,
+the engine_image_check module) and
 the pinned-image arm around it (experiment_checks.pin_images / image_facts / preconditions).
 
 The images are served by a fake docker that answers `docker image inspect` and `docker run --rm ... cat`
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible.module_utils import engine_image_checks as K
 from ansible.module_utils import engine_source as E
 from ansible.module_utils import experiment_checks as C
 from ansible.module_utils import experiment_schema as S
@@ -56,7 +58,7 @@ def adapter_texts(extra_wo_a=""):
 def checks(canary_overrides=None, extra_wo_a="", groups=4):
     hook, texts = adapter_texts(extra_wo_a)
     cand, ref = engines(canary_overrides)
-    return E.image_checks(cand, ref, hook, texts, "sglang.srt.models.deepseek_v4",
+    return K.image_checks(cand, ref, hook, texts, "sglang.srt.models.deepseek_v4",
                           "sglang.srt.layers.vocab_parallel_embedding", groups, 129280, 3)
 
 
@@ -111,9 +113,9 @@ def test_signatures_show_kinds_and_defaults_but_not_default_values():
 
 
 def test_vocab_rows_per_rank_for_tp3():
-    assert E.rows_per_rank(129280, 64, 3) == 43136       # the draft head's (43136, 5120)
-    assert E.rows_per_rank(129280, 256, 3) == 43264
-    assert E.rows_per_rank(129280, 64, 4) == 32320
+    assert K.rows_per_rank(129280, 64, 3) == 43136       # the draft head's (43136, 5120)
+    assert K.rows_per_rank(129280, 256, 3) == 43264
+    assert K.rows_per_rank(129280, 64, 4) == 32320
 
 
 # --- the three checks ------------------------------------------------------------------------------------
@@ -131,7 +133,7 @@ def test_the_lab_canary_fails_only_the_g4_guard():
 
 def test_an_adapter_that_replaces_the_guarded_dispatch_passes_the_g4_guard():
     got = checks(extra_wo_a="\n" + G4_PORT)
-    assert [n for n in E.CHECKS if got[n]["problems"]] == []
+    assert [n for n in K.CHECKS if got[n]["problems"]] == []
     assert got["g4_guard"]["rows"] == [{"where": "sglang/srt/models/deepseek_v4.py:13",
                                         "function": "DeepseekV4Attention.wo_a_forward",
                                         "weights": "(2, 1024, 4096)", "verdict": "ok", "why": "replaced by an adapter"}]
@@ -166,7 +168,7 @@ def test_a_wrapped_module_the_canary_lacks_and_a_missing_adapter_file_are_named(
     cand, ref = engines({"sglang/srt/model_executor/cuda_graph_runner.py": None})
     cand.read = (lambda inner: lambda rel: None if rel.startswith("sglang/srt/model_executor/cuda_graph_runner")
                  else inner(rel))(cand.read)
-    got = E.image_checks(cand, ref, hook, texts, "sglang.srt.models.deepseek_v4",
+    got = K.image_checks(cand, ref, hook, texts, "sglang.srt.models.deepseek_v4",
                          "sglang.srt.layers.vocab_parallel_embedding", 4, 129280, 3)
     assert got["hook_signatures"]["problems"][:2] == [
         "the import hook installs block_verify, but canary has no block_verify.py",
@@ -230,7 +232,7 @@ def test_module_reports_every_problem_without_failing_and_only_reads(check_mode)
 def test_module_passes_a_canary_that_carries_the_g4_dispatch():
     images = {CANARY_ID: (CANARY, "\n" + G4_PORT), "dsv41-sglang:tp3": (RUNNING, "")}
     res = run_module(engine_image_check.main, ARGS, run_command=fake_docker(images))
-    assert res["problems"] == [] and sorted(res["checks"]) == sorted(E.CHECKS)
+    assert res["problems"] == [] and sorted(res["checks"]) == sorted(K.CHECKS)
 
 
 def test_module_fails_naming_the_host_when_the_image_is_not_there():
@@ -324,3 +326,27 @@ def test_module_names_the_adapter_dir_variable_when_the_image_has_no_hook():
     assert res["failed"] and res["msg"] == (
         "spark1: image %s has no /opt/nowhere/sitecustomize.py (read on spark1): no adapter would arm in it (where "
         "the image keeps the launcher checkout's adapter/ elsewhere, set experiment_image_adapter_dir)" % CANARY_ID)
+
+
+@pytest.mark.parametrize("guard,shapes", [
+    ("list(w.shape) == [2, 1024, 4096]", [(2, 1024, 4096)]),
+    ("w.shape != torch.Size((2, 1024, 4096))", [(2, 1024, 4096)]),
+    ("tuple(w.size()) in ((2, 1024, 4096), (4, 1024, 4096))", [(2, 1024, 4096), (4, 1024, 4096)]),
+    ("w.shape in {(2, 1024, 4096)}", [(2, 1024, 4096)]),
+    ("w.shape[0] == 2", None),              # one dimension is not a weight-shape literal: not judged
+    ("x.shape == (2, 4096)", None),         # the activation's 2-dim shape names no group count
+])
+def test_weight_shape_guards_are_read_in_their_usual_spellings(guard, shapes):
+    tree = E.parse("class A:\n    def f(self, x, w):\n        if %s:\n            return 1\n" % guard, "m.py")
+    got = E.shape_guards(tree)
+    assert got == ([] if shapes is None else [(("A", "f"), 3, shapes)])
+
+
+def test_a_guard_admitting_g4_among_other_shapes_passes():
+    cand = E.Engine(lambda rel: "def f(w):\n    return tuple(w.shape) in ((2, 1024, 4096), (4, 1024, 4096))\n"
+                    if rel == "sglang/m.py" else None, "the candidate")
+    problems, rows = K.g4_guard(cand, "sglang.m", 4, set())
+    assert problems == [] and rows[0]["why"] == "admits G=4"
+    assert rows[0]["weights"] == "(2, 1024, 4096) or (4, 1024, 4096)"
+    problems, rows = K.g4_guard(cand, "sglang.m", 3, set())
+    assert rows[0]["why"] == "admits only G=2/4" and len(problems) == 1

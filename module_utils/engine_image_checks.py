@@ -1,0 +1,139 @@
+# -*- coding: utf-8 -*-
+"""May a candidate engine image (a pinned canary) be timed on TP3? Three checks over two images' source
+(read by :mod:`engine_source`), each giving problems (empty: passes) and the rows it was judged on.
+
+* ``hook_signatures``: every engine symbol a registered adapter touches (reads, wraps or assigns) exists in
+  the candidate with the parameter list it has in the running image, where the adapter is known to work; and
+  every module the import hook's finder wraps exists (a missing one silently never arms);
+* ``g4_guard``: a shape guard in the model's dispatch that admits only another group count (the pinned
+  canary's small-row path wants ``(2, 1024, 4096)`` weights; TP3 has G=4 local groups) must be replaced by an
+  adapter in the image, or TP3 never takes the fast path;
+* ``vocab_padding``: the candidate pads the vocabulary like the running image, so every rank keeps the same
+  number of vocab rows (129,280 padded for TP3 to 43,136 rows a rank with the padding of 64).
+
+Standard library only: Ansible ships this file to the target host next to the module.
+"""
+from __future__ import absolute_import, division, print_function
+
+from ansible.module_utils.engine_source import (SourceError, VOCAB_PADDING_NAME, adapter_targets, describe, dotted,
+                                                shape_guards, vocab_padding_size)
+
+__metaclass__ = type
+
+
+def hook_signatures(candidate, reference, targets, wrapped):
+    """Problems and table rows for every adapter target ({adapter: {target: how}}) and wrapped module.
+
+    A symbol the adapter reads or replaces must exist in the candidate, with the reference's parameter list
+    where the reference has it. One the adapter assigns that neither image defines is the adapter's own
+    addition (a module attribute it keeps state in): only its owner must exist, and what the adapter reads
+    under it is not the engine's.
+    """
+    problems, rows, added = [], [], []
+    for module in wrapped:
+        if candidate.module(module) is None:
+            problems.append("the import hook wraps %s, which %s does not have (its adapters would never arm)"
+                            % (module, candidate.label))
+    for adapter in sorted(targets):
+        for target, how in sorted(targets[adapter].items(), key=lambda kv: (kv[0][0], len(kv[0][1]), kv[0][1])):
+            if any(a[0] == target[0] and target[1][:len(a[1])] == a[1] for a in added):
+                continue
+            new, new_where = candidate.find(target)
+            old, old_where = reference.find(target)
+            row = {"adapter": adapter, "target": dotted(target), "how": how,
+                   "reference": describe(old) if old is not None else "(absent)",
+                   "candidate": describe(new) if new is not None else "(absent)", "verdict": "ok"}
+            if new is None and old is None and how == "patched" and len(target[1]) > 1 \
+                    and candidate.find((target[0], target[1][:-1]))[0] is not None:
+                added.append(target)
+                row["candidate"] = row["reference"] = "(added by the adapter)"
+            elif new is None and old is None:
+                problems.append("%s: %s is found in neither image (%s; %s)" % (adapter, dotted(target), old_where, new_where))
+                row["verdict"] = "FAIL"
+            elif new is None:
+                problems.append("%s: %s is gone in %s (%s)" % (adapter, dotted(target), candidate.label, new_where))
+                row["verdict"] = "FAIL"
+            elif old is not None and row["candidate"] != row["reference"]:
+                problems.append("%s: %s changed: %s in %s, %s in %s" % (
+                    adapter, dotted(target), row["reference"], reference.label, row["candidate"], candidate.label))
+                row["verdict"] = "FAIL"
+            rows.append(row)
+    return problems, rows
+
+
+def g4_guard(candidate, guard_module, local_groups, patched):
+    """Problems and rows: each 3-dim weight-shape guard in ``guard_module`` of the candidate whose group count
+    is not ``local_groups`` must sit in a function some adapter of the image replaces (``patched``: dotted
+    names, however the adapter imported the module)."""
+    got = candidate.module(guard_module)
+    if got is None:
+        return ["%s has no %s: the G=%d dispatch cannot be judged" % (candidate.label, guard_module, local_groups)], []
+    tree, _pkg, rel = got
+    problems, rows = [], []
+    for qual, line, shapes in shape_guards(tree):
+        replaced = bool(qual) and dotted((guard_module, qual)) in patched
+        admits = any(d[0] == local_groups for d in shapes)
+        weights = " or ".join("(%s)" % ", ".join(str(x) for x in d) for d in shapes)
+        rows.append({"where": "%s:%d" % (rel, line), "function": ".".join(qual) or "(module)", "weights": weights,
+                     "verdict": "ok" if admits or replaced else "FAIL",
+                     "why": "admits G=%d" % local_groups if admits
+                     else ("replaced by an adapter" if replaced
+                           else "admits only G=%s" % "/".join(sorted(set(str(d[0]) for d in shapes))))})
+        if not (admits or replaced):
+            problems.append(
+                "%s %s:%d: %s enters its small-row path only for weights %s; TP3 has G=%d local groups and no "
+                "adapter in the image replaces %s (carry a G=%d dispatch)" % (
+                    candidate.label, rel, line, ".".join(qual) or "the module", weights, local_groups,
+                    dotted((guard_module, qual)), local_groups))
+    return problems, rows
+
+
+def rows_per_rank(vocab_size, padding, tp_size):
+    """Vocab rows a rank holds when the vocabulary is padded so that it splits evenly in ``padding`` steps."""
+    step = padding * tp_size
+    return -(-vocab_size // step) * step // tp_size
+
+
+def vocab_padding(candidate, reference, vocab_module, vocab_size, tp_size):
+    """Problems and rows: the candidate's padding (and so each rank's vocab rows) equals the reference's."""
+    rows, values = [], []
+    for engine in (reference, candidate):
+        pad = vocab_padding_size(engine, vocab_module)
+        values.append(pad)
+        rows.append({"image": engine.label, "padding": pad if isinstance(pad, int) else "(unreadable)",
+                     "rows_per_rank": rows_per_rank(vocab_size, pad, tp_size) if isinstance(pad, int) else None})
+    problems = [v for v in values if not isinstance(v, int)]
+    if not problems and rows[0]["rows_per_rank"] != rows[1]["rows_per_rank"]:
+        problems.append("%s pads the vocabulary of %d to %d rows a rank (%s %d), %s to %d (%s %d): the TP3 vocab "
+                        "split changes" % (candidate.label, vocab_size, rows[1]["rows_per_rank"], VOCAB_PADDING_NAME,
+                                           values[1], reference.label, rows[0]["rows_per_rank"], VOCAB_PADDING_NAME,
+                                           values[0]))
+    return problems, rows
+
+
+CHECKS = ("hook_signatures", "g4_guard", "vocab_padding")
+
+
+def image_checks(candidate, reference, hook, adapter_texts, guard_module, vocab_module, local_groups, vocab_size,
+                 tp_size):
+    """Every check of a candidate image: {check: {"problems": [...], "rows": [...]}}.
+
+    ``hook`` is :func:`import_hook.read_hook` of the candidate's ``sitecustomize.py``; ``adapter_texts``
+    {adapter: text or None} the files of the adapters it installs on TP3 (None: missing from the image).
+    """
+    targets, problems = {}, []
+    for name, text in sorted(adapter_texts.items()):
+        if text is None:
+            problems.append("the import hook installs %s, but %s has no %s.py" % (name, candidate.label, name))
+            continue
+        try:
+            targets[name] = adapter_targets(text, "%s:%s.py" % (candidate.label, name))
+        except SourceError as exc:
+            problems.append(str(exc))
+    hooks, hook_rows = hook_signatures(candidate, reference, targets, hook["finder"]["modules"])
+    patched = set(dotted(t) for per in targets.values() for t, how in per.items() if how == "patched")
+    guard, guard_rows = g4_guard(candidate, guard_module, local_groups, patched)
+    vocab, vocab_rows = vocab_padding(candidate, reference, vocab_module, vocab_size, tp_size)
+    return {"hook_signatures": {"problems": problems + hooks, "rows": hook_rows},
+            "g4_guard": {"problems": guard, "rows": guard_rows},
+            "vocab_padding": {"problems": vocab, "rows": vocab_rows}}
