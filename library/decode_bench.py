@@ -230,6 +230,8 @@ results:
     rounds: {description: Measured rounds, type: int}
     warmup_rounds: {description: Discarded warm-up rounds, type: int}
     warmup_requests: {description: Discarded warm-up requests, type: int}
+    warmup_per_stream_tok_s: {description: Each warm-up round's per-stream rate in the order run (never judged), type: list}
+    warmup_aggregate_tok_s: {description: Each warm-up round's aggregate rate in the order run (never judged), type: list}
     distinct_outputs:
       description: Max over prompts of the number of distinct output texts across measured requests (1 = deterministic).
       type: int

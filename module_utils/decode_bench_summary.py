@@ -178,6 +178,10 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None, f
         "rounds": len(rounds),
         "warmup_rounds": len(warmup_rounds),
         "warmup_requests": sum(len(st["requests"]) for rd in warmup_rounds for st in rd["streams"]),
+        # the warm-up rounds' own rates, in the order they ran (never judged): the first round after a boot
+        # is the cold-cache figure of a condition that fills a cache as it serves (stage I's row cache)
+        "warmup_per_stream_tok_s": [rd["per_stream_tok_s"] for rd in warmup_rounds],
+        "warmup_aggregate_tok_s": [rd["aggregate_tok_s"] for rd in warmup_rounds],
         "round_wall_s": [rd["wall_s"] for rd in rounds],
         # when the measured rounds ran (epoch seconds, the load generator's clock): which engine log lines
         # belong to this workload and concurrency (module_utils/decode_steps.py: workload_steps)

@@ -59,4 +59,30 @@ def cache_table(conditions, order):
     return ["", "## Engram row cache, cold and warm (hit rate of the first and the last periodic Engram line of "
             "each rank's boot)", "",
             "| condition | host | layer | cache | cold | warm | lookups | lines |",
-            "|---|---|---|---|---|---|---|---|"] + rows
+            "|---|---|---|---|---|---|---|---|"] + rows + speed_rows(conditions, order)
+
+
+def _rate(value):
+    return "-" if value is None else "%.2f" % value
+
+
+def speed_rows(conditions, order):
+    """Markdown lines: per condition, the speed of the first round after its boot (the cache cold: the first
+    warm-up round of the first workload and concurrency run) beside that workload's measured median (warm).
+    One cold round: reported, never judged."""
+    rows = []
+    for name in order:
+        results = (conditions.get(name) or {}).get("results") or []
+        if not results or not results[0].get("warmup_per_stream_tok_s"):
+            continue        # nothing ran before the measured rounds: no round saw the cache cold alone
+        first = results[0]
+        cold, warm = first["warmup_per_stream_tok_s"][0], (first.get("per_stream_tok_s") or {}).get("median")
+        rows.append("| %s | %s C%s | %s | %s | %s |" % (
+            name, first.get("workload"), first.get("concurrency"), _rate(cold), _rate(warm),
+            "%+.1f%%" % ((warm / cold - 1.0) * 100.0) if cold and warm else "-"))
+    if not rows:
+        return []
+    return ["", "Per-stream tok/s of the first round after each boot (cache cold; a warm-up, one round, not judged) "
+            "and the measured median of the same workload (cache warm):", "",
+            "| condition | workload | first round (cold) | measured median (warm) | warm vs cold |",
+            "|---|---|---|---|---|"] + rows

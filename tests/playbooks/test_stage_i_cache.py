@@ -10,6 +10,8 @@ its fail policy, lab/seed/adapters/ported/engram_drm.py, and the qualified drive
 cache runs end to end; with the port's allocation falling back to ordinary memory (fault drm_fallback) the arm
 fails for that reason and the fleet is restored.
 """
+import re
+
 import pytest
 
 from experiment_lab import (STAGE_TEST_SPEED, build_ported_adapter, engine_healthy, flat, fleet_state, lab_definition,
@@ -72,6 +74,11 @@ def test_row_cache_sizes_then_ways_against_the_zero_cache_baseline(tmp_path, pac
         for layer in rec["conditions"][arm]["engram_cache"]["spark1"]:
             assert layer["warm_hit_pct"] > layer["cold_hit_pct"] >= 0.0, (arm, layer)
     assert all(layer["warm_hit_pct"] == 0.0 for layer in rec["conditions"]["baseline"]["engram_cache"]["spark1"])
+    # and timed: each condition's first round after its boot (a warm-up, cache cold) beside its measured median
+    first = rec["definition"]["benchmark"]["workloads"][0]
+    for name in ("baseline", "cache_025", "cache_05", "cache_05_ways16"):
+        cold = rec["conditions"][name]["results"][0]["warmup_per_stream_tok_s"][0]
+        assert re.search(r"^\| %s \| %s C1 \| %.2f \| [0-9.]+ \| [+-][0-9.]+%% \|$" % (name, first, cold), md, re.M), name
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()
 

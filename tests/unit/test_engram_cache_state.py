@@ -56,3 +56,23 @@ def test_the_table_shows_each_condition_rank_and_layer_cold_and_warm():
     assert lines[1].startswith("## Engram row cache, cold and warm")
     assert "| baseline | spark1 | 1 | 0 GiB, 4-way | 0.0% | 0.0% | 16,664 | 3 |" in lines
     assert "| cache_025 | spark1 | 14 | 0.1 GiB, 16-way | 0.5% | 18.2% | 2,000 | 2 |" in lines
+    assert not any(line.startswith("| condition | workload |") for line in lines), "no timings: no speed table"
+
+
+def test_the_first_round_after_each_boot_is_timed_cold_beside_the_measured_median_warm():
+    def result(workload, c, warm, median):
+        return {"workload": workload, "concurrency": c, "warmup_per_stream_tok_s": warm,
+                "per_stream_tok_s": {"median": median}}
+    conditions = {
+        "baseline": {"engram_cache": {"spark1": cs.rank_cache_state(REPORT_LOG)},
+                     "results": [result("prose", 1, [20.0], 21.0), result("code", 1, [30.0], 30.0)]},
+        "cache_025": {"engram_cache": {"spark1": cs.rank_cache_state(cached_boot(["0.5", "18.2"]))},
+                      "results": [result("code", 4, [16.0, 18.0], 20.0), result("prose", 1, [10.0], 25.0)]},
+        # the first workload run had no warm-up: its cold round was measured, no figure stands apart
+        "cache_05": {"engram_cache": {}, "results": [result("prose", 1, [], 22.0), result("code", 1, [9.0], 9.0)]},
+    }
+    lines = cs.cache_table(conditions, ["baseline", "cache_025", "cache_05"])
+    assert "| baseline | prose C1 | 20.00 | 21.00 | +5.0% |" in lines
+    assert "| cache_025 | code C4 | 16.00 | 20.00 | +25.0% |" in lines
+    assert not any(line.startswith("| cache_05 |") for line in lines), "the first round was measured: nothing cold"
+    assert not any(line.startswith("| cache_025 | prose") for line in lines), "only the first round after boot"
