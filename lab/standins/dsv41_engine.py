@@ -181,8 +181,10 @@ Memory model (bytes; printed "GB" = bytes / 2**30, as the engine prints; determi
            - 1312 MiB (DSV41_WO_A_W8_DROP: 41 bf16 copies of 32 MiB released); draft 2.61 GiB
            + 210.6 MiB (DSV41_DRAFT_HEAD_FP8); SGLANG_DSPARK_FOLDED_SAMPLING=2: 96 MiB static buffers
   Load weight begin (rank r) = KV_BASE + 0.05 * TOTAL + 94.00 GiB + 2.61 GiB + RANK_EXTRA[r]
-        (KV_BASE = 1,119,600,000; RANK_EXTRA = 0 / 0.38 / 0.21 GiB: rank 0 has the least free memory)
-  available_bytes = (rank 0's memory after both loads) - reserve   (the min over ranks: identical everywhere)
+        (KV_BASE = 1,119,600,000; RANK_EXTRA = 0 / 0.38 / 0.21 GiB: rank 0 has the least free memory;
+        LAB_ENGINE_RANK_EXTRA_GIB="a,b,c" sets them, e.g. a worker with the least)
+  available_bytes = (the least rank's memory after both loads) - reserve   (the min over ranks: identical
+        everywhere); the folded-sampling AUTO decision reads the least rank's memory after capture too
         report settings (F 0.95, no adapters): 1,119,600,000 B = "1.04 GB"
   swa = M * 3328 tokens; swa_fixed = swa * 22400 B (M 4: 0.28 GB); c128_state_fixed = 0
   full_token = floor((available_bytes - swa_fixed) / 1670.75 / 256) * 256        (whole pages of 256)
@@ -272,6 +274,18 @@ KV_BASE = 1_119_600_000             # available_bytes of the report state (F 0.9
 TARGET_WEIGHTS = 94.00 * GIB
 DRAFT_WEIGHTS = 2.61 * GIB
 RANK_EXTRA = (0.0, 0.38 * GIB, 0.21 * GIB)   # more free memory on ranks 1, 2 than on the head
+
+
+def rank_extra() -> tuple:
+    """Each rank's extra free memory (bytes): RANK_EXTRA, or the knob LAB_ENGINE_RANK_EXTRA_GIB="0,0.38,-1.5"
+    (GiB per rank, comma-separated) for a lab where another rank has the least free memory."""
+    raw = os.environ.get("LAB_ENGINE_RANK_EXTRA_GIB", "").strip()
+    if raw:
+        try:
+            return tuple(float(v) * GIB for v in raw.split(","))
+        except ValueError:
+            pass
+    return RANK_EXTRA
 SWA_TOKENS_PER_REQUEST = 3328
 SWA_BYTES_PER_TOKEN = 22400
 WORKSPACE = 1.70 * GIB              # allocated between the pool and the first capture
@@ -699,8 +713,11 @@ def autotune_keep_armed() -> bool:
 
 # --------------------------------------------------------------------------- memory model
 
-def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int = 4) -> dict:
-    """Every memory figure of one boot (bytes; see the module docstring)."""
+def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int = 4, tp: int = 3) -> dict:
+    """Every memory figure of one boot (bytes; see the module docstring). The KV pool and the folded-sampling
+    AUTO decision follow the rank with the least free memory (every rank agrees on both, as the engine does)."""
+    extra = rank_extra()
+    least = min(extra[r % len(extra)] for r in range(max(tp, 1)))
     target = TARGET_WEIGHTS + env_float("DSV41_CACHE_GIB", 0.0) * GIB
     w8 = adapter_on("wo_a_w8")
     if w8:
@@ -713,10 +730,11 @@ def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int =
     base_begin = KV_BASE + reserve_095 + TARGET_WEIGHTS + DRAFT_WEIGHTS
 
     def after_loads(r: int) -> float:
-        return base_begin + RANK_EXTRA[r % len(RANK_EXTRA)] - target - draft - static
+        return base_begin + extra[r % len(extra)] - target - draft - static
 
-    # rank 0 (the least free memory) minus the reserve TOTAL * (1 - F); 0.01 of F is 1.2e9 bytes
-    available = (KV_BASE + round((frac - 0.95) * 100, 6) * 1.2e9
+    # the rank with the least free memory (rank 0 by default) minus the reserve TOTAL * (1 - F); 0.01 of F is
+    # 1.2e9 bytes
+    available = (KV_BASE + least + round((frac - 0.95) * 100, 6) * 1.2e9
                  - (target - TARGET_WEIGHTS) - (draft - DRAFT_WEIGHTS) - static)
     swa = max_running * SWA_TOKENS_PER_REQUEST
     swa_fixed = swa * SWA_BYTES_PER_TOKEN
@@ -724,7 +742,7 @@ def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int =
     full_token = max(full_token, 0) if available > swa_fixed else 0
     requested = (pin // PAGE_SIZE) * PAGE_SIZE if pin else None
     allocated = min(full_token, requested) if requested is not None else full_token
-    begin = base_begin + RANK_EXTRA[rank % len(RANK_EXTRA)]
+    begin = base_begin + extra[rank % len(extra)]
     after_target = begin - target
     after = after_loads(rank)
     pool_bytes = allocated * BYTES_PER_FULL_TOKEN + swa_fixed
@@ -741,6 +759,8 @@ def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int =
         "capture_target_end": capture_begin - target_graphs, "draft_graphs": draft_graphs,
         "capture_draft_end": capture_begin - target_graphs - draft_graphs,
         "after": capture_begin - target_graphs - draft_graphs,
+        # what the rank with the least free memory keeps after its captures: the AUTO folded-sampling decision
+        "after_min": capture_begin - target_graphs - draft_graphs + least - extra[rank % len(extra)],
     }
 
 
@@ -1198,7 +1218,7 @@ def folded_sampling_active(mem: dict) -> bool:
     mode = os.environ.get("SGLANG_DSPARK_FOLDED_SAMPLING", "").strip()
     if mode == "0":
         return False
-    return mode == "2" or mem["after"] >= FOLDED_AUTO_MIN
+    return mode == "2" or mem["after_min"] >= FOLDED_AUTO_MIN
 
 
 def sampler_path_salt() -> int:
@@ -1220,10 +1240,10 @@ def folded_sampling_line(mem: dict) -> str:
         return "DSpark draft proposal kept eager (reason=SGLANG_DSPARK_FOLDED_SAMPLING=0)"
     if mode == "2":
         return "DSpark draft proposal (greedy + sampling) folded into the draft cuda graph."
-    if mem["after"] >= FOLDED_AUTO_MIN:
+    if mem["after_min"] >= FOLDED_AUTO_MIN:
         return "DSpark draft proposal (greedy + sampling) folded into the draft cuda graph."
     return ("DSpark folded sampling disabled: its static buffers need 0.09 GB but only "
-            f"{gib(max(mem['after'], 0.0))} GB GPU memory is free; sampling batches will take the eager proposal "
+            f"{gib(max(mem['after_min'], 0.0))} GB GPU memory is free; sampling batches will take the eager proposal "
             "path. Set SGLANG_DSPARK_FOLDED_SAMPLING=2 to force.")
 
 
@@ -1238,7 +1258,8 @@ def boot(args, t_start: float) -> dict:
     autotune = Autotune(args, mounts)
     autotune.arm()
 
-    mem = memory_model(args.mem_fraction_static, args.max_total_tokens, args.rank, args.max_running_requests)
+    mem = memory_model(args.mem_fraction_static, args.max_total_tokens, args.rank, args.max_running_requests,
+                       args.tp_size)
     load_t0 = time.monotonic()
     log(f"Load weight begin. avail mem={gib(mem['load_begin'])} GB")
     pace(PHASE["load_start"])

@@ -628,6 +628,36 @@ def test_adapter_lines_in_the_real_wording(lab):
     assert quiet.stream("stdout") == "" and "Engram prefetch" not in quiet.text()
 
 
+def test_the_pool_and_the_folded_decision_follow_the_rank_with_the_least_free_memory():
+    # SPEC: unset folded sampling is AUTO, decided from the minimum free memory across ranks. With the pool
+    # fixed by --max-total-tokens (F 0.98: 750,000 tokens fit), a worker that starts 2.5 GiB tighter is also
+    # tighter after its captures, and the head's own figure would fold where the engine does not
+    eng = load_engine_module()
+    saved = {k: os.environ.pop(k, None) for k in list(os.environ) if k.startswith(("DSV41_", "SGLANG_", "LAB_"))}
+    try:
+        head = eng.memory_model(0.98, 750000, rank=0)
+        assert head["after_min"] == head["after"] >= eng.FOLDED_AUTO_MIN and eng.folded_sampling_active(head)
+        os.environ["LAB_ENGINE_RANK_EXTRA_GIB"] = "0,0.38,-2.5"      # spark3 has 2.5 GiB less than the head
+        tight = [eng.memory_model(0.98, 750000, rank=r) for r in range(3)]
+        assert [m["allocated"] for m in tight] == [750000 // 256 * 256] * 3
+        assert tight[0]["after"] == pytest.approx(head["after"]), "the head's own memory is unchanged"
+        assert tight[0]["after"] >= eng.FOLDED_AUTO_MIN > tight[2]["after"], "the head alone would fold"
+        assert all(m["after_min"] == pytest.approx(tight[2]["after"]) for m in tight)
+        assert not any(eng.folded_sampling_active(m) for m in tight), "every rank takes the least rank's decision"
+        assert eng.folded_sampling_line(tight[0]).startswith(
+            "DSpark folded sampling disabled: its static buffers need 0.09 GB but only %s GB GPU memory is free"
+            % eng.gib(max(tight[2]["after"], 0.0)))
+        # where the pool is sized by what fits (F 0.95), it follows the least rank too, the same on every rank
+        os.environ["LAB_ENGINE_RANK_EXTRA_GIB"] = "0,0.38,-0.5"
+        fits = [eng.memory_model(0.95, 750000, rank=r) for r in range(3)]
+        assert len(set(m["allocated"] for m in fits)) == 1
+        assert fits[0]["allocated"] < eng.memory_model(0.95, 750000, rank=0, tp=1)["allocated"]
+    finally:
+        for k in [k for k in os.environ if k.startswith(("DSV41_", "SGLANG_", "LAB_"))]:
+            os.environ.pop(k)
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
+
+
 def test_folded_sampling_decision_rank0(lab):
     msgs = messages(boot_worker(lab, rank=0, env={"SGLANG_DSPARK_FOLDED_SAMPLING": "0"}).stream("stderr"))
     assert "DSpark draft proposal kept eager (reason=SGLANG_DSPARK_FOLDED_SAMPLING=0)" in msgs
