@@ -261,6 +261,15 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+# labstate.py (the stand-ins' shared state and GPU model) sits next to this file in the repository and in
+# /usr/local/lib/dsv41-lab on a lab host.
+for _lib in (os.path.dirname(os.path.realpath(__file__)), "/usr/local/lib/dsv41-lab"):
+    if os.path.isfile(os.path.join(_lib, "labstate.py")):
+        if _lib not in sys.path:
+            sys.path.insert(0, _lib)
+        break
+import labstate  # noqa: E402
+
 MAGIC = 0x31344E4531565344
 ROW_BYTES = 264
 HEADER_BYTES = 4096
@@ -321,22 +330,36 @@ BUILD = "new"
 PACE_SCALE = DEFAULT_BOOT_SECONDS / REAL_BOOT_SECONDS
 
 
-# The lab nvidia-smi's state (lab/standins/nvidia-smi): the GPU's clock lock as the last -lgc/-rgc left it.
-NVIDIA_STATE = os.path.join(os.environ.get("LAB_NVIDIA_STATE_DIR", "/var/lib/lab-nvidia"), "state.json")
-_CLOCKS = {"at": 0.0, "locked": True}
+# The lab nvidia-smi's state (lab/standins/nvidia-smi): the GPU's clock lock as the last -lgc/-rgc left it, and
+# the lab GPU's clock and heat model (labstate.busy_gpu), which the step time follows.
+NVIDIA_STATE_DIR = os.environ.get("LAB_NVIDIA_STATE_DIR", "/var/lib/lab-nvidia")
+NVIDIA_STATE = os.path.join(NVIDIA_STATE_DIR, "state.json")
+FLEET_LOCK = {"min": 0, "max": 2200}    # the fleet's lock: unreadable state reads as locked
+STARTED = time.monotonic()              # the GPU is busy from the engine's start (as nvidia-smi counts it)
+_CLOCKS = {"at": 0.0, "lock": FLEET_LOCK}
 
 
-def clocks_locked() -> bool:
-    """Whether the GPU clocks are locked now (read at most once a second; unreadable = locked, the fleet's state)."""
+def clock_lock() -> dict | None:
+    """The GPU's clock lock now ({"min", "max"}; None when unlocked), read at most once a second."""
     now = time.monotonic()
     if now - _CLOCKS["at"] >= 1.0:
         try:
             with open(NVIDIA_STATE) as handle:
-                _CLOCKS["locked"] = json.load(handle).get("locked_clocks") is not None
+                _CLOCKS["lock"] = json.load(handle).get("locked_clocks")
         except (OSError, ValueError):
-            _CLOCKS["locked"] = True
+            _CLOCKS["lock"] = FLEET_LOCK
         _CLOCKS["at"] = now
-    return _CLOCKS["locked"]
+    return _CLOCKS["lock"]
+
+
+def clock_step_factor() -> float:
+    """Step time relative to the 2200 MHz lock, from the SM clock the lab GPU runs at now: 0.988 at the
+    unlocked boost of 2418 MHz (the downstream's cap cost was 0.7-1.5%), in proportion between, so a GPU the
+    thermal model has throttled back to 2268 MHz gains only 0.37%."""
+    lock = clock_lock()
+    tau = labstate.thermal_seconds(NVIDIA_STATE_DIR)
+    sm, _temp, _throttled = labstate.busy_gpu(lock["max"] if lock else None, time.monotonic() - STARTED, tau)
+    return 1.0 - 0.012 * (sm - FLEET_LOCK["max"]) / float(labstate.BOOST_SM - FLEET_LOCK["max"])
 
 
 class Fatal(Exception):
@@ -1510,8 +1533,7 @@ class Engine:
             base -= 4.0 * min(cache, 0.5)   # fewer exposed Engram misses, up to 2 ms at 0.5 GiB
             if int(env_float("DSV41_CACHE_WAYS", 4)) >= 16:
                 base -= 0.5                  # ways matter only with a non-zero cache
-        if not clocks_locked():
-            base *= 0.988   # no 2200 MHz cap: about 1.2% shorter steps (the downstream's cap cost was 0.7-1.5%)
+        base *= clock_step_factor()   # 1.0 at the 2200 MHz lock, 0.988 unlocked at boost, less when throttled
         with self.lock:
             active = max(1, self.active)
         return base * (1 + 0.12 * (active - 1))

@@ -1595,7 +1595,8 @@ def test_mixed_greedy_fault_changes_greedy_rows_beside_sampled_ones(lab):
 
 def test_step_time_follows_ep1_the_row_cache_and_the_clock_lock(tmp_path, monkeypatch):
     """The stage I lab figures: EP1 -3 ms, a row cache up to -2 ms (-0.5 more at 16 ways, only with a cache),
-    unlocked clocks 1.2% shorter steps, read from the lab nvidia-smi's state as a clocks arm leaves it."""
+    unlocked clocks 1.2% shorter steps (less once the thermal model throttles boost), read from the lab
+    nvidia-smi's state as a clocks arm leaves it."""
     import threading
     import types
     eng = load_engine_module()
@@ -1622,9 +1623,19 @@ def test_step_time_follows_ep1_the_row_cache_and_the_clock_lock(tmp_path, monkey
     assert step(DSV41_CACHE_GIB="0.5", DSV41_CACHE_WAYS="16") == 95.5
     assert step(DSV41_CACHE_WAYS="16") == 98.0, "ways matter only with a non-zero cache"
     assert step(locked=False) == pytest.approx(98.0 * 0.988)
+    # with the lab GPU's thermal model on (the clocks A/B's knob), a GPU busy for many time constants has been
+    # throttled from its 2418 MHz boost to 2268 MHz: the unlocked gain shrinks to 68/218 of 1.2%; locked at
+    # 2200 MHz it never gets that hot, and the step is the locked one
+    monkeypatch.setattr(eng, "NVIDIA_STATE_DIR", str(tmp_path))
+    (tmp_path / "thermal-seconds").write_text("1\n")
+    monkeypatch.setattr(eng, "STARTED", time.monotonic() - 100.0)
+    assert step(locked=False) == pytest.approx(98.0 * (1 - 0.012 * 68 / 218))
+    assert step() == 98.0
+    monkeypatch.setattr(eng, "STARTED", time.monotonic())   # just started: still cool, full boost
+    assert step(locked=False) == pytest.approx(98.0 * 0.988)
     state.write_text("{broken")
     eng._CLOCKS["at"] = -1e9
-    assert eng.clocks_locked() is True, "an unreadable state is the fleet's state: locked"
+    assert eng.clock_lock() == {"min": 0, "max": 2200}, "an unreadable state is the fleet's state: locked"
 
 
 @pytest.mark.parametrize("cache,fault,expect", [
