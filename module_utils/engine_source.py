@@ -200,7 +200,9 @@ class Engine:
     def find(self, target, depth=0):
         """The definition of ``(module, attrs)`` as (node, where) or (None, why)."""
         module, attrs = target
-        while attrs and self.module(module + "." + attrs[0]) is not None:
+        # descend into submodules while the name can be one: a plain module file has none, so a class or
+        # function under it is never looked for as a file (each look is a one-off container on the node)
+        while attrs and (self.module(module) or (None, True))[1] and self.module(module + "." + attrs[0]) is not None:
             module, attrs = module + "." + attrs[0], attrs[1:]
         got = self.module(module)
         if got is None:

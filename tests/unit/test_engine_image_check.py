@@ -227,6 +227,9 @@ def test_module_reports_every_problem_without_failing_and_only_reads(check_mode)
     assert [p.split(":")[0] for p in res["problems"]] == ["g4_guard"]
     assert all(c[1:3] == ["image", "inspect"] or c[1:3] == ["run", "--rm"] for c in calls)
     assert len(set(map(tuple, calls))) == len(calls), "each file is read once"
+    # a class or function under a plain module file is never looked for as a file of its own
+    reads = [c[-1] for c in calls if c[1] == "run"]
+    assert not [r for r in reads if ".py/" in r or "/deepseek_v4/" in r or "/dspark_worker/" in r], reads
 
 
 def test_module_passes_a_canary_that_carries_the_g4_dispatch():
