@@ -283,18 +283,6 @@ KV_BASE = 1_119_600_000             # available_bytes of the report state (F 0.9
 TARGET_WEIGHTS = 94.00 * GIB
 DRAFT_WEIGHTS = 2.61 * GIB
 RANK_EXTRA = (0.0, 0.38 * GIB, 0.21 * GIB)   # more free memory on ranks 1, 2 than on the head
-
-
-def rank_extra() -> tuple:
-    """Each rank's extra free memory (bytes): RANK_EXTRA, or the knob LAB_ENGINE_RANK_EXTRA_GIB="0,0.38,-1.5"
-    (GiB per rank, comma-separated) for a lab where another rank has the least free memory."""
-    raw = os.environ.get("LAB_ENGINE_RANK_EXTRA_GIB", "").strip()
-    if raw:
-        try:
-            return tuple(float(v) * GIB for v in raw.split(","))
-        except ValueError:
-            pass
-    return RANK_EXTRA
 SWA_TOKENS_PER_REQUEST = 3328
 SWA_BYTES_PER_TOKEN = 22400
 WORKSPACE = 1.70 * GIB              # allocated between the pool and the first capture
@@ -336,11 +324,11 @@ NVIDIA_STATE_DIR = os.environ.get("LAB_NVIDIA_STATE_DIR", "/var/lib/lab-nvidia")
 NVIDIA_STATE = os.path.join(NVIDIA_STATE_DIR, "state.json")
 FLEET_LOCK = {"min": 0, "max": 2200}    # the fleet's lock: unreadable state reads as locked
 STARTED = time.monotonic()              # the GPU is busy from the engine's start (as nvidia-smi counts it)
-_CLOCKS = {"at": 0.0, "lock": FLEET_LOCK}
+_CLOCKS = {"at": 0.0, "lock": FLEET_LOCK, "tau": None}
 
 
-def clock_lock() -> dict | None:
-    """The GPU's clock lock now ({"min", "max"}; None when unlocked), read at most once a second."""
+def _read_clocks() -> None:
+    """Refresh the lock and the thermal knob at most once a second (every decode step asks for them)."""
     now = time.monotonic()
     if now - _CLOCKS["at"] >= 1.0:
         try:
@@ -348,7 +336,13 @@ def clock_lock() -> dict | None:
                 _CLOCKS["lock"] = json.load(handle).get("locked_clocks")
         except (OSError, ValueError):
             _CLOCKS["lock"] = FLEET_LOCK
+        _CLOCKS["tau"] = labstate.thermal_seconds(NVIDIA_STATE_DIR)
         _CLOCKS["at"] = now
+
+
+def clock_lock() -> dict | None:
+    """The GPU's clock lock now ({"min", "max"}; None when unlocked)."""
+    _read_clocks()
     return _CLOCKS["lock"]
 
 
@@ -357,8 +351,8 @@ def clock_step_factor() -> float:
     unlocked boost of 2418 MHz (the downstream's cap cost was 0.7-1.5%), in proportion between, so a GPU the
     thermal model has throttled back to 2268 MHz gains only 0.37%."""
     lock = clock_lock()
-    tau = labstate.thermal_seconds(NVIDIA_STATE_DIR)
-    sm, _temp, _throttled = labstate.busy_gpu(lock["max"] if lock else None, time.monotonic() - STARTED, tau)
+    sm, _temp, _throttled = labstate.busy_gpu(lock["max"] if lock else None, time.monotonic() - STARTED,
+                                              _CLOCKS["tau"])
     return 1.0 - 0.012 * (sm - FLEET_LOCK["max"]) / float(labstate.BOOST_SM - FLEET_LOCK["max"])
 
 
@@ -734,6 +728,18 @@ def autotune_keep_armed() -> bool:
     return adapter_on("autotune_keep")
 
 
+def rank_extra() -> tuple:
+    """Each rank's extra free memory (bytes): RANK_EXTRA, or the knob LAB_ENGINE_RANK_EXTRA_GIB="0,0.38,-1.5"
+    (GiB per rank, comma-separated) for a lab where another rank has the least free memory."""
+    raw = os.environ.get("LAB_ENGINE_RANK_EXTRA_GIB", "").strip()
+    if raw:
+        try:
+            return tuple(float(v) * GIB for v in raw.split(","))
+        except ValueError:
+            pass
+    return RANK_EXTRA
+
+
 # --------------------------------------------------------------------------- memory model
 
 def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int = 4, tp: int = 3) -> dict:
@@ -773,6 +779,7 @@ def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int =
     capture_begin = pool_end - WORKSPACE
     target_graphs = TARGET_GRAPH_PER_BS * max_running
     draft_graphs = DRAFT_GRAPH_PER_BS * max_running
+    after_capture = capture_begin - target_graphs - draft_graphs
     return {
         "load_begin": begin, "target_usage": target, "after_target": after_target,
         "draft_usage": draft + static, "after_loads": after,
@@ -780,10 +787,10 @@ def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int =
         "requested": pin, "allocated": allocated, "pool": allocated, "clamped": bool(pin) and pin > full_token,
         "pool_end": pool_end, "capture_target_begin": capture_begin, "target_graphs": target_graphs,
         "capture_target_end": capture_begin - target_graphs, "draft_graphs": draft_graphs,
-        "capture_draft_end": capture_begin - target_graphs - draft_graphs,
-        "after": capture_begin - target_graphs - draft_graphs,
+        "capture_draft_end": after_capture,
+        "after": after_capture,
         # what the rank with the least free memory keeps after its captures: the AUTO folded-sampling decision
-        "after_min": capture_begin - target_graphs - draft_graphs + least - extra[rank % len(extra)],
+        "after_min": after_capture + least - extra[rank % len(extra)],
     }
 
 

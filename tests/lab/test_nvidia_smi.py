@@ -179,6 +179,8 @@ def test_a_sustained_busy_gpu_heats_and_boost_is_taken_back_only_without_the_loc
     # heated through (a tiny time constant): at boost the GPU passes 83 C and the driver takes boost back
     hot = smi(*q, extra_env=dict(busy, LAB_NVIDIA_THERMAL_SECONDS="0.001")).stdout
     assert hot == "2268, 41.60, 86, 0x0000000000000020\n"
+    # a time constant of 0 is the model at its limit (hot at once), not the model switched off
+    assert smi(*q, extra_env=dict(busy, LAB_NVIDIA_THERMAL_SECONDS="0")).stdout == hot
     smi("-lgc", "0,2200")
     locked = smi(*q, extra_env=dict(busy, LAB_NVIDIA_THERMAL_SECONDS="0.001")).stdout
     assert locked == "2200, 38.47, 71, 0x0000000000000000\n"
