@@ -213,11 +213,9 @@ def pin_images(definition, pins):
         elif not PINNED_IMAGE_RE.match(str(ref)):
             problems.append("arm %s: experiment_image_pins.%s is %s, not pinned by digest (repo@sha256:<64 hex> or "
                             "an image id sha256:<64 hex>; a tag can move under the comparison)" % (arm["name"], name, ref))
-        resolved = dict(arm, settings={"IMAGE": str(ref or "")},
-                        requires=dict(arm.get("requires") or {}, pinned_image=str(ref or "")))
-        resolved.setdefault("labels", {})
-        resolved["labels"] = dict(resolved["labels"], image=str(ref or ""))
-        arms.append(resolved)
+        ref = str(ref or "")
+        arms.append(dict(arm, settings={"IMAGE": ref}, requires=dict(arm.get("requires") or {}, pinned_image=ref),
+                         labels=dict(arm.get("labels") or {}, image=ref)))
     return dict(definition, arms=arms), problems
 
 
@@ -356,16 +354,16 @@ def image_facts(presence, checks):
     ``checks`` [{"item": ref, "failed", "msg", "problems", "checks", "image_id"}] (engine_image_check on the
     head; a failed run's message is its one problem)."""
     out = {}
+
+    def entry(ref):
+        return out.setdefault(ref, {"present": {}, "problems": [], "checks": {}, "image_id": ""})
     for host, results in sorted((presence or {}).items()):
         for r in results or []:
-            out.setdefault(r["item"], {"present": {}, "problems": [], "checks": {}, "image_id": ""})
-            out[r["item"]]["present"][host] = r.get("rc") == 0
+            entry(r["item"])["present"][host] = r.get("rc") == 0
     for r in checks or []:
-        entry = out.setdefault(r["item"], {"present": {}, "problems": [], "checks": {}, "image_id": ""})
-        entry["checks"] = r.get("checks") or {}
-        entry["image_id"] = r.get("image_id") or ""
-        entry["problems"] = list(r.get("problems") or []) or ([r.get("msg") or "the image check failed"]
-                                                            if r.get("failed") else [])
+        entry(r["item"]).update(checks=r.get("checks") or {}, image_id=r.get("image_id") or "",
+                                problems=list(r.get("problems") or []) or (
+                                    [r.get("msg") or "the image check failed"] if r.get("failed") else []))
     return out
 
 
