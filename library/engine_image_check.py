@@ -107,17 +107,22 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engine_image_checks import CHECKS, image_checks
 from ansible.module_utils.engine_source import Engine, SourceError
 from ansible.module_utils.import_hook import HookError, read_hook
-from ansible.module_utils.probe_runner import make_runner
+from ansible.module_utils.probe_runner import make_runner, tail_text
 
 
 def image_reader(run, docker, image, root):
-    """``read(relpath)`` of files under ``root`` in ``image`` (None when the file is not there), cached."""
+    """``read(relpath)`` of files under ``root`` in ``image`` (None when the file is not there: cat's exit 1),
+    cached. Any other failure (docker's own 125-127, a timeout, no docker) raises ValueError saying so, rather
+    than read as a missing file and blame the image."""
     cache = {}
 
     def read(rel):
         path = "%s/%s" % (root.rstrip("/"), rel) if rel else root
         if path not in cache:
-            rc, out, _err = run([docker, "run", "--rm", "--network", "none", "--entrypoint", "cat", image, path])
+            rc, out, err = run([docker, "run", "--rm", "--network", "none", "--entrypoint", "cat", image, path])
+            if rc not in (0, 1):
+                raise ValueError("could not be judged: reading %s in %s failed (%s)"
+                                 % (path, image, tail_text(err) or "exit status %s" % rc))
             cache[path] = out if rc == 0 else None
         return cache[path]
     return read

@@ -353,3 +353,17 @@ def test_a_guard_admitting_g4_among_other_shapes_passes():
     assert rows[0]["weights"] == "(2, 1024, 4096) or (4, 1024, 4096)"
     problems, rows = K.g4_guard(cand, "sglang.m", 3, set())
     assert rows[0]["why"] == "admits only G=2/4" and len(problems) == 1
+
+
+def test_module_fails_naming_a_read_that_did_not_answer_rather_than_a_missing_file():
+    images = {CANARY_ID: (CANARY, ""), "dsv41-sglang:tp3": (RUNNING, "")}
+    inner = fake_docker(images)
+
+    def stalled(cmd):
+        if cmd[1] == "run" and cmd[-1].endswith("/deepseek_v4.py"):
+            return 124, "", "docker: no answer within 120 s (killed)"
+        return inner(cmd)
+    res = run_module(engine_image_check.main, ARGS, run_command=stalled)
+    assert res["failed"] and res["msg"] == (
+        "spark1: image %s could not be judged: reading /sgl-workspace/sglang/python/sglang/srt/models/deepseek_v4.py "
+        "in %s failed (docker: no answer within 120 s (killed))" % (CANARY_ID, CANARY_ID))
