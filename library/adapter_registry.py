@@ -86,7 +86,8 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.import_hook import HookError, adapter_reads, arming, hook_problems, public, read_hook
+from ansible.module_utils.import_hook import HookError, public, read_hook
+from ansible.module_utils.import_hook_arming import adapter_reads, arming, hook_problems
 
 
 def report(text, expected, values=None, adapter_reads=None, source="sitecustomize.py"):

@@ -19,8 +19,8 @@ from __future__ import absolute_import, division, print_function
 import hashlib
 import os
 
-from ansible.module_utils import (clock_lock, contention, docker_ps, engine_log_source, import_hook, launcher_env,
-                                  meminfo, pack_plan, secret_rule)
+from ansible.module_utils import (clock_lock, contention, docker_ps, engine_log_source, import_hook,
+                                  import_hook_arming, launcher_env, meminfo, pack_plan, secret_rule)
 
 SECRET_SAME = "(secret)"
 SECRET_CHANGED = "(secret changed)"
@@ -133,8 +133,9 @@ def adapters_snapshot(p):
         with open(hook, encoding="utf-8") as handle:
             text = handle.read()
         try:
-            problems = import_hook.hook_problems(import_hook.read_hook(text, source=hook), expected, source=hook,
-                                                 reads_switch=import_hook.adapter_reads(adapter_dir, expected))
+            problems = import_hook_arming.hook_problems(
+                import_hook.read_hook(text, source=hook), expected, source=hook,
+                reads_switch=import_hook_arming.adapter_reads(adapter_dir, expected))
         except import_hook.HookError as exc:
             problems = [str(exc)]
     return {"dir": adapter_dir, "files": files, "registration_problems": problems}

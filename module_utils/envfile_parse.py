@@ -15,21 +15,22 @@ single-quoted string, where bash drops it). Refused with :class:`EnvSyntaxError`
 and line: whatever would run code or whose value only bash knows (command substitution, arithmetic,
 a command word, pipes and redirections, ``$"..."``, special parameters, other ``${...}``
 operators, ``~user``, the shell's own variables, NUL bytes, ``$'...'`` escapes whose bytes depend on
-the locale). Every loop consumes input, so any text gives an answer in time linear in its length.
+the locale). The expansions (``$``, ``${...}``, tilde) are read by ``envfile_expand.Expansions``,
+which the reader extends. Every loop consumes input, so any text gives an answer in time linear
+in its length.
 tests/unit/test_envfile_bash.py compares the parser with bash on generated files.
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible.module_utils.envfile_shell import EnvSyntaxError, ansi_c_text, is_shell_own
+from ansible.module_utils.envfile_expand import Expansions
+from ansible.module_utils.envfile_shell import OPERATORS, EnvSyntaxError, ansi_c_text, is_shell_own
 
 __metaclass__ = type
 
 _BLANKS = " \t"
-_OPERATORS = "&|<>()"       # control and redirection operators: code, never data
-_SPECIAL_PARAMS = "0123456789@*#?-$!"
 
 
-class _Parser(object):
+class _Parser(Expansions):
     def __init__(self, text, base, source):
         self.t = text
         self.n = len(text)
@@ -140,7 +141,7 @@ class _Parser(object):
             if c == "#":
                 self.skip_comment()
                 return exporting, args
-            if c in _OPERATORS:
+            if c in OPERATORS:
                 self.fail("'%s' is a shell operator (pipe, background, redirection or subshell): "
                           "a .env holds only assignments" % c)
             start = self.i
@@ -186,7 +187,7 @@ class _Parser(object):
         tilde_ok = True                 # at the start of the value and after an unquoted ':'
         while True:
             c = self.cur()
-            if c == "" or c in _BLANKS + "\n;" or c in _OPERATORS:
+            if c == "" or c in _BLANKS + "\n;" or c in OPERATORS:
                 return "".join(parts)
             colon = False
             if c == "\\":
@@ -210,7 +211,7 @@ class _Parser(object):
             elif c == "~" and tilde_ok:
                 if exporting:
                     self.fail("'~' in an export argument: refused (bash expands it differently there)")
-                parts.append(self.tilde("\n" + _BLANKS + ";" + _OPERATORS))
+                parts.append(self.tilde("\n" + _BLANKS + ";" + OPERATORS))
             elif exporting and c in "{}":
                 self.fail("'%s' in an export argument: bash applies brace expansion there" % c)
             else:
@@ -273,129 +274,6 @@ class _Parser(object):
                 parts.append(c)
                 self.i += 1
 
-    def tilde(self, enders):
-        after = self.nxt()
-        if after == "" or after in "/:" or after in enders:
-            self.advance()
-            if "HOME" not in self.known:
-                self.fail("'~' needs HOME, which is not known here")
-            return self.known["HOME"]
-        self.fail("'~%s...': a user's home or the directory stack is only known to bash on that host" % after)
-
-    def lookup(self, name, at):
-        if is_shell_own(name):
-            self.fail("$%s is the shell's own variable: only bash knows its value" % name, at)
-        # export's arguments are all expanded before it assigns any: they see the values of before
-        return (self.known if self.frozen is None else self.frozen).get(name)
-
-    def dollar(self, quoted, exporting):
-        at = self.i
-        after = self.nxt()
-        if after == "(":
-            self.fail("$( ... ) runs a command (command substitution or arithmetic)")
-        if after == "[":
-            self.fail("$[ ... ] is arithmetic expansion: only bash knows its value")
-        if after == "{":
-            self.advance()
-            self.advance()
-            return self.brace(quoted, exporting, at)
-        if after == "'" and not quoted:
-            if self.i + 1 < self.n and self.t[self.i + 1] == "'":
-                return self.ansi_c()
-            self.fail("$ and ' separated by a line continuation: refused (write $'...' on one line)")
-        if after == '"' and not quoted:
-            self.fail('$"..." (translated string) is not supported')
-        if after != "" and after.isascii() and (after.isalpha() or after == "_"):
-            self.advance()
-            name = self.read_name()
-            return self.lookup(name, at) or ""
-        if after != "" and after in _SPECIAL_PARAMS:
-            self.fail("$%s is a special parameter: only bash knows its value" % after)
-        self.advance()
-        return "$"                      # a '$' that starts no expansion is literal
-
-    def brace(self, quoted, exporting, at):
-        name = self.read_name()
-        if not name:
-            self.fail("${...} is only supported as ${NAME}, ${NAME:-word}, ${NAME-word}, ${NAME:+word} "
-                      "or ${NAME+word}", at)
-        c = self.cur()
-        if c == "}":
-            self.i += 1
-            return self.lookup(name, at) or ""
-        op = ""
-        if c == ":":
-            self.i += 1
-            op = ":"
-            c = self.cur()
-        if c not in ("-", "+"):
-            self.fail("${%s%s%s...} is not supported (only ${NAME}, ${NAME:-word}, ${NAME-word}, "
-                      "${NAME:+word}, ${NAME+word})" % (name, op, c), at)
-        self.i += 1
-        op += c
-        word = self.brace_word(quoted, exporting, at)
-        value = self.lookup(name, at)
-        if op == ":-":
-            return value if value else word
-        if op == "-":
-            return value if value is not None else word
-        if op == ":+":
-            return word if value else ""
-        return word if value is not None else ""
-
-    def brace_word(self, quoted, exporting, at):
-        """The word of ${NAME<op>word} up to its closing brace."""
-        parts = []
-        tilde_ok = not quoted
-        while True:
-            c = self.cur()
-            if c == "":
-                self.fail("unterminated ${", at)
-            if c == "}":
-                self.i += 1
-                return "".join(parts)
-            colon = False
-            if c == "\\":
-                after = self.t[self.i + 1:self.i + 2]
-                if not quoted:
-                    if after == "":
-                        self.fail("unterminated ${", at)
-                    parts.append(after)
-                    self.i += 2
-                elif after in ("$", "`", '"', "\\", "}"):
-                    parts.append(after)
-                    self.i += 2
-                else:
-                    parts.append("\\")
-                    self.i += 1
-            elif c == "'":
-                text = self.single()
-                # Inside "${...}" single quotes protect the brace but stay in the value (bash).
-                parts.append("'%s'" % text if quoted else text)
-            elif c == '"':
-                if quoted:
-                    self.fail('double quotes nested inside "${...}" are not supported')
-                parts.append(self.double())
-            elif c == "$":
-                if quoted and self.nxt() == "'":
-                    self.fail("$'...' inside \"${...}\": refused (bash's extquote option decides its value)")
-                parts.append(self.dollar(quoted, exporting))
-            elif c == "`":
-                self.fail("backquote command substitution: bash would run it")
-            elif c == "~" and tilde_ok:
-                if exporting:
-                    self.fail("'~' in an export argument: refused (bash expands it differently there)")
-                parts.append(self.tilde("}"))
-            elif c == "\n" or c in ";" + _OPERATORS:
-                self.fail("%r inside ${...} is not supported" % c)
-            elif exporting and c == "{":
-                self.fail("'{' in an export argument: bash applies brace expansion there")
-            else:
-                parts.append(c)
-                colon = c == ":"
-                self.i += 1
-            tilde_ok = colon and not quoted
-
 
 def parse_env(text, base=None, source=".env"):
     """What ``set -a; source FILE`` assigns: {NAME: value} in first-assignment order.
@@ -406,8 +284,6 @@ def parse_env(text, base=None, source=".env"):
     the data subset described in the module documentation.
     """
     return _Parser(_text_of(text, source), base, source).parse()
-
-
 
 
 def _text_of(text, source):

@@ -18,6 +18,10 @@ import re
 __metaclass__ = type
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# control and redirection operators: code, never data, wherever a .env word could hold them
+OPERATORS = "&|<>()"
+# $0..$9, $@, $*, $#, $?, $-, $$, $!: only bash knows their values
+SPECIAL_PARAMS = "0123456789@*#?-$!"
 
 SHELL_OWN_VARS = frozenset("""
 BASH BASHOPTS BASHPID BASH_ALIASES BASH_ARGC BASH_ARGV BASH_ARGV0 BASH_CMDS BASH_COMMAND BASH_COMPAT

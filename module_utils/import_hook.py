@@ -9,14 +9,13 @@ functions after the engine module has executed: some inside a switch gate
 adapter then reads its switch itself), some only on the TP4 launcher (``DSV41_LAUNCHER=tp4``). One
 adapter may hook several modules. Parsed with :mod:`ast`, never executed, so formatting does not matter.
 
-:func:`read_hook` gives the structure, :func:`arming` whether a declared switch (and value) arms an
-adapter on the TP3 launcher, :func:`hook_problems` one message per expected adapter it would not arm.
+:func:`read_hook` gives the structure; whether a declared switch arms an adapter is judged from it in
+``import_hook_arming`` (:func:`arming`, :func:`hook_problems`).
 Standard library only: Ansible ships this file to the target host next to the module.
 """
 from __future__ import absolute_import, division, print_function
 
 import ast
-import os
 import re
 
 __metaclass__ = type
@@ -24,27 +23,26 @@ __metaclass__ = type
 SWITCH_RE = re.compile(r"^(?:DSV41|SGLANG|DSPARK)_[A-Z0-9_]+$")
 LAUNCHER_VAR = "DSV41_LAUNCHER"
 INSTALL_PREFIX = "install_"
-_UNKNOWN = object()
 
 
 class HookError(Exception):
     """The import hook cannot be read (not Python)."""
 
 
-def _str(node):
+def string_constant(node):
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     return None
 
 
-def _strings(node):
+def string_constants(node):
     """The string constants of a tuple/list/set/frozenset(...) literal, else None."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
             and node.func.id in ("frozenset", "set", "tuple") \
             and len(node.args) == 1:
         node = node.args[0]
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        out = [_str(e) for e in node.elts]
+        out = [string_constant(e) for e in node.elts]
         if all(s is not None for s in out):
             return out
     return None
@@ -63,29 +61,33 @@ def _module_assigns(tree):
     return out
 
 
-def _env_key(node):
+def env_key(node):
     """``X`` for ``os.environ.get("X"...)``, ``os.getenv("X"...)``, ``os.environ["X"]``, ``environ.get("X")``."""
     if isinstance(node, ast.Call) and node.args:
         f = node.func
-        if isinstance(f, ast.Attribute) and f.attr == "get" and _is_environ(f.value):
-            return _str(node.args[0])
+        if isinstance(f, ast.Attribute) and f.attr == "get" and is_environ(f.value):
+            return string_constant(node.args[0])
         if isinstance(f, ast.Attribute) and f.attr == "getenv":
-            return _str(node.args[0])
-    if isinstance(node, ast.Subscript) and _is_environ(node.value):
+            return string_constant(node.args[0])
+    if isinstance(node, ast.Subscript) and is_environ(node.value):
         sl = node.slice
         if type(sl).__name__ == "Index":       # Python < 3.9
             sl = sl.value
-        return _str(sl)
+        return string_constant(sl)
     return None
 
 
-def _is_environ(node):
+def is_environ(node):
     return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
         (isinstance(node, ast.Name) and node.id == "environ")
 
 
-class _Env:
-    """Evaluates a gate condition against an environment, or says it cannot (returns _UNKNOWN)."""
+# what a condition evaluates to when the text alone cannot say
+UNKNOWN = object()
+
+
+class GateEnv:
+    """Evaluates a gate condition against an environment, or says it cannot (returns UNKNOWN)."""
 
     def __init__(self, env, assigns, funcs=None, bound=None):
         self.env = env
@@ -99,56 +101,56 @@ class _Env:
         params = [a.arg for a in fn.args.args]
         if len(node.args) > len(params) or node.keywords or len(fn.body) != 1 \
                 or not isinstance(fn.body[0], ast.Return) or fn.body[0].value is None:
-            return _UNKNOWN
+            return UNKNOWN
         bound = dict(zip(params, (self.value(a, depth + 1) for a in node.args)))
         defaults = fn.args.defaults
         for name, default in zip(params[len(params) - len(defaults):], defaults):
             bound.setdefault(name, self.value(default, depth + 1))
-        if _UNKNOWN in bound.values() or len(bound) != len(params):
-            return _UNKNOWN
-        return _Env(self.env, self.assigns, self.funcs, bound).value(fn.body[0].value, depth + 1)
+        if UNKNOWN in bound.values() or len(bound) != len(params):
+            return UNKNOWN
+        return GateEnv(self.env, self.assigns, self.funcs, bound).value(fn.body[0].value, depth + 1)
 
     def value(self, node, depth=0):
         if depth > 20:
-            return _UNKNOWN
+            return UNKNOWN
         if isinstance(node, ast.Name) and node.id in self.bound:
             return self.bound[node.id]
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.funcs:
             return self._call_helper(node, depth)
         if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute) \
-                and (node.func.attr == "getenv" or (node.func.attr == "get" and _is_environ(node.func.value))):
+                and (node.func.attr == "getenv" or (node.func.attr == "get" and is_environ(node.func.value))):
             key = self.value(node.args[0], depth + 1)
             if not isinstance(key, str):
-                return _UNKNOWN
+                return UNKNOWN
             if key in self.env:
                 return self.env[key]
             return self.value(node.args[1], depth + 1) if len(node.args) > 1 else None
-        key = _env_key(node)            # os.environ["X"]
+        key = env_key(node)            # os.environ["X"]
         if key is not None:
             return self.env.get(key)
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name) and node.id in self.assigns:
             return self.value(self.assigns[node.id], depth + 1)
-        seq = _strings(node)
+        seq = string_constants(node)
         if seq is not None:
             return tuple(seq)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args \
                 and node.func.attr in ("strip", "lower", "upper"):
             inner = self.value(node.func.value, depth + 1)
-            return getattr(inner, node.func.attr)() if isinstance(inner, str) else _UNKNOWN
+            return getattr(inner, node.func.attr)() if isinstance(inner, str) else UNKNOWN
         if isinstance(node, ast.BoolOp):
             vals = [self.truth(v, depth + 1) for v in node.values]
             if isinstance(node.op, ast.And):
-                return False if False in vals else (_UNKNOWN if _UNKNOWN in vals else True)
-            return True if True in vals else (_UNKNOWN if _UNKNOWN in vals else False)
+                return False if False in vals else (UNKNOWN if UNKNOWN in vals else True)
+            return True if True in vals else (UNKNOWN if UNKNOWN in vals else False)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             t = self.truth(node.operand, depth + 1)
-            return _UNKNOWN if t is _UNKNOWN else not t
+            return UNKNOWN if t is UNKNOWN else not t
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             left, right = self.value(node.left, depth + 1), self.value(node.comparators[0], depth + 1)
-            if left is _UNKNOWN or right is _UNKNOWN:
-                return _UNKNOWN
+            if left is UNKNOWN or right is UNKNOWN:
+                return UNKNOWN
             op = node.ops[0]
             try:
                 if isinstance(op, ast.Eq):
@@ -160,25 +162,25 @@ class _Env:
                 if isinstance(op, ast.NotIn):
                     return left not in right
             except TypeError:
-                return _UNKNOWN
-        return _UNKNOWN
+                return UNKNOWN
+        return UNKNOWN
 
     def truth(self, node, depth=0):
         v = self.value(node, depth)
-        return v if v is _UNKNOWN else bool(v)
+        return v if v is UNKNOWN else bool(v)
 
 
 def _env_vars(node, assigns, depth=0):
     """Environment variables a condition reads (through module-level names too)."""
     out = []
     for sub in ast.walk(node):
-        key = _env_key(sub)
+        key = env_key(sub)
         if key is not None and key not in out:
             out.append(key)
         elif isinstance(sub, ast.Name) and sub.id in assigns and depth < 5:
             out.extend(k for k in _env_vars(assigns[sub.id], assigns, depth + 1) if k not in out)
         elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.args:
-            s = _str(sub.args[0])          # a helper such as _on("DSV41_X")
+            s = string_constant(sub.args[0])          # a helper such as _on("DSV41_X")
             if s and SWITCH_RE.match(s) and s not in out:
                 out.append(s)
     return out
@@ -197,7 +199,7 @@ def _finder_modules(tree, assigns):
                     target = node.comparators[0]
                     if isinstance(target, ast.Name) and target.id in assigns:
                         target = assigns[target.id]
-                    names = _strings(target)
+                    names = string_constants(target)
                     if names is not None:
                         return names, cls.name
     return None, None
@@ -219,7 +221,7 @@ def _finder_gate(tree, assigns, parents):
 
 def _module_names(test, known):
     """Engine module names a condition tests (the loader's dispatch on the wrapped module's name)."""
-    consts = [s for s in (_str(n) for n in ast.walk(test)) if s and "." in s and not SWITCH_RE.match(s)]
+    consts = [s for s in (string_constant(n) for n in ast.walk(test)) if s and "." in s and not SWITCH_RE.match(s)]
     return [s for s in consts if s in known or s.startswith("sglang.")]
 
 
@@ -294,10 +296,10 @@ def read_hook(text, source="sitecustomize.py"):
                 continue
             env = _env_vars(test, assigns)
             if LAUNCHER_VAR in env:
-                on4 = _Env({LAUNCHER_VAR: "tp4"}, assigns, funcs).truth(test)
-                on3 = _Env({}, assigns, funcs).truth(test)
+                on4 = GateEnv({LAUNCHER_VAR: "tp4"}, assigns, funcs).truth(test)
+                on3 = GateEnv({}, assigns, funcs).truth(test)
                 if not positive:
-                    on4, on3 = [v if v is _UNKNOWN else not v for v in (on4, on3)]
+                    on4, on3 = [v if v is UNKNOWN else not v for v in (on4, on3)]
                 if on4 is True and on3 is False:
                     tp4 = True
             gate.extend(v for v in env if v != LAUNCHER_VAR and v not in gate)
@@ -327,101 +329,3 @@ def public(hook):
     return {"finder": hook["finder"],
             "installs": [{k: v for k, v in i.items() if not k.startswith("_")} for i in hook["installs"]],
             "adapters": dict((k, dict(v)) for k, v in hook["adapters"].items())}
-
-
-def arming(hook, adapter, switch, value="1", launcher="tp3", adapter_reads_switch=None):
-    """``{"arms": True|False|None, "reason": str}``: does ``switch=value`` arm ``adapter`` at install time?
-
-    Evaluates the enclosing conditions of each ``install_<adapter>`` call with only ``switch`` set (and
-    ``DSV41_LAUNCHER=tp4`` when ``launcher`` is ``tp4``). An ungated call installs on every boot: the
-    switch then works only if the adapter reads it itself (``adapter_reads_switch``; None = not known).
-    ``arms`` is None when a condition cannot be evaluated from the text.
-    """
-    info = hook["adapters"].get(adapter)
-    if info is None:
-        return {"arms": False, "reason": "no install_%s call in the loader of any wrapped module" % adapter}
-    env = {switch: str(value)}
-    if launcher == "tp4":
-        env[LAUNCHER_VAR] = "tp4"
-    ev = _Env(env, hook.get("_assigns", {}), hook.get("_funcs", {}))
-    verdicts = []
-    for inst in hook["installs"]:
-        if inst["adapter"] != adapter:
-            continue
-        ok = True
-        for test, positive, is_module in inst["_conds"]:
-            if is_module:
-                continue            # the module dispatch: true for that wrapped module
-            t = ev.truth(test)
-            t = t if positive or t is _UNKNOWN else not t
-            if t is _UNKNOWN:
-                ok = None if ok is not False else False
-            elif not t:
-                ok = False
-        verdicts.append((ok, inst))
-    if any(ok is True and not inst["gate"] for ok, inst in verdicts):
-        if adapter_reads_switch is False:
-            return {"arms": False, "reason": "install_%s runs on every boot and %s.py never reads %s: the switch "
-                                             "does not control it" % (adapter, adapter, switch)}
-        if adapter_reads_switch is None:
-            return {"arms": None, "reason": "install_%s runs on every boot; whether %s controls it is up to %s.py, "
-                                            "which was not read" % (adapter, switch, adapter)}
-        return {"arms": True, "reason": "installed on every boot; the adapter reads %s itself" % switch}
-    if any(ok is True for ok, _ in verdicts):
-        return {"arms": True, "reason": "install_%s runs when %s=%s" % (adapter, switch, value)}
-    if any(ok is None for ok, _ in verdicts):
-        return {"arms": None, "reason": "a condition around install_%s cannot be read from the text" % adapter}
-    if info["tp4_only"] and launcher != "tp4":
-        return {"arms": False, "reason": "install_%s runs only on the TP4 launcher (%s=tp4)" % (adapter, LAUNCHER_VAR)}
-    others = [g for g in info["gates"] if g != switch]
-    return {"arms": False, "reason": "install_%s is gated by %s, not armed by %s=%s"
-            % (adapter, ", ".join(others or info["gates"]) or "a condition", switch, value)}
-
-
-def hook_problems(hook, expected, values=None, source="sitecustomize.py", reads_switch=None):
-    """Messages for each expected ``{adapter: switch}`` the hook would not arm on the TP3 launcher.
-
-    ``values``: declared value per switch (default ``1``: the switch on). ``reads_switch``: adapter ->
-    whether its own file reads its switch (None when unknown).
-    """
-    out = []
-    finder = hook["finder"]
-    if expected and not finder["modules"]:
-        out.append("%s: no finder with a module list (find_spec testing the module name against a list)" % source)
-    if expected and finder["gate"] is None:
-        out.append("%s: the finder is never inserted into sys.meta_path" % source)
-    for adapter, switch in sorted((expected or {}).items()):
-        info = hook["adapters"].get(adapter)
-        if info is None:
-            out.append("%s: adapter %s is not registered (no install_%s call in the loader of any wrapped module)"
-                       % (source, adapter, adapter))
-            continue
-        if info["unwrapped"]:
-            out.append("%s: install_%s is called for %s, which the finder does not wrap"
-                       % (source, adapter, ", ".join(info["unwrapped"])))
-        value = (values or {}).get(switch, "1")
-        verdict = arming(hook, adapter, switch, value, adapter_reads_switch=(reads_switch or {}).get(adapter))
-        if verdict["arms"] is not True:
-            out.append("%s: adapter %s: %s" % (source, adapter, verdict["reason"]))
-    return out
-
-
-def reads_switch(adapter_text, switch):
-    """Whether an adapter's source names ``switch`` as a string (None when the text is not Python)."""
-    try:
-        tree = ast.parse(adapter_text)
-    except (SyntaxError, ValueError):
-        return None
-    return any(_str(n) == switch for n in ast.walk(tree))
-
-
-def adapter_reads(adapter_dir, expected):
-    """adapter -> whether its file ``<adapter_dir>/<adapter>.py`` reads its switch (None when unreadable)."""
-    out = {}
-    for adapter, switch in (expected or {}).items():
-        try:
-            with open(os.path.join(adapter_dir, adapter + ".py"), encoding="utf-8") as handle:
-                out[adapter] = reads_switch(handle.read(), switch)
-        except (OSError, UnicodeDecodeError):
-            out[adapter] = None
-    return out

@@ -7,7 +7,8 @@ callers keep one import:
 
 * ``envfile_shell``: bash's own variables, the errors, ``$'...'``;
 * ``envfile_parse``: :func:`parse_env` / :func:`parse_statements`, the file read with bash's rules
-  (unit tests compare it with bash itself), or a refusal naming the line;
+  (unit tests compare it with bash itself), or a refusal naming the line; the expansions inside a
+  word (``$NAME``, ``${NAME:-word}``, tilde) are ``envfile_expand``;
 * ``envfile_render``: :func:`render_env`, the one writer (every value bare or single-quoted so bash
   holds exactly the declared string), and the refusals naming the key;
 * ``envfile_merge``: :func:`merge_env`, the in-place converge that keeps every undeclared key

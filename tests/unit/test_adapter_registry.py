@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible.module_utils import import_hook as H
+from ansible.module_utils import import_hook_arming as A
 from modrun import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,11 +97,11 @@ def test_report_hook_table():
 
 def test_seven_arm_on_their_switch_and_the_retention_adapter_only_in_the_ported_hook():
     report, ported = H.read_hook(REPORT_HOOK.read_text()), H.read_hook(PORTED_HOOK.read_text())
-    reads = {a: H.reads_switch((ADAPTERS / (a + ".py")).read_text(), s) for a, s in SEVEN.items()}
+    reads = {a: A.reads_switch((ADAPTERS / (a + ".py")).read_text(), s) for a, s in SEVEN.items()}
     assert reads["draft_tau"] is True
-    assert H.hook_problems(report, SEVEN, reads_switch=reads) == []
-    assert H.hook_problems(ported, dict(SEVEN, autotune_keep="DSV41_AUTOTUNE_KEEP"), reads_switch=reads) == []
-    assert H.hook_problems(report, {"autotune_keep": "DSV41_AUTOTUNE_KEEP"}) == [
+    assert A.hook_problems(report, SEVEN, reads_switch=reads) == []
+    assert A.hook_problems(ported, dict(SEVEN, autotune_keep="DSV41_AUTOTUNE_KEEP"), reads_switch=reads) == []
+    assert A.hook_problems(report, {"autotune_keep": "DSV41_AUTOTUNE_KEEP"}) == [
         "sitecustomize.py: adapter autotune_keep is not registered (no install_autotune_keep call in the loader "
         "of any wrapped module)"]
     assert table(ported)["autotune_keep"] == ([M + "model_executor.runner.flashinfer_autotune"],
@@ -110,20 +111,20 @@ def test_seven_arm_on_their_switch_and_the_retention_adapter_only_in_the_ported_
 @pytest.mark.parametrize("value, arms", [("1", True), ("on", True), ("true", True), ("0", False), ("yes", False)])
 def test_prefetch_gate_takes_only_its_own_values(value, arms):
     hook = H.read_hook(REPORT_HOOK.read_text())
-    assert H.arming(hook, "engram_prefetch", "DSV41_ENGRAM_PREFETCH", value)["arms"] is arms
+    assert A.arming(hook, "engram_prefetch", "DSV41_ENGRAM_PREFETCH", value)["arms"] is arms
 
 
 def test_tp4_only_and_gates_by_value():
     hook = H.read_hook(REPORT_HOOK.read_text())
-    assert H.arming(hook, "shared_pad", "DSV41_SHARED_PAD_K", "1") == {
+    assert A.arming(hook, "shared_pad", "DSV41_SHARED_PAD_K", "1") == {
         "arms": False, "reason": "install_shared_pad runs only on the TP4 launcher (DSV41_LAUNCHER=tp4)"}
-    assert H.arming(hook, "shared_pad", "DSV41_SHARED_PAD_K", "1", launcher="tp4")["arms"] is True
-    assert H.arming(hook, "verify_cap", "DSV41_VERIFY_CAP", "conf:0.1")["arms"] is True
+    assert A.arming(hook, "shared_pad", "DSV41_SHARED_PAD_K", "1", launcher="tp4")["arms"] is True
+    assert A.arming(hook, "verify_cap", "DSV41_VERIFY_CAP", "conf:0.1")["arms"] is True
     for off in ("0", "", "off", "false"):
-        assert H.arming(hook, "verify_cap", "DSV41_VERIFY_CAP", off)["arms"] is False
+        assert A.arming(hook, "verify_cap", "DSV41_VERIFY_CAP", off)["arms"] is False
     # ungated: installed whatever the value, so the adapter's own reading of the switch decides
-    assert H.arming(hook, "draft_tau", "DSV41_DRAFT_TAU", "1")["arms"] is None, "the adapter file was not read"
-    assert H.arming(hook, "draft_tau", "DSV41_DRAFT_TAU", "1", adapter_reads_switch=False) == {
+    assert A.arming(hook, "draft_tau", "DSV41_DRAFT_TAU", "1")["arms"] is None, "the adapter file was not read"
+    assert A.arming(hook, "draft_tau", "DSV41_DRAFT_TAU", "1", adapter_reads_switch=False) == {
         "arms": False, "reason": "install_draft_tau runs on every boot and draft_tau.py never reads DSV41_DRAFT_TAU: "
                                  "the switch does not control it"}
 
@@ -138,7 +139,7 @@ def test_other_shape():
     assert t["folded_fence"] == ([M + "models.deepseek_v4"], [], True, False)
     assert t["autotune_keep"] == ([M + "model_executor.runner.flashinfer_autotune"], ["DSV41_AUTOTUNE_KEEP"], False,
                                   False)
-    problems = H.hook_problems(hook, {"autotune_keep": "DSV41_AUTOTUNE_KEEP", "verify_cap": "DSV41_VERIFY_CAP",
+    problems = A.hook_problems(hook, {"autotune_keep": "DSV41_AUTOTUNE_KEEP", "verify_cap": "DSV41_VERIFY_CAP",
                                       "folded_fence": "DSV41_FOLDED_FENCE", "block_verify": "DSV41_BLOCK_VERIFY"},
                                reads_switch={"folded_fence": False})
     assert problems == [
@@ -153,7 +154,7 @@ def test_other_shape():
 def test_finder_never_inserted_and_not_python():
     hook = H.read_hook(REPORT_HOOK.read_text().replace("sys.meta_path.insert(0, _Finder())", "pass"))
     assert hook["finder"]["gate"] is None
-    assert "sitecustomize.py: the finder is never inserted into sys.meta_path" in H.hook_problems(hook, SEVEN)
+    assert "sitecustomize.py: the finder is never inserted into sys.meta_path" in A.hook_problems(hook, SEVEN)
     with pytest.raises(H.HookError) as err:
         H.read_hook("if x:\n  from adapter import\n", source="/adapter/sitecustomize.py")
     assert str(err.value).startswith("/adapter/sitecustomize.py: not valid Python (line 2")
@@ -217,11 +218,11 @@ def test_reader_predicts_what_the_hook_installs(sandbox, env):
     if "DSV41_SOURCE" in env:
         for adapter, info in hook["adapters"].items():
             if info["ungated"]:     # installed on every boot (the stub adapters here read no switch)
-                verdict = H.arming(hook, adapter, "UNUSED", "0", adapter_reads_switch=True,
+                verdict = A.arming(hook, adapter, "UNUSED", "0", adapter_reads_switch=True,
                                    launcher=env.get("DSV41_LAUNCHER", "tp3"))
             else:
                 switch = info["gates"][0]
-                verdict = H.arming(hook, adapter, switch, env.get(switch, "0"),
+                verdict = A.arming(hook, adapter, switch, env.get(switch, "0"),
                                    launcher=env.get("DSV41_LAUNCHER", "tp3"))
             if verdict["arms"]:
                 predicted.append(adapter)

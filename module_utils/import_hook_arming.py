@@ -1,0 +1,116 @@
+# -*- coding: utf-8 -*-
+"""Whether the import hook arms an adapter, judged from the structure ``import_hook.read_hook`` gives.
+
+:func:`arming` says whether a declared switch (and value) arms an adapter on the TP3 launcher,
+evaluating the conditions around each ``install_<adapter>`` call with only that switch set;
+:func:`hook_problems` gives one message per expected adapter the hook would not arm;
+:func:`reads_switch` / :func:`adapter_reads` say whether an adapter's own file reads its switch (an
+adapter installed on every boot is controlled only that way). Never executes the hook. Standard
+library only: Ansible ships this file to the target host next to the module.
+"""
+from __future__ import absolute_import, division, print_function
+
+import ast
+import os
+
+from ansible.module_utils.import_hook import LAUNCHER_VAR, UNKNOWN, GateEnv, string_constant
+
+__metaclass__ = type
+
+
+def arming(hook, adapter, switch, value="1", launcher="tp3", adapter_reads_switch=None):
+    """``{"arms": True|False|None, "reason": str}``: does ``switch=value`` arm ``adapter`` at install time?
+
+    Evaluates the enclosing conditions of each ``install_<adapter>`` call with only ``switch`` set (and
+    ``DSV41_LAUNCHER=tp4`` when ``launcher`` is ``tp4``). An ungated call installs on every boot: the
+    switch then works only if the adapter reads it itself (``adapter_reads_switch``; None = not known).
+    ``arms`` is None when a condition cannot be evaluated from the text.
+    """
+    info = hook["adapters"].get(adapter)
+    if info is None:
+        return {"arms": False, "reason": "no install_%s call in the loader of any wrapped module" % adapter}
+    env = {switch: str(value)}
+    if launcher == "tp4":
+        env[LAUNCHER_VAR] = "tp4"
+    ev = GateEnv(env, hook.get("_assigns", {}), hook.get("_funcs", {}))
+    verdicts = []
+    for inst in hook["installs"]:
+        if inst["adapter"] != adapter:
+            continue
+        ok = True
+        for test, positive, is_module in inst["_conds"]:
+            if is_module:
+                continue            # the module dispatch: true for that wrapped module
+            t = ev.truth(test)
+            t = t if positive or t is UNKNOWN else not t
+            if t is UNKNOWN:
+                ok = None if ok is not False else False
+            elif not t:
+                ok = False
+        verdicts.append((ok, inst))
+    if any(ok is True and not inst["gate"] for ok, inst in verdicts):
+        if adapter_reads_switch is False:
+            return {"arms": False, "reason": "install_%s runs on every boot and %s.py never reads %s: the switch "
+                                             "does not control it" % (adapter, adapter, switch)}
+        if adapter_reads_switch is None:
+            return {"arms": None, "reason": "install_%s runs on every boot; whether %s controls it is up to %s.py, "
+                                            "which was not read" % (adapter, switch, adapter)}
+        return {"arms": True, "reason": "installed on every boot; the adapter reads %s itself" % switch}
+    if any(ok is True for ok, _ in verdicts):
+        return {"arms": True, "reason": "install_%s runs when %s=%s" % (adapter, switch, value)}
+    if any(ok is None for ok, _ in verdicts):
+        return {"arms": None, "reason": "a condition around install_%s cannot be read from the text" % adapter}
+    if info["tp4_only"] and launcher != "tp4":
+        return {"arms": False, "reason": "install_%s runs only on the TP4 launcher (%s=tp4)" % (adapter, LAUNCHER_VAR)}
+    others = [g for g in info["gates"] if g != switch]
+    return {"arms": False, "reason": "install_%s is gated by %s, not armed by %s=%s"
+            % (adapter, ", ".join(others or info["gates"]) or "a condition", switch, value)}
+
+
+def hook_problems(hook, expected, values=None, source="sitecustomize.py", reads_switch=None):
+    """Messages for each expected ``{adapter: switch}`` the hook would not arm on the TP3 launcher.
+
+    ``values``: declared value per switch (default ``1``: the switch on). ``reads_switch``: adapter ->
+    whether its own file reads its switch (None when unknown).
+    """
+    out = []
+    finder = hook["finder"]
+    if expected and not finder["modules"]:
+        out.append("%s: no finder with a module list (find_spec testing the module name against a list)" % source)
+    if expected and finder["gate"] is None:
+        out.append("%s: the finder is never inserted into sys.meta_path" % source)
+    for adapter, switch in sorted((expected or {}).items()):
+        info = hook["adapters"].get(adapter)
+        if info is None:
+            out.append("%s: adapter %s is not registered (no install_%s call in the loader of any wrapped module)"
+                       % (source, adapter, adapter))
+            continue
+        if info["unwrapped"]:
+            out.append("%s: install_%s is called for %s, which the finder does not wrap"
+                       % (source, adapter, ", ".join(info["unwrapped"])))
+        value = (values or {}).get(switch, "1")
+        verdict = arming(hook, adapter, switch, value, adapter_reads_switch=(reads_switch or {}).get(adapter))
+        if verdict["arms"] is not True:
+            out.append("%s: adapter %s: %s" % (source, adapter, verdict["reason"]))
+    return out
+
+
+def reads_switch(adapter_text, switch):
+    """Whether an adapter's source names ``switch`` as a string (None when the text is not Python)."""
+    try:
+        tree = ast.parse(adapter_text)
+    except (SyntaxError, ValueError):
+        return None
+    return any(string_constant(n) == switch for n in ast.walk(tree))
+
+
+def adapter_reads(adapter_dir, expected):
+    """adapter -> whether its file ``<adapter_dir>/<adapter>.py`` reads its switch (None when unreadable)."""
+    out = {}
+    for adapter, switch in (expected or {}).items():
+        try:
+            with open(os.path.join(adapter_dir, adapter + ".py"), encoding="utf-8") as handle:
+                out[adapter] = reads_switch(handle.read(), switch)
+        except (OSError, UnicodeDecodeError):
+            out[adapter] = None
+    return out
