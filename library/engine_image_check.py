@@ -17,7 +17,9 @@ description:
   - C(hook_signatures) - every such symbol exists in the candidate with the parameter list it has in
     I(reference_image), and every module the hook's finder wraps exists.
   - C(g4_guard) - every weight-shape guard C(<x>.shape == (G, N, K)) in I(guard_module) admits
-    I(local_groups), or sits in a function an adapter of the candidate replaces.
+    I(local_groups), or sits in a function an adapter of the candidate replaces; with I(settings), the
+    candidate's import hook must also arm that adapter under them (a replacement whose switch is off never
+    installs).
   - C(vocab_padding) - the candidate pads the vocabulary (C(DEFAULT_VOCAB_PADDING_SIZE) in I(vocab_module))
     so that each of I(tp_size) ranks holds the same number of vocab rows as in the reference.
   - Reports every problem of every check and fails only when the candidate image is not on the node or
@@ -68,6 +70,12 @@ options:
       is slow to create, but a daemon that stops answering must not hold the play).
     type: int
     default: 120
+  settings:
+    description:
+      - The launcher settings the candidate will boot with (C({switch: value}); a switch not set is off, as the
+        launcher passes C(${X:-0})). Given, a guard replaced by an adapter passes only when one of the adapter's
+        gates arms it with these values; omitted, that is not judged.
+    type: dict
   host_label:
     description: Name used in messages (defaults to the host name).
     type: str
@@ -80,6 +88,8 @@ EXAMPLES = r"""
   engine_image_check:
     image: dsv41-sglang@sha256:3f0c0d5e2b8a4c1e9f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e
     reference_image: dsv41-sglang:tp3
+    settings:
+      DSV41_WO_A_W8: "1"
   register: canary_checks
 """
 
@@ -149,7 +159,7 @@ def judge(run, p, label):
     hook = read_hook(hook_text, source="%s:%s/sitecustomize.py" % (p["image"], p["adapter_dir"]))
     texts = dict((name, adapters(name + ".py")) for name, a in hook["adapters"].items() if not a["tp4_only"])
     checks = image_checks(candidate, reference, hook, texts, p["guard_module"], p["vocab_module"],
-                          p["local_groups"], p["vocab_size"], p["tp_size"])
+                          p["local_groups"], p["vocab_size"], p["tp_size"], settings=p["settings"])
     problems = ["%s: %s" % (name, msg) for name in CHECKS for msg in checks[name]["problems"]]
     return dict(image_id=image_id, checks=checks, problems=problems)
 
@@ -168,6 +178,7 @@ def main():
             tp_size=dict(type="int", default=3),
             docker=dict(type="str", default="docker"),
             command_timeout=dict(type="int", default=120),
+            settings=dict(type="dict"),
             host_label=dict(type="str"),
         ),
         supports_check_mode=True,

@@ -7,7 +7,9 @@
   every module the import hook's finder wraps exists (a missing one silently never arms);
 * ``g4_guard``: a shape guard in the model's dispatch that admits only another group count (the pinned
   canary's small-row path wants ``(2, 1024, 4096)`` weights; TP3 has G=4 local groups) must be replaced by an
-  adapter in the image, or TP3 never takes the fast path;
+  adapter in the image, or TP3 never takes the fast path; and, when the settings the image will boot with
+  are given, the image's import hook must arm that adapter under them (a replacement whose switch is off
+  never installs, and the canary would be timed on the G=2-only dispatch);
 * ``vocab_padding``: the candidate pads the vocabulary like the running image, so every rank keeps the same
   number of vocab rows (129,280 padded for TP3 to 43,136 rows a rank with the padding of 64).
 
@@ -17,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 from ansible.module_utils.engine_source import (SourceError, VOCAB_PADDING_NAME, adapter_targets, describe, dotted,
                                                 shape_guards, vocab_padding_size)
+from ansible.module_utils.import_hook_arming import arming
 
 __metaclass__ = type
 
@@ -61,30 +64,69 @@ def hook_signatures(candidate, reference, targets, wrapped):
     return problems, rows
 
 
-def g4_guard(candidate, guard_module, local_groups, patched):
+def adapter_armed(hook, adapter, settings):
+    """``(True|False|None, why)``: does the image's import hook install ``adapter`` when it boots with
+    ``settings`` ({switch: value}; a switch not set is off, as the launcher passes ``${X:-0}``)?
+
+    An adapter the hook installs on some boot without a gate is armed; a gated one is armed when one of its
+    gates arms it with that gate's value (``import_hook_arming.arming``); None when a condition cannot be read.
+    """
+    info = hook["adapters"].get(adapter)
+    if info is None:
+        return False, "the image's import hook never installs %s" % adapter
+    if any(not i["gate"] and not i["tp4_only"] for i in hook["installs"] if i["adapter"] == adapter):
+        return True, "installed on every boot"
+    reasons, unknown = [], False
+    for gate in info["gates"]:
+        value = settings.get(gate)
+        value = "0" if value is None else str(value)
+        verdict = arming(hook, adapter, gate, value)
+        if verdict["arms"] is True:
+            return True, "armed by %s=%s" % (gate, value)
+        unknown = unknown or verdict["arms"] is None
+        reasons.append(verdict["reason"])
+    return (None if unknown else False), "; ".join(reasons) or "no switch arms install_%s" % adapter
+
+
+def g4_guard(candidate, guard_module, local_groups, patched, armed=None):
     """Problems and rows: each 3-dim weight-shape guard in ``guard_module`` of the candidate whose group count
     is not ``local_groups`` must sit in a function some adapter of the image replaces (``patched``: dotted
-    names, however the adapter imported the module)."""
+    name -> the adapters replacing it, however they imported the module) and, when ``armed`` is given
+    ({adapter: (armed, why)} for the settings the image boots with), that adapter must be armed."""
     got = candidate.module(guard_module)
     if got is None:
         return ["%s has no %s: the G=%d dispatch cannot be judged" % (candidate.label, guard_module, local_groups)], []
     tree, _pkg, rel = got
     problems, rows = [], []
     for qual, line, shapes in shape_guards(tree):
-        replaced = bool(qual) and dotted((guard_module, qual)) in patched
+        name = dotted((guard_module, qual))
+        by = sorted(patched.get(name, ())) if qual else []
         admits = any(d[0] == local_groups for d in shapes)
         weights = " or ".join("(%s)" % ", ".join(str(x) for x in d) for d in shapes)
-        rows.append({"where": "%s:%d" % (rel, line), "function": ".".join(qual) or "(module)", "weights": weights,
-                     "verdict": "ok" if admits or replaced else "FAIL",
-                     "why": "admits G=%d" % local_groups if admits
-                     else ("replaced by an adapter" if replaced
-                           else "admits only G=%s" % "/".join(sorted(set(str(d[0]) for d in shapes))))})
-        if not (admits or replaced):
-            problems.append(
-                "%s %s:%d: %s enters its small-row path only for weights %s; TP3 has G=%d local groups and no "
-                "adapter in the image replaces %s (carry a G=%d dispatch)" % (
-                    candidate.label, rel, line, ".".join(qual) or "the module", weights, local_groups,
-                    dotted((guard_module, qual)), local_groups))
+        row = {"where": "%s:%d" % (rel, line), "function": ".".join(qual) or "(module)", "weights": weights,
+               "verdict": "ok", "why": "admits G=%d" % local_groups}
+        rows.append(row)
+        if admits:
+            continue
+        where = "%s %s:%d: %s enters its small-row path only for weights %s; TP3 has G=%d local groups" % (
+            candidate.label, rel, line, ".".join(qual) or "the module", weights, local_groups)
+        if not by:
+            row.update(verdict="FAIL", why="admits only G=%s" % "/".join(sorted(set(str(d[0]) for d in shapes))))
+            problems.append("%s and no adapter in the image replaces %s (carry a G=%d dispatch)"
+                            % (where, name, local_groups))
+            continue
+        row["why"] = "replaced by an adapter (%s)" % ", ".join(by)
+        if armed is None:
+            continue
+        on = [a for a in by if armed.get(a, (False,))[0] is True]
+        if on:
+            row["why"] = "replaced by an adapter (%s, %s)" % (on[0], armed[on[0]][1])
+            continue
+        whys = "; ".join("%s: %s" % (a, armed.get(a, (False, "not installed"))[1]) for a in by)
+        row.update(verdict="FAIL", why="replaced by an adapter these settings do not arm (%s)" % ", ".join(by))
+        problems.append("%s, and the adapter replacing %s is not armed by the settings it boots with (%s): the "
+                        "run would time the G=%s dispatch" % (
+                            where, name, whys, "/".join(sorted(set(str(d[0]) for d in shapes)))))
     return problems, rows
 
 
@@ -115,11 +157,13 @@ CHECKS = ("hook_signatures", "g4_guard", "vocab_padding")
 
 
 def image_checks(candidate, reference, hook, adapter_texts, guard_module, vocab_module, local_groups, vocab_size,
-                 tp_size):
+                 tp_size, settings=None):
     """Every check of a candidate image: {check: {"problems": [...], "rows": [...]}}.
 
     ``hook`` is :func:`import_hook.read_hook` of the candidate's ``sitecustomize.py``; ``adapter_texts``
-    {adapter: text or None} the files of the adapters it installs on TP3 (None: missing from the image).
+    {adapter: text or None} the files of the adapters it installs on TP3 (None: missing from the image);
+    ``settings`` the launcher settings the image will boot with (None: whether a replacing adapter is armed
+    is not judged).
     """
     targets, problems = {}, []
     for name, text in sorted(adapter_texts.items()):
@@ -131,8 +175,13 @@ def image_checks(candidate, reference, hook, adapter_texts, guard_module, vocab_
         except SourceError as exc:
             problems.append(str(exc))
     hooks, hook_rows = hook_signatures(candidate, reference, targets, hook["finder"]["modules"])
-    patched = set(dotted(t) for per in targets.values() for t, how in per.items() if how == "patched")
-    guard, guard_rows = g4_guard(candidate, guard_module, local_groups, patched)
+    patched = {}
+    for adapter, per in targets.items():
+        for target, how in per.items():
+            if how == "patched":
+                patched.setdefault(dotted(target), set()).add(adapter)
+    armed = None if settings is None else dict((a, adapter_armed(hook, a, settings)) for a in targets)
+    guard, guard_rows = g4_guard(candidate, guard_module, local_groups, patched, armed)
     vocab, vocab_rows = vocab_padding(candidate, reference, vocab_module, vocab_size, tp_size)
     return {"hook_signatures": {"problems": problems + hooks, "rows": hook_rows},
             "g4_guard": {"problems": guard, "rows": guard_rows},

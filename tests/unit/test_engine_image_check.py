@@ -55,11 +55,11 @@ def adapter_texts(extra_wo_a=""):
     return hook, texts
 
 
-def checks(canary_overrides=None, extra_wo_a="", groups=4):
+def checks(canary_overrides=None, extra_wo_a="", groups=4, settings=None):
     hook, texts = adapter_texts(extra_wo_a)
     cand, ref = engines(canary_overrides)
     return K.image_checks(cand, ref, hook, texts, "sglang.srt.models.deepseek_v4",
-                          "sglang.srt.layers.vocab_parallel_embedding", groups, 129280, 3)
+                          "sglang.srt.layers.vocab_parallel_embedding", groups, 129280, 3, settings=settings)
 
 
 # --- what an adapter touches -----------------------------------------------------------------------------
@@ -136,9 +136,47 @@ def test_an_adapter_that_replaces_the_guarded_dispatch_passes_the_g4_guard():
     assert [n for n in K.CHECKS if got[n]["problems"]] == []
     assert got["g4_guard"]["rows"] == [{"where": "sglang/srt/models/deepseek_v4.py:13",
                                         "function": "DeepseekV4Attention.wo_a_forward",
-                                        "weights": "(2, 1024, 4096)", "verdict": "ok", "why": "replaced by an adapter"}]
+                                        "weights": "(2, 1024, 4096)", "verdict": "ok",
+                                        "why": "replaced by an adapter (wo_a_w8)"}]
     # the TP4 group count is admitted by the same guard without any port
     assert checks(groups=2)["g4_guard"]["problems"] == []
+
+
+def test_the_replacing_adapter_must_be_armed_by_the_settings_the_image_boots_with():
+    on = checks(extra_wo_a="\n" + G4_PORT, settings={"DSV41_WO_A_W8": "1", "DSV41_CACHE_GIB": "0"})
+    assert on["g4_guard"]["problems"] == []
+    assert on["g4_guard"]["rows"][0]["why"] == "replaced by an adapter (wo_a_w8, armed by DSV41_WO_A_W8=1)"
+    for settings in ({}, {"DSV41_WO_A_W8": "0"}, {"DSV41_WO_A_W8": "off"}, {"DSV41_WO_A_W8_MID": "1"}):
+        off = checks(extra_wo_a="\n" + G4_PORT, settings=settings)
+        value = settings.get("DSV41_WO_A_W8", "0")
+        assert off["g4_guard"]["problems"] == [
+            "canary sglang/srt/models/deepseek_v4.py:13: DeepseekV4Attention.wo_a_forward enters its small-row path "
+            "only for weights (2, 1024, 4096); TP3 has G=4 local groups, and the adapter replacing "
+            "sglang.srt.models.deepseek_v4.DeepseekV4Attention.wo_a_forward is not armed by the settings it boots "
+            "with (wo_a_w8: install_wo_a_w8 is gated by DSV41_WO_A_W8, not armed by DSV41_WO_A_W8=%s): the run "
+            "would time the G=2 dispatch" % value], settings
+        assert off["g4_guard"]["rows"][0]["verdict"] == "FAIL"
+        assert off["hook_signatures"]["problems"] == [] and off["vocab_padding"]["problems"] == []
+    # settings do not make a guard without any replacing adapter pass
+    assert len(checks(settings={"DSV41_WO_A_W8": "1"})["g4_guard"]["problems"]) == 1
+
+
+def test_an_adapter_is_armed_by_its_gate_on_every_boot_or_not_at_all():
+    hook, _texts = adapter_texts()
+    assert K.adapter_armed(hook, "wo_a_w8", {"DSV41_WO_A_W8": "1"}) == (True, "armed by DSV41_WO_A_W8=1")
+    assert K.adapter_armed(hook, "wo_a_w8", {"DSV41_WO_A_W8": 1})[0] is True, "a number is the text bash sees"
+    # draft_tau is installed unconditionally (the adapter reads its switch itself)
+    assert K.adapter_armed(hook, "draft_tau", {}) == (True, "installed on every boot")
+    # shared padding is installed on the TP4 launcher only: its switch alone does not arm it on TP3
+    armed, why = K.adapter_armed(hook, "shared_pad", {"DSV41_SHARED_PAD_K": "1"})
+    assert armed is False and "TP4" in why, why
+    assert K.adapter_armed(hook, "not_there", {}) == (False, "the image's import hook never installs not_there")
+    # a gate the text alone cannot evaluate is not a pass
+    odd = read_hook((ADAPTERS / "sitecustomize.py").read_text().replace(
+        'if os.environ.get("DSV41_WO_A_W8", "0") not in ("0", "", "off", "false"):',
+        'if os.environ.get("DSV41_WO_A_W8", "0") not in _read_offs():'))
+    armed, why = K.adapter_armed(odd, "wo_a_w8", {"DSV41_WO_A_W8": "1"})
+    assert armed is None and "cannot be read" in why, why
 
 
 def test_the_running_image_guard_admits_any_group_count():
@@ -236,6 +274,15 @@ def test_module_passes_a_canary_that_carries_the_g4_dispatch():
     images = {CANARY_ID: (CANARY, "\n" + G4_PORT), "dsv41-sglang:tp3": (RUNNING, "")}
     res = run_module(engine_image_check.main, ARGS, run_command=fake_docker(images))
     assert res["problems"] == [] and sorted(res["checks"]) == sorted(K.CHECKS)
+    # with the settings it boots with: passes with W8 on, fails naming the switch with W8 off
+    res = run_module(engine_image_check.main, dict(ARGS, settings={"DSV41_WO_A_W8": "1"}),
+                     run_command=fake_docker(images))
+    assert res["problems"] == [] and not res.get("failed")
+    res = run_module(engine_image_check.main, dict(ARGS, settings={"DSV41_WO_A_W8": "0", "EP_SIZE": "3"}),
+                     run_command=fake_docker(images))
+    assert not res.get("failed") and res["changed"] is False
+    assert [p.split(":")[0] for p in res["problems"]] == ["g4_guard"]
+    assert "not armed by DSV41_WO_A_W8=0" in res["problems"][0]
 
 
 def test_module_fails_naming_the_host_when_the_image_is_not_there():
@@ -310,14 +357,14 @@ def test_a_rank_on_another_image_fails_the_pinned_arm():
 
 def test_the_record_shows_each_pinned_image_and_its_checks():
     from ansible.module_utils import engine_image_report as R
-    got = checks(extra_wo_a="\n" + G4_PORT)
+    got = checks(extra_wo_a="\n" + G4_PORT, settings={"DSV41_WO_A_W8": "1"})
     lines = R.markdown_tables({CANARY_ID: {"present": {"spark1": True, "spark2": False}, "problems": ["x | y"],
                                            "checks": got, "image_id": CANARY_ID}})
     text = "\n".join(lines)
     assert "## Image %s" % CANARY_ID in text and "on spark1; missing on spark2." in text
     assert "Verdict before any change: **refused**\n- x | y" in text
     assert "| sglang/srt/models/deepseek_v4.py:13 | DeepseekV4Attention.wo_a_forward | (2, 1024, 4096) | " \
-           "replaced by an adapter | ok |" in text
+           "replaced by an adapter (wo_a_w8, armed by DSV41_WO_A_W8=1) | ok |" in text
     assert "| tp3 | 64 | 43136 |" in text
     assert R.markdown_tables({}) == []
 
@@ -348,10 +395,10 @@ def test_weight_shape_guards_are_read_in_their_usual_spellings(guard, shapes):
 def test_a_guard_admitting_g4_among_other_shapes_passes():
     cand = E.Engine(lambda rel: "def f(w):\n    return tuple(w.shape) in ((2, 1024, 4096), (4, 1024, 4096))\n"
                     if rel == "sglang/m.py" else None, "the candidate")
-    problems, rows = K.g4_guard(cand, "sglang.m", 4, set())
+    problems, rows = K.g4_guard(cand, "sglang.m", 4, {})
     assert problems == [] and rows[0]["why"] == "admits G=4"
     assert rows[0]["weights"] == "(2, 1024, 4096) or (4, 1024, 4096)"
-    problems, rows = K.g4_guard(cand, "sglang.m", 3, set())
+    problems, rows = K.g4_guard(cand, "sglang.m", 3, {})
     assert rows[0]["why"] == "admits only G=2/4" and len(problems) == 1
 
 
