@@ -72,9 +72,10 @@ options:
     default: 120
   settings:
     description:
-      - The launcher settings the candidate will boot with (C({switch: value}); a switch not set is off, as the
-        launcher passes C(${X:-0})). Given, a guard replaced by an adapter passes only when one of the adapter's
-        gates arms it with these values; omitted, that is not judged.
+      - The launcher settings the candidate will boot with, switch name to value. A switch not set is off, as
+        the launcher passes C(${X:-0}).
+      - Given, a guard replaced by an adapter passes only when one of the adapter's gates arms it with these
+        values; omitted, that is not judged.
     type: dict
   host_label:
     description: Name used in messages (defaults to the host name).
