@@ -226,7 +226,8 @@ def condition_table(conditions, order):
             continue
         t = c.get("timing") or {}
         steps = c.get("decode_steps") or {}
-        for key in ["C1", "C2", "C4", "all"]:
+        # every concurrency the condition's lines were counted at (C1, C2, C4 and what its benchmark ran), then all
+        for key in sorted((k for k in steps if k[:1] == "C" and k[1:].isdigit()), key=lambda k: int(k[1:])) + ["all"]:
             if key in steps and (key == "all" or (steps[key] or {}).get("lines")):
                 tok, ms = _steps(steps[key])
                 rows.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (

@@ -121,9 +121,13 @@ def test_more_slots_judged_on_the_aggregate_with_per_stream_reported(tmp_path, f
     assert rc == 0, (rec["verdicts"], rec["arm_checks"])
     v = verdicts(rec)
     assert v["slots6"]["verdict"] == "pass" and v["slots8"]["verdict"] == "pass", v
-    # at C8 four slots queue half the streams: eight slots serve more tokens per second in aggregate
-    c8 = [c for c in v["slots8"]["comparisons"] if c["concurrency"] == 8][0]
-    assert c8["gain"] > 0.3, c8
+    # At C8 four slots queue half the streams and eight run them all: read from what rank 0 logged in each
+    # condition's boot (Decode batch lines counted at #running-req: 8), not from the speed, which a loaded
+    # machine blurs (the aggregate gain is in the table printed below, judged by the definition's rule)
+    steps = {name: rec["conditions"][name]["decode_steps"] for name in ("baseline", "slots6", "slots8")}
+    assert steps["baseline"]["C8"]["lines"] == 0 and steps["slots6"]["C8"]["lines"] == 0, steps
+    assert steps["slots8"]["C8"]["lines"] > 0, steps["slots8"]
+    assert sorted(c["concurrency"] for c in v["slots8"]["comparisons"]) == [1, 8], "C8 is timed beside C1"
     md = (run / "record.md").read_text()
     print(md)
     assert "## prose: per_stream_tok_s, median [min..max] (reported, not judged)" in md

@@ -156,6 +156,12 @@ def test_markdown_gives_each_condition_s_phase_seconds_and_steps():
     assert "| baseline | 2 | 58 | 240 | 1 | 301 | C1 | 2.50 [2.00..3.00] | 90.00 [80.00..100.00] |" in text
     assert "| baseline | 2 | 58 | 240 | 1 | 301 | all | 2.50 [2.00..3.00] | 90.00 [80.00..100.00] |" in text
     assert "C4" not in text.split("## Each condition")[1], "a concurrency with no line is left out"
+    # a concurrency beyond C4 (more slots) has its own row, in numeric order before "all"
+    eight = head_log.replace("#running-req: 1,", "#running-req: 8,").replace("10:00:0", "10:01:0")
+    conds["baseline"]["decode_steps"] = decode_steps.condition_steps(
+        {"spark1": head_log + eight.split("\n", 1)[1]}, {"spark1": 0}, (1, 2, 4, 8, 16))
+    rows = [r.split(" | ")[6] for r in er.condition_table(conds, ["baseline"]) if r.startswith("| baseline")]
+    assert rows == ["C1", "C8", "all"], rows
     assert "| fence | 1 | - | - | - | - | - | - | - |" in text, "a condition that stopped early"
 
 
