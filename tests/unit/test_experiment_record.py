@@ -3,8 +3,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from ansible.module_utils import experiment_record as er
 from ansible.module_utils import experiment_schema as es
 from ansible.module_utils import experiment_snapshot as snap
