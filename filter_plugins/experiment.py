@@ -144,9 +144,10 @@ def dsv41_experiment_workload_steps(logs, ranks, results, concurrency=1):
     return _steps.workload_steps(logs or {}, ranks or {}, results or [], concurrency)
 
 
-def dsv41_experiment_decode_steps(logs, ranks, concurrency=(1, 2, 4)):
-    """Committed tokens per step and step time of a condition, from rank 0's Decode batch lines."""
-    return _steps.condition_steps(logs or {}, ranks or {}, concurrency)
+def dsv41_experiment_decode_steps(logs, ranks, benchmarked=()):
+    """Committed tokens per step and step time of a condition, from rank 0's Decode batch lines: at C1, C2, C4
+    and at every concurrency the condition's benchmark ran (``benchmarked``; more slots adds C8)."""
+    return _steps.condition_steps(logs or {}, ranks or {}, sorted({1, 2, 4} | set(int(c) for c in benchmarked or ())))
 
 
 def _mem_available_gib(text):

@@ -108,25 +108,26 @@ def g4_guard(candidate, guard_module, local_groups, patched, armed=None):
         rows.append(row)
         if admits:
             continue
+        only = "/".join(sorted(set(str(d[0]) for d in shapes)))
         where = "%s %s:%d: %s enters its small-row path only for weights %s; TP3 has G=%d local groups" % (
             candidate.label, rel, line, ".".join(qual) or "the module", weights, local_groups)
         if not by:
-            row.update(verdict="FAIL", why="admits only G=%s" % "/".join(sorted(set(str(d[0]) for d in shapes))))
+            row.update(verdict="FAIL", why="admits only G=%s" % only)
             problems.append("%s and no adapter in the image replaces %s (carry a G=%d dispatch)"
                             % (where, name, local_groups))
             continue
         row["why"] = "replaced by an adapter (%s)" % ", ".join(by)
         if armed is None:
             continue
-        on = [a for a in by if armed.get(a, (False,))[0] is True]
+        # every adapter in ``by`` patched the function, so each has its verdict in ``armed``
+        on = [a for a in by if armed[a][0] is True]
         if on:
             row["why"] = "replaced by an adapter (%s, %s)" % (on[0], armed[on[0]][1])
             continue
-        whys = "; ".join("%s: %s" % (a, armed.get(a, (False, "not installed"))[1]) for a in by)
+        whys = "; ".join("%s: %s" % (a, armed[a][1]) for a in by)
         row.update(verdict="FAIL", why="replaced by an adapter these settings do not arm (%s)" % ", ".join(by))
         problems.append("%s, and the adapter replacing %s is not armed by the settings it boots with (%s): the "
-                        "run would time the G=%s dispatch" % (
-                            where, name, whys, "/".join(sorted(set(str(d[0]) for d in shapes)))))
+                        "run would time the G=%s dispatch" % (where, name, whys, only))
     return problems, rows
 
 

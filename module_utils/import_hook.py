@@ -23,6 +23,8 @@ __metaclass__ = type
 SWITCH_RE = re.compile(r"^(?:DSV41|SGLANG|DSPARK)_[A-Z0-9_]+$")
 LAUNCHER_VAR = "DSV41_LAUNCHER"
 INSTALL_PREFIX = "install_"
+# what a gate condition evaluates to when the text alone cannot say
+UNKNOWN = object()
 
 
 class HookError(Exception):
@@ -35,7 +37,7 @@ def string_constant(node):
     return None
 
 
-def string_constants(node):
+def _strings(node):
     """The string constants of a tuple/list/set/frozenset(...) literal, else None."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
             and node.func.id in ("frozenset", "set", "tuple") \
@@ -61,15 +63,15 @@ def _module_assigns(tree):
     return out
 
 
-def env_key(node):
+def _env_key(node):
     """``X`` for ``os.environ.get("X"...)``, ``os.getenv("X"...)``, ``os.environ["X"]``, ``environ.get("X")``."""
     if isinstance(node, ast.Call) and node.args:
         f = node.func
-        if isinstance(f, ast.Attribute) and f.attr == "get" and is_environ(f.value):
+        if isinstance(f, ast.Attribute) and f.attr == "get" and _is_environ(f.value):
             return string_constant(node.args[0])
         if isinstance(f, ast.Attribute) and f.attr == "getenv":
             return string_constant(node.args[0])
-    if isinstance(node, ast.Subscript) and is_environ(node.value):
+    if isinstance(node, ast.Subscript) and _is_environ(node.value):
         sl = node.slice
         if type(sl).__name__ == "Index":       # Python < 3.9
             sl = sl.value
@@ -77,13 +79,9 @@ def env_key(node):
     return None
 
 
-def is_environ(node):
+def _is_environ(node):
     return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
         (isinstance(node, ast.Name) and node.id == "environ")
-
-
-# what a condition evaluates to when the text alone cannot say
-UNKNOWN = object()
 
 
 class GateEnv:
@@ -118,21 +116,21 @@ class GateEnv:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.funcs:
             return self._call_helper(node, depth)
         if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute) \
-                and (node.func.attr == "getenv" or (node.func.attr == "get" and is_environ(node.func.value))):
+                and (node.func.attr == "getenv" or (node.func.attr == "get" and _is_environ(node.func.value))):
             key = self.value(node.args[0], depth + 1)
             if not isinstance(key, str):
                 return UNKNOWN
             if key in self.env:
                 return self.env[key]
             return self.value(node.args[1], depth + 1) if len(node.args) > 1 else None
-        key = env_key(node)            # os.environ["X"]
+        key = _env_key(node)            # os.environ["X"]
         if key is not None:
             return self.env.get(key)
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name) and node.id in self.assigns:
             return self.value(self.assigns[node.id], depth + 1)
-        seq = string_constants(node)
+        seq = _strings(node)
         if seq is not None:
             return tuple(seq)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args \
@@ -174,7 +172,7 @@ def _env_vars(node, assigns, depth=0):
     """Environment variables a condition reads (through module-level names too)."""
     out = []
     for sub in ast.walk(node):
-        key = env_key(sub)
+        key = _env_key(sub)
         if key is not None and key not in out:
             out.append(key)
         elif isinstance(sub, ast.Name) and sub.id in assigns and depth < 5:
@@ -199,7 +197,7 @@ def _finder_modules(tree, assigns):
                     target = node.comparators[0]
                     if isinstance(target, ast.Name) and target.id in assigns:
                         target = assigns[target.id]
-                    names = string_constants(target)
+                    names = _strings(target)
                     if names is not None:
                         return names, cls.name
     return None, None

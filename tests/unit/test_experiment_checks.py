@@ -324,3 +324,16 @@ def test_clocks_precondition_needs_every_rank_locked():
     assert filters.dsv41_experiment_preconditions(req, {}) == [
         "clocks locked required on every rank (from the journal of this boot); found: no rank's clock state was read"]
     assert filters.dsv41_experiment_preconditions(req, {"clocks": dict((h, "locked") for h in RANKS)}) == []
+
+
+def test_decode_steps_are_counted_at_c1_c2_c4_and_every_benchmarked_concurrency():
+    line = ("[2026-11-30 10:00:0%d] Decode batch, #running-req: %d, #full token: 10, full token usage: 0.00, "
+            "accept len: 3.00, accept rate: 0.50, cuda graph: True, gen throughput (token/s): 30.00, #queue-req: 0\n")
+    head = "server_args={'x': 1}\n" + line % (0, 8) + line % (1, 8) + line % (2, 4)
+    slots = filters.dsv41_experiment_decode_steps({"spark1": head, "spark2": ""}, RANKS, [1, 8])
+    assert sorted(k for k in slots if k != "host") == ["C1", "C2", "C4", "C8", "all"]
+    assert slots["C8"]["lines"] == 2 and slots["C4"]["lines"] == 1 and slots["C1"]["lines"] == 0
+    # an untimed condition (no benchmark) and a benchmark within C1..C4 count at C1, C2 and C4 only
+    for benchmarked in ([], [1, 4]):
+        got = filters.dsv41_experiment_decode_steps({"spark1": head}, RANKS, benchmarked)
+        assert sorted(k for k in got if k != "host") == ["C1", "C2", "C4", "all"]
