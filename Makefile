@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine (as root):
 #   make demo   bring the lab fleet up and run the main job on it
-#   make test   lint, unit tests, molecule scenarios and playbook tests against the lab
+#   make test   lint, unit tests, testinfra, molecule scenarios, smoke playbook tests (at most 10
+#               minutes warm); make test-all adds every other playbook test (what CI runs)
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 VENV ?= $(CURDIR)/.venv
@@ -18,7 +19,7 @@ export ANSIBLE_FILTER_PLUGINS := $(abspath filter_plugins)
 export ANSIBLE_FORCE_COLOR := 0
 
 .PHONY: help setup apt apt-check fresh-check lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status drift lab-suites \
-        test lint argspecs unit lab-tests molecule playbook-tests bench lab-reset
+        test test-slow test-all lint argspecs unit lab-tests molecule playbook-tests bench lab-reset
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -123,11 +124,22 @@ playbook-tests: setup ## stage and check-mode tests of the playbooks on the lab 
 # Every lab-level job (testinfra, each molecule scenario, each playbook test module) spread over
 # DSV41_TEST_SHARES lab instances (default 3, instances 1..N, each in its own scratch checkout; the demo
 # lab, instance 0, is left alone), longest first by their last measured durations. Logs and the plan:
-# tests/run_lab_suites.py --list; /tmp/dsv41-lab-suites/logs/.
-lab-suites: lab-image ## testinfra, molecule and playbook tests on several lab instances at once
-	$(PY) tests/run_lab_suites.py
+# tests/run_lab_suites.py --list; /tmp/dsv41-lab-suites/logs/. TIER: fast (testinfra, molecule, the
+# playbook tests marked smoke: what `make test` runs), slow (every other playbook test) or all.
+TIER ?= all
+lab-suites: lab-image ## lab-level jobs of one TIER (fast, slow, all) on several lab instances at once
+	$(PY) tests/run_lab_suites.py --tier $(TIER)
 
-test: lint argspecs unit lab-suites ## everything CI runs (the lab-level jobs in parallel, see lab-suites)
+# `make test` and `make test-all` run the unit tests beside the lab shares (--with-unit): they need no lab,
+# and their waits overlap the lab jobs'.
+test: lint argspecs lab-image ## the fast suite, at most 10 min warm: lint, unit, testinfra, molecule, smoke playbook tests
+	$(PY) tests/run_lab_suites.py --tier fast --with-unit
+
+test-slow: lab-image ## every playbook test not in `make test`: stages, experiments, packs, converges run for real
+	$(PY) tests/run_lab_suites.py --tier slow
+
+test-all: lint argspecs lab-image ## everything (what CI runs): the fast suite and the slow tier in one plan
+	$(PY) tests/run_lab_suites.py --tier all --with-unit
 
 bench: setup ## benchmarks (ratios against a baseline in the same run)
 	$(PY) bench/bench_plan.py

@@ -2,6 +2,10 @@
 """Run the lab-level suites (testinfra, every molecule scenario, every playbook test module) on several
 lab instances at once, so `make test` waits for the slowest share instead of the sum.
 
+Two tiers (see TIERS): `make test` runs the fast one (testinfra, molecule, and the playbook tests marked
+``smoke``), `make test-slow` every other playbook test, `make test-all` (CI) both in one plan. A playbook
+test module with tests in both tiers is two jobs: ``smoke/<module>`` and ``playbooks/<module>``.
+
 Each share gets its own scratch checkout under ``$DSV41_TEST_WORK`` (default ``/tmp/dsv41-lab-suites``):
 the files git knows (tracked and untracked-but-not-ignored, as they are in this working tree, so local
 edits are tested), the project's ``.venv`` linked, and its own lab (``DSV41_LAB_INSTANCE`` = 1..N: the
@@ -14,6 +18,7 @@ run (``tests/lab_suite_seconds.json``). Every job runs even when one fails; the 
 job with the tail of its log, and the exit status is 1 when any failed. Logs: ``<work>/logs/<job>.log``.
 
     python3 tests/run_lab_suites.py                 # every job, DSV41_TEST_SHARES (default 3) shares
+    python3 tests/run_lab_suites.py --tier fast     # what `make test` runs
     python3 tests/run_lab_suites.py --shares 2 --only playbooks/test_stage_a.py molecule/engine
     python3 tests/run_lab_suites.py --list          # the jobs, their shares and expected seconds
 """
@@ -32,25 +37,64 @@ DURATIONS = ROOT / "lab" / ".state" / "suite-durations.json"
 # Seconds each job took in a recorded run (2 cores, 3 shares, lab engine at LAB_ENGINE_SPEED=10), used
 # until this machine has measured its own (DURATIONS); a job missing from both gets DEFAULT_SECONDS.
 RECORDED = ROOT / "tests" / "lab_suite_seconds.json"
-DEFAULT_SECONDS = {"testinfra": 30, "molecule": 40, "playbooks": 120}
+DEFAULT_SECONDS = {"testinfra": 30, "molecule": 40, "smoke": 40, "playbooks": 300}
 TAIL_LINES = 60
 
 
-def jobs():
-    """[(name, argv relative to a checkout)] in a stable order."""
-    out = [("testinfra", ["pytest", "-q", "-p", "no:cacheprovider", "tests/testinfra",
-                          "--hosts=ansible://dsv41_ranks", "--ansible-inventory=inventory/lab",
-                          "--connection=ansible"])]
-    for scenario in sorted(ROOT.glob("roles/*/molecule/*/molecule.yml")):
-        role, name = scenario.parent.parent.parent.name, scenario.parent.name
-        out.append(("molecule/%s" % role if name == "default" else "molecule/%s/%s" % (role, name),
-                    # from a fresh molecule state: a run killed before its destroy leaves "prepared"
-                    # behind, and the next `molecule test` would skip the scenario's prepare
-                    ["bash", "-c", 'cd "roles/$0" && { molecule reset -s "$1" >/dev/null 2>&1 || true; } '
-                                   '&& exec molecule test -s "$1"', role, name]))
-    for module in sorted((ROOT / "tests" / "playbooks").glob("test_*.py")):
-        out.append(("playbooks/%s" % module.name,
-                    ["pytest", "-q", "-p", "no:cacheprovider", "--durations=5", "tests/playbooks/%s" % module.name]))
+# The two tiers of the lab-level jobs. "fast" (`make test`, at most 10 minutes warm with lint and the unit
+# tests): testinfra, every molecule scenario, and the playbook tests marked ``smoke`` (one check-mode or
+# refusal run for a playbook, read-only; tests/playbooks/conftest.py). "slow" (`make test-slow`): every other
+# playbook test: the stages, experiments, packs, converges and rollbacks run for real, and the sweeps of
+# inputs. "all" (`make test-all`, CI): both in one plan. A test is in the slow tier unless marked, so a new
+# stage's tests cannot stretch `make test`.
+TIERS = ("fast", "slow", "all")
+SMOKE = "smoke"
+
+
+def playbook_tests(marker_expression=None):
+    """{module file name: [test ids]} that pytest itself selects from tests/playbooks with ``-m`` (every
+    test without one): the marks are read the way pytest reads them (module ``pytestmark``, decorators,
+    ``pytest.param`` marks), and a mark nobody registered is an error (``--strict-markers``)."""
+    select = ["-m", marker_expression] if marker_expression is not None else []
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "--strict-markers"] + select + ["tests/playbooks"], cwd=ROOT, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True)
+    if out.returncode not in (0, 5):  # 5: nothing selected
+        raise SystemExit("collecting tests/playbooks with -m %r failed (rc %d):\n%s%s"
+                         % (marker_expression, out.returncode, out.stdout[-3000:], out.stderr[-3000:]))
+    selected = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("tests/playbooks/") and "::" in line:
+            path, test = line.split("::", 1)
+            selected.setdefault(Path(path).name, []).append(test)
+    return selected
+
+
+def jobs(tier="all"):
+    """[(name, argv relative to a checkout)] of one tier, in a stable order. A playbook test module is a
+    ``smoke/<module>`` job in the fast tier and a ``playbooks/<module>`` job in the slow tier, each only
+    when that tier selects one of its tests."""
+    if tier not in TIERS:
+        raise SystemExit("unknown tier %r (one of %s)" % (tier, ", ".join(TIERS)))
+    fast, slow = tier in ("fast", "all"), tier in ("slow", "all")
+    out = []
+    if fast:
+        out.append(("testinfra", ["pytest", "-q", "-p", "no:cacheprovider", "tests/testinfra",
+                                  "--hosts=ansible://dsv41_ranks", "--ansible-inventory=inventory/lab",
+                                  "--connection=ansible"]))
+        for scenario in sorted(ROOT.glob("roles/*/molecule/*/molecule.yml")):
+            role, name = scenario.parent.parent.parent.name, scenario.parent.name
+            out.append(("molecule/%s" % role if name == "default" else "molecule/%s/%s" % (role, name),
+                        # from a fresh molecule state: a run killed before its destroy leaves "prepared"
+                        # behind, and the next `molecule test` would skip the scenario's prepare
+                        ["bash", "-c", 'cd "roles/$0" && { molecule reset -s "$1" >/dev/null 2>&1 || true; } '
+                                       '&& exec molecule test -s "$1"', role, name]))
+    for prefix, expression, wanted in (("smoke", SMOKE, fast), ("playbooks", "not " + SMOKE, slow)):
+        if wanted:
+            for module in sorted(playbook_tests(expression)):
+                out.append(("%s/%s" % (prefix, module),
+                            ["pytest", "-q", "-p", "no:cacheprovider", "--durations=5", "-m", expression,
+                             "tests/playbooks/%s" % module]))
     return out
 
 
@@ -117,7 +161,43 @@ def job_env(checkout, instance):
     })
     # the suites check structure, never speed: the lab engine's request path runs 10x faster
     env.setdefault("DSV41_LAB_ENGINE_KNOBS", "LAB_ENGINE_SPEED=10")
+    # ansible-playbook polls its workers' results every millisecond by default; three shares of it on two
+    # cores spend about a seventh of the control node's CPU on that. 10 ms changes no result.
+    env.setdefault("ANSIBLE_INTERNAL_POLL_INTERVAL", "0.01")
     return env
+
+
+# jobs that run one playbook test module (its fixture resets the lab at its start)
+PYTEST_MODULE_JOBS = ("smoke/", "playbooks/")
+
+
+def run_job(name, argv, cwd, env, logs, share, results, lock):
+    """One job, its output in ``<logs>/<name>.log``; its result appended to ``results``. Returns its rc."""
+    log = logs / (name.replace("/", "__") + ".log")
+    t0 = time.monotonic()
+    with open(log, "w") as handle:
+        handle.write("# share %s, checkout %s\n# %s\n" % (share, cwd, argv))
+        handle.flush()
+        # stdin from /dev/null: ansible refuses to start on a non-blocking stdin, and a job may
+        # leave the runner's inherited one non-blocking for every job that follows.
+        rc = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=handle,
+                            stderr=subprocess.STDOUT).returncode
+    seconds = time.monotonic() - t0
+    with lock:
+        results.append({"job": name, "share": share, "rc": rc, "seconds": round(seconds, 1), "log": str(log)})
+        print("[suites] share %s: %-45s %s in %4.0f s" % (share, name, "ok" if rc == 0 else "FAILED (rc %d)" % rc,
+                                                      seconds), flush=True)
+    return rc
+
+
+# The unit and lab stand-in tests need no lab: with --with-unit they run from the working tree beside the
+# shares (as `make unit` runs them), so their waits (engine stand-in boots, timeouts) overlap the lab jobs.
+UNIT_JOB = ("unit", ["pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/lab"])
+
+
+def run_unit(work, results, lock):
+    env = dict(os.environ, PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")), DSV41_LAB_ONLY="1")
+    run_job(UNIT_JOB[0], UNIT_JOB[1], ROOT, env, work / "logs", "unit", results, lock)
 
 
 def run_share(index, share, work, results, lock):
@@ -127,21 +207,7 @@ def run_share(index, share, work, results, lock):
     env = job_env(checkout, instance)
 
     def run(name, argv):
-        log = logs / (name.replace("/", "__") + ".log")
-        t0 = time.monotonic()
-        with open(log, "w") as handle:
-            handle.write("# share %d, lab instance %d, checkout %s\n# %s\n" % (instance, instance, checkout, argv))
-            handle.flush()
-            # stdin from /dev/null: ansible refuses to start on a non-blocking stdin, and a job may
-            # leave the runner's inherited one non-blocking for every job that follows.
-            rc = subprocess.run(argv, cwd=checkout, env=env, stdin=subprocess.DEVNULL, stdout=handle,
-                                stderr=subprocess.STDOUT).returncode
-        seconds = time.monotonic() - t0
-        with lock:
-            results.append({"job": name, "share": instance, "rc": rc, "seconds": round(seconds, 1), "log": str(log)})
-            print("[suites] share %d: %-45s %s in %4.0f s" % (instance, name, "ok" if rc == 0 else "FAILED (rc %d)" % rc,
-                                                          seconds), flush=True)
-        return rc
+        return run_job(name, argv, checkout, env, logs, instance, results, lock)
 
     checkout_copy(checkout)
     if run("lab-up-%d" % instance, ["python3", "lab/labctl.py", "up"]) != 0:
@@ -153,7 +219,7 @@ def run_share(index, share, work, results, lock):
     for name, argv in share:
         # Molecule scenarios and testinfra start from the report's state (a scenario's destroy resets what
         # it changed); a playbook test module resets at its start and leaves its last state: reset after one.
-        if not name.startswith("playbooks/") and previous is not None and previous.startswith("playbooks/"):
+        if not name.startswith(PYTEST_MODULE_JOBS) and previous is not None and previous.startswith(PYTEST_MODULE_JOBS):
             run("lab-reset-%d-before-%s" % (instance, name.replace("/", "-")), ["python3", "lab/labctl.py", "reset"])
         run(name, argv)
         previous = name
@@ -163,7 +229,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shares", type=int, default=int(os.environ.get("DSV41_TEST_SHARES", "3")),
                         help="lab instances run at once (1..9; default DSV41_TEST_SHARES or 3)")
+    parser.add_argument("--tier", choices=TIERS, default="all",
+                        help="fast: testinfra, molecule and the playbook tests marked smoke (`make test`); "
+                             "slow: every other playbook test; all (default): both")
     parser.add_argument("--only", nargs="*", metavar="JOB", help="only these jobs (names as --list prints them)")
+    parser.add_argument("--with-unit", action="store_true",
+                        help="also run the unit and lab stand-in tests (pytest tests/unit tests/lab) beside the shares")
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     parser.add_argument("--keep-labs", action="store_true", help="leave the share labs up afterwards")
     args = parser.parse_args()
@@ -171,7 +242,7 @@ def main():
         raise SystemExit("--shares must be 1..9 (lab instances 1..9; 0 is the demo lab)")
     measured = json.loads(RECORDED.read_text()) if RECORDED.exists() else {}
     measured.update(json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {})
-    selected = jobs()
+    selected = jobs("all" if args.only else args.tier)  # --only names jobs of either tier
     if args.only:
         unknown = sorted(set(args.only) - {name for name, _ in selected})
         if unknown:
@@ -191,6 +262,8 @@ def main():
     results, lock = [], threading.Lock()
     t0 = time.monotonic()
     threads = [threading.Thread(target=run_share, args=(i, share, work, results, lock)) for i, share in enumerate(plan)]
+    if args.with_unit:
+        threads.append(threading.Thread(target=run_unit, args=(work, results, lock)))
     for t in threads:
         t.start()
     for t in threads:

@@ -7,6 +7,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pytest  # noqa: E402
 
 
+def pytest_configure(config):
+    # The test's tier (tests/run_lab_suites.py TIERS). Unmarked playbook tests are in the slow tier
+    # (`make test-slow`, and `make test-all`, which CI runs), so a new stage's tests cannot stretch `make test`.
+    config.addinivalue_line(
+        "markers", "smoke: in `make test` (at most 10 minutes warm): a check-mode, refusal or read-only run of a "
+                   "playbook, seconds to a minute, that changes nothing on the lab; one or two per playbook")
+
+
 @pytest.fixture
 def fast_engine():
     """The lab engine's request path STAGE_TEST_SPEED times faster for one test (knob files on every host),

@@ -141,6 +141,7 @@ def test_baseline_converge_reports_no_change():
     assert env_text() == text and launcher_dir() == before          # no backup, no record when nothing changes
 
 
+@pytest.mark.smoke
 def test_check_diff_of_one_key_shows_only_that_key():
     before = env_text()
     rc, out = playbook("site.yml", "--check", "--diff", *overrides(DSPARK_BLOCK_SIZE=5))

@@ -6,6 +6,7 @@ exactly as they were before the first change.
 import json
 import re
 
+import pytest
 
 from labhelpers import playbook, recap, sh
 
@@ -49,6 +50,7 @@ def rollback_twice(before):
     assert inspected() == before
 
 
+@pytest.mark.smoke
 def test_report_shows_the_reports_fleet_state():
     rc, out = playbook("contention.yml")
     assert rc == 0, out[-3000:]

@@ -93,6 +93,7 @@ def secrets_in(run_dir, *values):
     return hits
 
 
+@pytest.mark.smoke
 def test_refuses_without_check_mode():
     rc, out = playbook("drift.yml")
     assert rc != 0 and "drift.yml only reports; run it with --check" in out

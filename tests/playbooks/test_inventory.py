@@ -13,6 +13,9 @@ from labhelpers import LAB_INVENTORY, ROOT, env, playbook
 sys.path.insert(0, str(ROOT / "filter_plugins"))
 import fleet  # noqa: E402  (filter plugin under test, from the repo)
 
+# Inventory validation and structure: seconds each, so all of it runs in `make test` (conftest.py).
+pytestmark = pytest.mark.smoke
+
 
 def inventory(path):
     out = subprocess.run(["ansible-inventory", "-i", str(path), "--list"], env=env(), cwd=ROOT,

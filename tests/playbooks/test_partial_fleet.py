@@ -90,6 +90,7 @@ def test_a_limit_is_refused_in_the_preflight_and_nothing_changes(book):
     assert fleet_state() == before
 
 
+@pytest.mark.smoke
 def test_the_refusal_contacts_no_host(unreachable_inventory):
     rc, out = playbook("stage_a_pack.yml", "--limit", "spark2", "-e", "maintenance_window=true",
                        inventories=unreachable_inventory)

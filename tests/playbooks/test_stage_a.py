@@ -133,6 +133,7 @@ def assert_exact_shards(dests, checkpoint):
         assert ".partial" not in sh(host, f"ls -a {dests[host]}")
 
 
+@pytest.mark.smoke
 def test_check_mode_on_full_scale_stops_at_spark2_and_changes_nothing():
     before = snapshot(WATCHED)
     rc, out = playbook("stage_a_pack.yml", "--check")

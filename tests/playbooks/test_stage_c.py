@@ -3,6 +3,7 @@
 Each run writes its record under tmp_path (-e experiment_record_root); the lab engine's request path is
 sped up through the host-side knob files (LAB_ENGINE_SPEED, tests/playbooks/experiment_lab.py), which the tests remove again.
 """
+import pytest
 import yaml
 
 from experiment_lab import (HOOK, ROOT, fleet_state, lab_definition as _lab_definition,
@@ -15,6 +16,7 @@ def lab_definition(tmp_path):
     return _lab_definition(tmp_path, "stage_c_fence")
 
 
+@pytest.mark.smoke
 def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path):
     before = fleet_state()
     rc, out = playbook("stage_c_fence.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path)

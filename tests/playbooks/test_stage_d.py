@@ -5,6 +5,7 @@ sped up through its knob file on the head; the fault tests add LAB_ENGINE_FAULT 
 copy of the definition (one workload at C1, still five measured repetitions): they judge evidence,
 correctness and the restore, not speed.
 """
+import pytest
 import yaml
 
 from experiment_lab import (HOOK, ROOT, engine_healthy, flat, fleet_state, kill_during,
@@ -21,6 +22,7 @@ def run_stage(tmp_path, *extra, **definition):
     return rc, out
 
 
+@pytest.mark.smoke
 def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path):
     before = fleet_state()
     rc, out = playbook("stage_d_wo_a.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path)

@@ -76,7 +76,7 @@ def test_row_cache_is_refused_without_packed_shards_and_without_headroom(tmp_pat
     assert not (tmp_path / "rec").exists() or not any((tmp_path / "rec").iterdir())
 
 
-@pytest.mark.parametrize("name", ["ep1", "slots", "row_cache"])
+@pytest.mark.parametrize("name", [pytest.param("ep1", marks=pytest.mark.smoke), "slots", "row_cache"])
 def test_check_mode_prints_the_plan_and_changes_nothing(tmp_path, name):
     before = fleet_state()
     rc, out = playbook("stage_i_experiments.yml", "-e", "experiment=%s" % name, "--check",
