@@ -1,0 +1,98 @@
+"""Lab hosts only: keep the bytecode of the Python files Ansible ships in each task's AnsiballZ payload.
+
+Every task Ansible runs on a host sends a zip (``ansible_<module>_payload.zip``) holding the module and the
+``module_utils`` it imports, and Python's zipimport compiles each of those files from source on every
+task, because the zip carries no bytecode: about 0.06 CPU-seconds of the 0.16 a module run costs. The lab
+runs three hosts per lab instance, three instances at once, on two cores; that compile is a large share of
+the test suite's time. This hook (loaded by a ``.pth`` file at interpreter start, see lab/Containerfile)
+replaces zipimport's path hook with one that, for payload zips only, keeps each compiled code object in
+``/var/cache/dsv41-lab/ansiballz/<uid>/``, keyed by the source's SHA-256, the module name and the
+interpreter's bytecode magic. The code object is exactly what ``compile`` makes of the same source, so a
+module behaves as it would uncached; a real Spark simply compiles it again each time. Every other import,
+and every process that is not an Ansible module run, is left to Python's own machinery.
+"""
+import marshal
+import os
+import sys
+import zipimport
+
+# the environment variable is for the stand-in tests (tests/lab/test_ansiballz_cache.py)
+CACHE_ROOT = os.environ.get("DSV41_LAB_ANSIBALLZ_CACHE", "/var/cache/dsv41-lab/ansiballz")
+_MAGIC = None
+
+
+def _is_payload(archive):
+    name = os.path.basename(archive)
+    return name.startswith("ansible_") and name.endswith("_payload.zip")
+
+
+def _cache_file(fullname, source):
+    import hashlib
+    import importlib.util
+    global _MAGIC
+    if _MAGIC is None:
+        _MAGIC = importlib.util.MAGIC_NUMBER.hex()
+    key = hashlib.sha256(b"%s\0%s\0" % (_MAGIC.encode(), fullname.encode()) + source).hexdigest()
+    return os.path.join(CACHE_ROOT, str(os.getuid()), key)
+
+
+def _own_directory(directory):
+    """The user's cache directory, made if missing; used only when this user owns it and no one else may
+    write to it (the parent is world-writable, so another user could have made it first)."""
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        st = os.lstat(directory)
+    except OSError:
+        return False
+    import stat
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+class CachingZipImporter(zipimport.zipimporter):
+    """zipimport, with a bytecode cache for the modules of an AnsiballZ payload zip."""
+
+    def get_code(self, fullname):
+        if not _is_payload(self.archive):
+            return super().get_code(fullname)
+        try:
+            source = self.get_data(self._source_path(fullname))
+        except (OSError, zipimport.ZipImportError):
+            return super().get_code(fullname)
+        path = _cache_file(fullname, source)
+        if not _own_directory(os.path.dirname(path)):
+            return super().get_code(fullname)
+        try:
+            with open(path, "rb") as handle:
+                code = marshal.loads(handle.read())
+            if isinstance(code, type(_is_payload.__code__)):
+                return code
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+        code = super().get_code(fullname)
+        try:
+            tmp = "%s.%d.tmp" % (path, os.getpid())
+            with open(tmp, "wb") as handle:
+                handle.write(marshal.dumps(code))
+            os.replace(tmp, path)       # readers see a whole file or none
+        except OSError:
+            pass
+        return code
+
+    def _source_path(self, fullname):
+        """The archive path of the module's .py (a package's __init__.py), as zipimport finds it: the
+        importer's prefix (its directory in the zip) and the last part of the dotted name."""
+        name = fullname.rpartition(".")[2]
+        inner = self.prefix + (name + os.sep + "__init__.py" if self.is_package(fullname) else name + ".py")
+        return os.path.join(self.archive, inner)
+
+
+def install():
+    hooks = sys.path_hooks
+    for i, hook in enumerate(hooks):
+        if hook is zipimport.zipimporter:
+            hooks[i] = CachingZipImporter
+            break
+    sys.path_importer_cache.clear()
+
+
+install()
