@@ -130,16 +130,16 @@ TIER ?= all
 lab-suites: lab-image ## lab-level jobs of one TIER (fast, slow, all) on several lab instances at once
 	$(PY) tests/run_lab_suites.py --tier $(TIER)
 
-# `make test` and `make test-all` run the unit tests beside the lab shares (--with-unit): they need no lab,
-# and their waits overlap the lab jobs'.
-test: lint argspecs lab-image ## the fast suite, at most 10 min warm: lint, unit, testinfra, molecule, smoke playbook tests
-	$(PY) tests/run_lab_suites.py --tier fast --with-unit
+# `make test` and `make test-all` run lint and the unit tests beside the lab shares (--with lint unit): they
+# need no lab, and their CPU fills the shares' waits. Each failure is named in the runner's summary.
+test: argspecs lab-image ## the fast suite, at most 10 min warm: lint, unit, testinfra, molecule, smoke playbook tests
+	$(PY) tests/run_lab_suites.py --tier fast --with lint unit
 
 test-slow: lab-image ## every playbook test not in `make test`: stages, experiments, packs, converges run for real
 	$(PY) tests/run_lab_suites.py --tier slow
 
-test-all: lint argspecs lab-image ## everything (what CI runs): the fast suite and the slow tier in one plan
-	$(PY) tests/run_lab_suites.py --tier all --with-unit
+test-all: argspecs lab-image ## everything (what CI runs): the fast suite and the slow tier in one plan
+	$(PY) tests/run_lab_suites.py --tier all --with lint unit
 
 bench: setup ## benchmarks (ratios against a baseline in the same run)
 	$(PY) bench/bench_plan.py

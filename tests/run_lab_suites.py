@@ -190,14 +190,17 @@ def run_job(name, argv, cwd, env, logs, share, results, lock):
     return rc
 
 
-# The unit and lab stand-in tests need no lab: with --with-unit they run from the working tree beside the
-# shares (as `make unit` runs them), so their waits (engine stand-in boots, timeouts) overlap the lab jobs.
-UNIT_JOB = ("unit", ["pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/lab"])
+# Jobs that need no lab (--with): they run from the working tree beside the shares, as `make lint` and
+# `make unit` run them, so their CPU fills the shares' waits (lab boots, engine stand-in rounds).
+LOCAL_JOBS = {
+    "lint": ["bash", "-c", "yamllint -s . && ansible-lint --offline"],
+    "unit": ["pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/lab"],
+}
 
 
-def run_unit(work, results, lock):
+def run_local(name, work, results, lock):
     env = dict(os.environ, PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")), DSV41_LAB_ONLY="1")
-    run_job(UNIT_JOB[0], UNIT_JOB[1], ROOT, env, work / "logs", "unit", results, lock)
+    run_job(name, LOCAL_JOBS[name], ROOT, env, work / "logs", name, results, lock)
 
 
 def run_share(index, share, work, results, lock):
@@ -233,8 +236,9 @@ def main():
                         help="fast: testinfra, molecule and the playbook tests marked smoke (`make test`); "
                              "slow: every other playbook test; all (default): both")
     parser.add_argument("--only", nargs="*", metavar="JOB", help="only these jobs (names as --list prints them)")
-    parser.add_argument("--with-unit", action="store_true",
-                        help="also run the unit and lab stand-in tests (pytest tests/unit tests/lab) beside the shares")
+    parser.add_argument("--with", dest="local", nargs="+", default=[], choices=sorted(LOCAL_JOBS),
+                        help="also run these jobs, which need no lab, beside the shares: lint (yamllint, ansible-lint), "
+                             "unit (pytest tests/unit tests/lab)")
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     parser.add_argument("--keep-labs", action="store_true", help="leave the share labs up afterwards")
     args = parser.parse_args()
@@ -262,18 +266,20 @@ def main():
     results, lock = [], threading.Lock()
     t0 = time.monotonic()
     threads = [threading.Thread(target=run_share, args=(i, share, work, results, lock)) for i, share in enumerate(plan)]
-    if args.with_unit:
-        threads.append(threading.Thread(target=run_unit, args=(work, results, lock)))
+    threads += [threading.Thread(target=run_local, args=(name, work, results, lock)) for name in args.local]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.monotonic() - t0
-    if not args.keep_labs:
-        for i in range(shares):
-            checkout = work / ("checkout-%d" % (i + 1))
-            subprocess.run(["python3", "lab/labctl.py", "down"], cwd=checkout, env=job_env(checkout, i + 1),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    if not args.keep_labs:  # every share's lab at once
+        t_down = time.monotonic()
+        downs = [subprocess.Popen(["python3", "lab/labctl.py", "down"], cwd=work / ("checkout-%d" % (i + 1)),
+                                  env=job_env(work / ("checkout-%d" % (i + 1)), i + 1), stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT) for i in range(shares)]
+        for down in downs:
+            down.wait()
+        print("[suites] share labs down in %.0f s" % (time.monotonic() - t_down), flush=True)
     for r in results:
         if r["rc"] == 0 and not r["job"].startswith(("lab-up-", "lab-reset-")):
             measured[r["job"]] = r["seconds"]
