@@ -190,17 +190,14 @@ def run_job(name, argv, cwd, env, logs, share, results, lock):
     return rc
 
 
-# Jobs that need no lab (--with): they run from the working tree beside the shares, as `make lint` and
-# `make unit` run them, so their CPU fills the shares' waits (lab boots, engine stand-in rounds).
-LOCAL_JOBS = {
-    "lint": ["bash", "-c", "yamllint -s . && ansible-lint --offline"],
-    "unit": ["pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/lab"],
-}
+# Jobs that need no lab (--with): the Makefile's own `lint` and `unit` targets, run from the working tree
+# beside the shares, so their CPU fills the shares' waits (lab boots, engine stand-in rounds). `-o setup`:
+# whoever started the runner has set up the venv, and two jobs must not both re-install it.
+LOCAL_JOBS = {name: ["make", "--no-print-directory", "-o", "setup", name] for name in ("lint", "unit")}
 
 
 def run_local(name, work, results, lock):
-    env = dict(os.environ, PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")), DSV41_LAB_ONLY="1")
-    run_job(name, LOCAL_JOBS[name], ROOT, env, work / "logs", name, results, lock)
+    run_job(name, LOCAL_JOBS[name], ROOT, dict(os.environ), work / "logs", name, results, lock)
 
 
 def run_share(index, share, work, results, lock):
@@ -237,8 +234,8 @@ def main():
                              "slow: every other playbook test; all (default): both")
     parser.add_argument("--only", nargs="*", metavar="JOB", help="only these jobs (names as --list prints them)")
     parser.add_argument("--with", dest="local", nargs="+", default=[], choices=sorted(LOCAL_JOBS),
-                        help="also run these jobs, which need no lab, beside the shares: lint (yamllint, ansible-lint), "
-                             "unit (pytest tests/unit tests/lab)")
+                        help="also run these Makefile targets, which need no lab, beside the shares: lint "
+                             "(yamllint, ansible-lint), unit (pytest tests/unit tests/lab)")
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     parser.add_argument("--keep-labs", action="store_true", help="leave the share labs up afterwards")
     args = parser.parse_args()
@@ -274,9 +271,10 @@ def main():
     wall = time.monotonic() - t0
     if not args.keep_labs:  # every share's lab at once
         t_down = time.monotonic()
-        downs = [subprocess.Popen(["python3", "lab/labctl.py", "down"], cwd=work / ("checkout-%d" % (i + 1)),
-                                  env=job_env(work / ("checkout-%d" % (i + 1)), i + 1), stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT) for i in range(shares)]
+        checkouts = [(work / ("checkout-%d" % instance), instance) for instance in range(1, shares + 1)]
+        downs = [subprocess.Popen(["python3", "lab/labctl.py", "down"], cwd=checkout, env=job_env(checkout, instance),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                 for checkout, instance in checkouts]
         for down in downs:
             down.wait()
         print("[suites] share labs down in %.0f s" % (time.monotonic() - t_down), flush=True)

@@ -18,7 +18,6 @@ import zipimport
 
 # the environment variable is for the stand-in tests (tests/lab/test_ansiballz_cache.py)
 CACHE_ROOT = os.environ.get("DSV41_LAB_ANSIBALLZ_CACHE", "/var/cache/dsv41-lab/ansiballz")
-_MAGIC = None
 
 
 def _is_payload(archive):
@@ -29,10 +28,7 @@ def _is_payload(archive):
 def _cache_file(fullname, source):
     import hashlib
     import importlib.util
-    global _MAGIC
-    if _MAGIC is None:
-        _MAGIC = importlib.util.MAGIC_NUMBER.hex()
-    key = hashlib.sha256(b"%s\0%s\0" % (_MAGIC.encode(), fullname.encode()) + source).hexdigest()
+    key = hashlib.sha256(importlib.util.MAGIC_NUMBER + b"\0%s\0" % fullname.encode() + source).hexdigest()
     return os.path.join(CACHE_ROOT, str(os.getuid()), key)
 
 
