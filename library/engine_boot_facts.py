@@ -54,6 +54,14 @@ boot:
     graph_shapes: {description: CUDA graph batch sizes per pass (target, draft)., type: dict}
     fatal: {description: Fatal Engram errors., type: list}
     ready: {description: Whether the head printed its Ready line., type: bool}
+    read:
+      description:
+        - For I(container), how the boot was read (null for I(log_path)) - C(since) (the container's
+          start the read began at), C(head_bytes), C(tail_bytes), C(stopped_at) (where the read from
+          the start stopped, null when it reached the end) and C(gap) (C(after) and C(before), the
+          times between which days of periodic lines were not read, or null).
+        - Counts of periodic and decode lines cover what was read.
+      type: dict
 """
 
 import socket

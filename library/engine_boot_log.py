@@ -81,6 +81,13 @@ source:
   description: The log read (a path or C(docker logs <container>)).
   returned: always
   type: str
+read:
+  description:
+    - For I(container), how the boot was read - C(since), C(head_bytes), C(tail_bytes), C(stopped_at)
+      and C(gap) (see engine_boot_facts). When lines were not read, I(content) has a line saying
+      between which times.
+  returned: when I(container) is used
+  type: dict
 """
 
 import socket

@@ -47,6 +47,7 @@ class BootFacts(object):
         self.ready = False
         self.ready_port = None
         self.partial_last_line = None
+        self.read = None              # a container's read plan (engine_log_source.ContainerBoot), else None
         self.malformed = []           # {line, key, value, text} of lines with a non-number value
 
     # -- convenience --------------------------------------------------------------------------
@@ -100,8 +101,16 @@ class BootFacts(object):
 
     @staticmethod
     def fatal_text(attributed):
-        return ["fatal on rank %s while attaching layer %s: %s" % (x["rank"], x["layer"], x["line"])
-                for x in attributed]
+        """One sentence per fatal error: the layer being attached, or (every layer attached already:
+        a failure while serving) the layers that were attached before it."""
+        out = []
+        for x in attributed:
+            if x["layer"] is not None:
+                out.append("fatal on rank %s while attaching layer %s: %s" % (x["rank"], x["layer"], x["line"]))
+            else:
+                out.append("fatal on rank %s after layers %s were attached: %s"
+                           % (x["rank"], ", ".join(str(n) for n in x["attached_layers"]) or "none", x["line"]))
+        return out
 
     def require_engram(self, layer, layers=None, rank=None):
         """The Exact line of ``layer``; when missing, the error names the layers attached, the fatal
@@ -180,6 +189,7 @@ class BootFacts(object):
             "fatal": [dict(f) for f in self.fatal],
             "ready": self.ready,
             "ready_port": self.ready_port,
+            "read": self.read,
             "partial_last_line": self.partial_last_line,
             "malformed": [dict(m) for m in self.malformed],
         }

@@ -49,7 +49,9 @@ kind                message (after the prefix)
                     ``tuned and saved <hash>/<file>``, ``DSV41_AUTOTUNE_KEEP: <name> is gone;
                     engine drifted``
 ``decode``          ``Decode batch, #running-req: 1, ..., accept len: 3.08, accept rate: 0.41,
-                    ..., gen throughput (token/s): 3.12, #queue-req: 0`` (rank 0)
+                    ..., gen throughput (token/s): 3.12, #queue-req: 0`` (rank 0); also
+                    ``Decode batch. #running-req: ...`` and the upstream ``Decode batch [N],
+                    #running-req: ...`` (a forward counter, kept as ``forward_ct``)
 ``ready``           ``Ready: API on port 8888``
 ==================  ==========================================================================
 """
@@ -83,7 +85,7 @@ RE_AT_RUN = re.compile(r"^Running\s+FlashInfer\s+autotune\s+with\s+cache:\s*(\S+
 RE_AT_DONE = re.compile(r"^FlashInfer\s+autotune\s+completed", _I)
 RE_AT_KEEP = re.compile(r"^\[autotune_keep\]\s*(armed|reused|tuned\s+and\s+saved)\s*(\S*)", _I)
 RE_AT_DRIFT = re.compile(r"^" + _EXC + r"DSV41_AUTOTUNE_KEEP:\s*(\S+)\s+is\s+gone", _I)
-RE_DECODE = re.compile(r"^Decode\s+batch[,.]\s*(.*)$", _I)
+RE_DECODE = re.compile(r"^Decode\s+batch(?:\s*\[(\d+)\])?\s*[,.]\s*(.*)$", _I)
 RE_READY = re.compile(r"^Ready:\s*API\s+on\s+port\s+(\d+)", _I)
 RE_ROWS = re.compile(r"rows=\[\s*(\d+)\s*,\s*(\d+)\s*\)", _I)
 RE_SLOTS = re.compile(r"\((\d+)\s+slots", _I)
@@ -257,7 +259,10 @@ def classify(text):
             return ("autotune_drift", {"name": m.group(1), "line": text})
         m = RE_DECODE.match(text)
         if m:
-            return ("decode", kv_fields(m.group(1), sep=":"))
+            f = kv_fields(m.group(2), sep=":")
+            if m.group(1) is not None:
+                f["forward_ct"] = int(m.group(1))
+            return ("decode", f)
         return None
     if c in "mM":
         if RE_MAX_TOTAL.match(text):

@@ -255,8 +255,9 @@ def _scan_random_access(read_at, size, name, kinds, chunk_size, count_boots):
         # absolute, so the earlier text is counted then, not on every check.
         _shift_lines(facts, _count_newlines(read_at, start, chunk_size))
     if count_boots:
+        # A log without any marker holds no boot that can be counted (its lines belong to none).
         facts.boots_seen = (_count_markers(read_at, start, chunk_size) if start else 0) + (
-            1 if facts.marker_found else (1 if size else 0))
+            1 if facts.marker_found else 0)
     return facts
 
 
@@ -309,7 +310,7 @@ def scan(source, name=None, kinds=ALL_KINDS, chunk_size=CHUNK_SIZE, count_boots=
         sc.feed(chunk)
     facts = sc.finish()
     if count_boots:
-        facts.boots_seen = sc.state.markers or (1 if sc.line_no > 1 else 0)
+        facts.boots_seen = sc.state.markers
     return facts
 
 

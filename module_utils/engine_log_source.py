@@ -5,132 +5,265 @@ Every module and role that needs a boot log goes through :func:`read_boot` here 
 ``kv_pool``, ``autotune_status``, ``engine_boot_facts``, ``engine_boot_log``); nothing else
 interprets engine log lines.
 
-The log source is a log file (streamed) or a container's ``docker logs`` (both streams, put back in
-order by their ``--timestamps``); :data:`SOURCE_ARGUMENT_SPEC` is the shared module option set
-(documented once, in doc_fragments/engine_log_source.py).
+The log source is a log file (its latest boot found from the end) or a container's ``docker logs``
+(both streams, put back in order by their ``--timestamps``: module_utils/docker_log_stream.py);
+:data:`SOURCE_ARGUMENT_SPEC` is the shared module option set (documented once, in
+doc_fragments/engine_log_source.py).
+
+A container's boot, in bounded time
+-----------------------------------
+A head serves for days, and its container log grows with every periodic ``Decode batch`` and Engram
+line (about 27 MB a day), so the whole ``docker logs`` is never read.  The boot is the container's
+latest start (``docker inspect``: ``State.StartedAt``), and two bounded reads cover it:
+
+- **the head**: ``docker logs --timestamps --since <StartedAt>``, streamed and stopped once the boot
+  is Ready and :data:`HEAD_AFTER_READY` more bytes were read (the marker, the Exact Engram lines,
+  memory, autotune, graph captures and the first periodic lines all come before that);
+- **the tail**: ``docker logs --timestamps --since <where the head stopped> --tail``
+  :data:`TAIL_RECORDS`: the latest periodic and decode lines, and whatever ended the boot (a fatal
+  error aborts the engine, so it is the last thing logged; a marker there is a restart).
+
+When the head reaches the end of the log first (a fresh boot, or one that never became Ready) the
+whole boot has been read and there is no tail.  Otherwise the lines between the two reads (days of
+periodic lines) are not read: ``facts.read["gap"]`` says so, counts of periodic and decode lines
+cover the head and the tail only, and line numbers after the gap count from it.  ``count_boots``
+needs every earlier boot, so it reads the whole log (streamed, memory still flat).
 """
 from __future__ import absolute_import, division, print_function
 
-import heapq
+import calendar
+import json
 import re
+import time
 
-from ansible.module_utils.engine_log_lines import ALL_KINDS, EngineLogError, quote_line
-from ansible.module_utils.engine_log_scan import latest_boot_slice, latest_boot_bytes, random_access, scan, scan_file
+from ansible.module_utils import command_stream
+from ansible.module_utils.docker_log_stream import StreamMerger, merge_texts
+from ansible.module_utils.engine_log_lines import ALL_KINDS, KIND_READY, EngineLogError, quote_line
+from ansible.module_utils.engine_log_scan import Scanner, latest_boot_slice, latest_boot_bytes, random_access, scan_file
 from ansible.module_utils.probe_runner import TIMED_OUT, bounded
 
 __metaclass__ = type
-DOCKER_TIMEOUT = 120          # seconds `docker logs` may take (a daemon that stops answering)
-DOCKER_TS_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}))\s")
+DOCKER_TIMEOUT = 120          # seconds the reads of one container's boot may take together
+HEAD_AFTER_READY = 4 << 20    # bytes of the boot read past its Ready line before the head read stops
+TAIL_RECORDS = 20000          # latest log records read after the head (about 5 MB of periodic lines)
+ZERO_TIME = "0001-01-01T00:00:00Z"
+BOOT_SPAN = 2 * 3600          # seconds after the start by which a rank that prints no Ready (a worker) is booted
 
 
 def read_boot_text(run_command, log_path=None, container=None, docker="docker", timestamps=True,
-                   max_bytes=None, timeout=DOCKER_TIMEOUT):
-    """``(text, info)``: the latest boot of a log file or of a container's ``docker logs`` (both
-    streams, in order), as the one way roles collect boot logs.  ``info`` adds ``source``."""
+                   max_bytes=None, timeout=DOCKER_TIMEOUT, open_stream=None):
+    """``(text, info)``: the latest boot of a log file or of a container (both streams, in order), as
+    the one way roles collect boot logs.  ``info`` adds ``source`` (and ``read`` for a container)."""
     if log_path:
         with random_access(log_path) as (read_at, size):
             data, info = latest_boot_slice(read_at, size, max_bytes)
         info["source"] = str(log_path)
     elif container:
-        partial = []
-        text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps, partial=partial,
-                                timeout=timeout)
-        data, info = latest_boot_bytes(text, max_bytes)
-        if partial and not info["partial_last_line"]:
-            info["partial_last_line"] = quote_line(partial[-1])
-        info["source"] = "docker logs %s" % container
+        boot = ContainerBoot(run_command, container, docker=docker, timestamps=timestamps, timeout=timeout,
+                             keep_text=True, open_stream=open_stream)
+        boot.run()
+        data, info = latest_boot_bytes(boot.text(), max_bytes)
+        if boot.partial and not info["partial_last_line"]:
+            info["partial_last_line"] = quote_line(boot.partial[-1].decode("utf-8", "replace"))
+        info["source"] = boot.source
+        info["read"] = boot.info
     else:
         raise ValueError("read_boot_text needs log_path or container")
     return data.decode("utf-8", "replace"), info
 
 
 def merge_docker_streams(stdout, stderr, partial=None):
-    """Merge ``docker logs --timestamps`` stdout and stderr into one text in log order.
-
-    ``docker logs`` writes the container's stdout to stdout and its stderr to stderr, so the
-    interleaving is lost when the two are captured apart; each line's RFC 3339 timestamp puts
-    it back (stable merge; a line without a timestamp keeps the previous line's).  The
-    timestamps are removed.  A stream whose last line has no newline is still being written:
-    that line is left out of the merge (it would glue onto a line of the other stream) and
-    appended to ``partial`` (a list) when one is given.
-    """
-    def keyed(text, which):
-        text = text or ""
-        lines = text.split("\n")
-        tail = lines.pop()            # "" when the stream ends with a newline
-        if tail.strip() and partial is not None:
-            m = DOCKER_TS_RE.match(tail)
-            partial.append(tail[m.end():] if m else tail)
-        last = ""
-        for i, line in enumerate(lines):
-            m = DOCKER_TS_RE.match(line)
-            if m:
-                last = m.group(1)
-                line = line[m.end():]
-            yield (_ts_key(last), which, i, line)
-
-    merged = heapq.merge(keyed(stdout, 0), keyed(stderr, 1))
-    return "".join(item[3] + "\n" for item in merged)
-
-
-def _ts_key(ts):
-    # "2026-09-24T02:55:01.123456789Z": pad the fraction so strings sort as times.
-    if not ts:
-        return ""
-    head, _, frac = ts.partition(".")
-    if frac:
-        digits = re.match(r"\d*", frac).group(0)
-        zone = frac[len(digits):]
-        return head + "." + digits.ljust(9, "0") + zone
-    return head + ".000000000" + ts[len(head):]
-
-
-def docker_logs_text(run_command, container, docker="docker", timestamps=True, partial=None,
-                     timeout=DOCKER_TIMEOUT):
-    """Run ``docker logs [--timestamps] <container>`` through ``run_command`` and return text.
-
-    ``run_command`` is ``AnsibleModule.run_command`` (args list -> (rc, stdout, stderr)); both
-    streams are read, within ``timeout`` seconds.  Raises :class:`EngineLogError` when docker
-    fails or does not finish in time.
-    """
-    args = [docker, "logs"]
-    if timestamps:
-        args.append("--timestamps")
-    args.append(container)
-    cmd = bounded(args, timeout)
-    rc, out, err = run_command(cmd)
-    if rc in TIMED_OUT and len(cmd) > len(args):
-        raise EngineLogError("docker logs %s" % container, "readable",
-                             "docker logs did not finish within %d s (docker_timeout)" % timeout)
-    if rc != 0:
-        raise EngineLogError("docker logs %s" % container, "readable",
-                             "docker exited %s: %s" % (rc, (err or out or "").strip()[-500:]))
-    if timestamps:
-        return merge_docker_streams(out, err, partial)
-    parts = []
-    for text in (out, err):
-        text = text or ""
-        if text and not text.endswith("\n"):
-            nl = text.rfind("\n")
-            if partial is not None and text[nl + 1:].strip():
-                partial.append(text[nl + 1:])
-            text = text[:nl + 1]
-        parts.append(text)
-    return "".join(parts)
+    """Both streams of a finished ``docker logs --timestamps`` as one text in log order (timestamps and
+    docker's split-times removed; a stream's last line without newline goes to ``partial``)."""
+    return merge_texts(stdout, stderr, partial)
 
 
 def scan_docker(run_command, container, kinds=ALL_KINDS, docker="docker", timestamps=True,
-                count_boots=False, timeout=DOCKER_TIMEOUT):
-    partial = []
-    text = docker_logs_text(run_command, container, docker=docker, timestamps=timestamps, partial=partial,
-                            timeout=timeout)
-    facts = scan(text, name="docker logs %s" % container, kinds=kinds, count_boots=count_boots)
-    if partial and not facts.partial_last_line:
-        facts.partial_last_line = quote_line(partial[-1])
-    return facts
+                count_boots=False, timeout=DOCKER_TIMEOUT, open_stream=None):
+    """Latest-boot facts of a container (:class:`ContainerBoot`)."""
+    return ContainerBoot(run_command, container, kinds=kinds, docker=docker, timestamps=timestamps,
+                         timeout=timeout, count_boots=count_boots, open_stream=open_stream).run()
 
 
-# The log source every engine-log module takes: a log file (streamed) or a container's docker logs.
+def container_started_at(run_command, container, docker="docker", timeout=DOCKER_TIMEOUT):
+    """``State.StartedAt`` of ``container`` (RFC 3339), or None when docker gives none (never started,
+    or an answer that is not docker's JSON). EngineLogError naming the container when docker fails."""
+    args = [docker, "inspect", "--format", "{{json .State}}", container]
+    cmd = bounded(args, timeout)
+    rc, out, err = run_command(cmd)
+    source = "docker logs %s" % container
+    if rc in TIMED_OUT and len(cmd) > len(args):
+        raise EngineLogError(source, "readable",
+                             "docker inspect did not finish within %d s (docker_timeout)" % timeout)
+    if rc != 0:
+        raise EngineLogError(source, "readable", "docker exited %s: %s" % (rc, (err or out or "").strip()[-500:]))
+    try:
+        state = json.loads((out or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    started = state.get("StartedAt") if isinstance(state, dict) else None
+    if not isinstance(started, str) or epoch_of(started.encode()) is None or started.startswith("0001-"):
+        return None
+    return started
+
+
+_RFC3339_RE = re.compile(rb"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|([+-])(\d\d):?(\d\d))$")
+
+
+def epoch_of(ts):
+    """Seconds since the epoch of an RFC 3339 time (bytes), or None when it is not one."""
+    m = _RFC3339_RE.match(ts.strip())
+    if not m:
+        return None
+    secs = calendar.timegm(tuple(int(x) for x in m.group(1, 2, 3, 4, 5, 6)) + (0, 0, 0))
+    if m.group(9):
+        offset = int(m.group(10)) * 3600 + int(m.group(11)) * 60
+        secs -= offset if m.group(9) == b"+" else -offset
+    return secs + float(b"0." + (m.group(7) or b"0"))
+
+
+class ContainerBoot(object):
+    """The latest boot of a container's log, read in bounded time (module doc); ``run()`` -> facts,
+    with ``facts.read``: ``since`` (the start read from), ``head_bytes``, ``tail_bytes``,
+    ``stopped_at`` (where the head read stopped, or None when it read to the end) and ``gap``.
+
+    ``run_command`` runs ``docker inspect``; ``docker logs`` is streamed through ``open_stream``
+    (default :func:`command_stream.open_stream`; :func:`command_stream.opener_over` for a runner that
+    only returns whole outputs)."""
+
+    def __init__(self, run_command, container, kinds=ALL_KINDS, docker="docker", timestamps=True,
+                 timeout=DOCKER_TIMEOUT, count_boots=False, keep_text=False, open_stream=None):
+        self.run_command = run_command
+        self.open_stream = open_stream
+        self.container = container
+        self.source = "docker logs %s" % container
+        self.docker = docker
+        self.timestamps = timestamps
+        self.timeout = timeout
+        self.count_boots = count_boots
+        self.keep_text = keep_text
+        self.scanner = Scanner(self.source, frozenset(kinds) | frozenset([KIND_READY]))
+        self.chunks = []
+        self.partial = []
+        self.info = {"since": None, "head_bytes": 0, "tail_bytes": 0, "stopped_at": None, "gap": None}
+        self._deadline = None
+
+    def run(self):
+        self._deadline = time.monotonic() + self.timeout
+        started = container_started_at(self.run_command, self.container, self.docker, self._left())
+        args = [self.docker, "logs"] + (["--timestamps"] if self.timestamps else [])
+        if started and not self.count_boots:
+            args += ["--since", started]
+            self.info["since"] = started
+        merger = StreamMerger(self.timestamps)
+        stop = HeadStop(started, merger) if self.timestamps and not self.count_boots else None
+        stopped = self._stream(args + [self.container], merger, lambda batch: self._head(batch, stop))
+        self.partial.extend(merger.partial)
+        if stopped:
+            self.info["stopped_at"] = merger.emitted_key.decode()
+            self._tail(merger.emitted_key)
+        facts = self.scanner.finish()
+        if self.partial and not facts.partial_last_line:
+            facts.partial_last_line = quote_line(self.partial[-1].decode("utf-8", "replace"))
+        if self.count_boots:
+            facts.boots_seen = self.scanner.state.markers
+        facts.read = self.info
+        return facts
+
+    def text(self):
+        return b"".join(self.chunks)
+
+    def _head(self, batch, stop):
+        self._feed(batch)
+        self.info["head_bytes"] += len(batch)
+        return stop is not None and stop.enough(self.scanner.state.facts.ready, self.info["head_bytes"])
+
+    def _tail(self, cut_key):
+        """The latest TAIL_RECORDS records after where the head stopped (``--since`` keeps equal times,
+        which the merger drops as already read)."""
+        args = [self.docker, "logs", "--timestamps", "--since", cut_key.decode(), "--tail", str(TAIL_RECORDS),
+                self.container]
+        merger = StreamMerger(True, after=cut_key)
+        parts = []
+        self._stream(args, merger, lambda batch: parts.append(batch))
+        data = b"".join(parts)
+        if merger.records >= TAIL_RECORDS and merger.first_key:
+            self.info["gap"] = {"after": cut_key.decode(), "before": merger.first_key.decode()}
+            if self.keep_text:
+                self.chunks.append(b"[... lines logged between %s and %s not read: the container has served "
+                                   b"since %s ...]\n" % (cut_key, merger.first_key,
+                                                         (self.info["since"] or "its start").encode()))
+        self.info["tail_bytes"] = len(data)
+        self._feed(data)
+        self.partial.extend(merger.partial)
+
+    def _feed(self, data):
+        if data:
+            self.scanner.feed(data)
+            if self.keep_text:
+                self.chunks.append(data)
+
+    def _left(self):
+        return max(1, int(self._deadline - time.monotonic() + 0.999))
+
+    def _stream(self, args, merger, on_batch):
+        """Run ``args``, handing each batch of lines now in order to ``on_batch`` until it returns True
+        (then the command is killed and True returned) or the output ends (False)."""
+        try:
+            stream = (self.open_stream or command_stream.open_stream)(args, self._left())
+        except (IOError, OSError) as exc:
+            raise EngineLogError(self.source, "readable", "cannot run %s: %s" % (args[0], exc))
+        try:
+            while not stream.finished:
+                chunks = stream.read()
+                more, drained = stream.drain()
+                for which, data in chunks + more:
+                    merger.feed(which, data)
+                batch = merger.take(drained and self.timestamps)
+                if batch and on_batch(batch):
+                    return True
+        except command_stream.StreamTimeout:
+            raise EngineLogError(self.source, "readable",
+                                 "docker logs did not finish within %d s (docker_timeout)" % self.timeout)
+        finally:
+            rc = stream.close()
+        if rc != 0:
+            raise EngineLogError(self.source, "readable", "docker exited %s: %s" % (rc, stream.error_text()))
+        batch = merger.take(True)
+        if batch:
+            on_batch(batch)
+        return False
+
+
+class HeadStop(object):
+    """When the head read has enough: past the boot's end (its Ready line or, on a rank that prints
+    none, the first line BOOT_SPAN after the container started) by HEAD_AFTER_READY bytes."""
+
+    def __init__(self, started, merger):
+        self.merger = merger
+        self.started = epoch_of(started.encode()) if started else None
+        self.boot_end = None
+
+    def enough(self, ready, fed):
+        if self.boot_end is None:
+            if ready or self._past_span():
+                self.boot_end = fed
+            return False
+        if not ready and not self._past_span():
+            self.boot_end = None          # a new boot began after the Ready seen (a restart in the log)
+            return False
+        return fed - self.boot_end >= HEAD_AFTER_READY
+
+    def _past_span(self):
+        now = epoch_of(self.merger.emitted_key) if self.merger.emitted_key else None
+        if now is None:
+            return False
+        if self.started is None:
+            self.started = now
+        return now >= self.started + BOOT_SPAN
+
+
+# The log source every engine-log module takes: a log file or a container's docker logs.
 SOURCE_ARGUMENT_SPEC = dict(
     log_path=dict(type="path"),
     container=dict(type="str"),

@@ -123,3 +123,106 @@ def docker_streams(*boots, start=0):
             stamped = "2026-09-11T%02d:%02d:%02d.%09dZ %s\n" % (n // 3600 % 24, n // 60 % 60, n % 60, n, line)
             (out if stream == "stdout" else err).append(stamped)
     return "".join(out), "".join(err)
+
+
+# --------------------------------------------------------------------------- a container's log, as docker keeps it
+
+PART = 16 * 1024
+
+
+def rfc3339(ns):
+    import time as _time
+    secs, frac = divmod(int(ns), 10 ** 9)
+    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(secs)) + ".%09dZ" % frac
+
+
+class FakeDocker(object):
+    """``docker inspect`` and ``docker logs [--timestamps] [--since T] [--tail N]`` over a json-file log
+    kept as records ``(ns, stream, bytes)``, answered as docker does: a line over 16 KiB is stored as
+    partial records of 16,384 bytes, ``--timestamps`` stamps each record (so later parts' times land
+    inside the line), ``--tail`` takes the last N records, ``--since`` keeps times at or after it.
+    ``docker logs`` is streamed one record per read, in the order docker writes them; ``delivered``
+    counts the records handed out, so a test sees how much of the log a reader pulled."""
+
+    def __init__(self, started_ns):
+        self.records = []
+        self.started_ns = started_ns
+        self.delivered = 0
+        self.calls = []
+
+    def add(self, ns, stream, line):
+        data = line.encode() if isinstance(line, str) else line
+        data += b"\n"
+        while len(data) > PART:
+            self.records.append((ns, stream, data[:PART]))
+            data = data[PART:]
+            ns += 1
+        self.records.append((ns, stream, data))
+        return ns
+
+    def add_lines(self, start_ns, lines, step_ns=10 ** 6):
+        """``lines``: ``(stream, text)``; each record ``step_ns`` after the previous. Returns the next time."""
+        ns = start_ns
+        for stream, text in lines:
+            ns = self.add(ns, stream, text) + step_ns
+        return ns
+
+    def run(self, args):
+        args = list(args)
+        if args[0].endswith("/timeout"):        # the reader bounds docker inspect with coreutils timeout
+            args = args[3:]
+        self.calls.append(args)
+        if args[1] == "inspect":
+            return 0, '{"Status": "running", "StartedAt": "%s"}\n' % rfc3339(self.started_ns), ""
+        raise AssertionError("unexpected command %r" % args)
+
+    def open_stream(self, args, timeout):
+        self.calls.append(list(args))
+        assert args[1] == "logs", args
+        opts = args[2:-1]
+        ts = "--timestamps" in opts
+        since = tail = None
+        if "--since" in opts:
+            since = parse_rfc3339(opts[opts.index("--since") + 1])
+        if "--tail" in opts:
+            tail = int(opts[opts.index("--tail") + 1])
+        recs = self.records[-tail:] if tail is not None else self.records
+        recs = [r for r in recs if since is None or r[0] >= since]
+        return _RecordStream(self, recs, ts)
+
+
+def parse_rfc3339(text):
+    import calendar
+    head, _, frac = text.rstrip("Z").partition(".")
+    secs = calendar.timegm(tuple(int(x) for x in head.replace("T", "-").replace(":", "-").split("-")) + (0, 0, 0))
+    return secs * 10 ** 9 + int(frac.ljust(9, "0") or 0)
+
+
+class _RecordStream(object):
+    def __init__(self, docker, records, ts):
+        self.docker = docker
+        self.records = iter(records)
+        self.ts = ts
+        self.ended = False
+
+    @property
+    def finished(self):
+        return self.ended
+
+    def read(self):
+        for ns, stream, data in self.records:
+            self.docker.delivered += 1
+            if self.ts:
+                data = (rfc3339(ns) + " ").encode() + data
+            return [(0 if stream == "stdout" else 1, data)]
+        self.ended = True
+        return [(0, b""), (1, b"")]
+
+    def drain(self):
+        return [], True
+
+    def close(self):
+        return None if not self.ended else 0
+
+    def error_text(self):
+        return ""

@@ -4,6 +4,8 @@ Arguments go in through ansible-core's own ``patch_module_args`` (the serializat
 uses), the JSON the module prints on exit_json/fail_json is read back, and ``run_command`` can be
 faked. ``_calls`` in the result lists the commands the module ran, ``_bounds`` the coreutils
 ``timeout`` limits they ran under and ``_kwargs`` the keyword arguments of each run_command call.
+Commands a module streams (``command_stream.open_stream``: ``docker logs``) are answered by the same
+fake, their whole output delivered at once, and listed in ``_calls`` too.
 """
 import contextlib
 import io
@@ -11,7 +13,7 @@ import json
 from unittest import mock
 
 import pytest
-from ansible.module_utils import basic
+from ansible.module_utils import basic, command_stream
 from ansible.module_utils.testing import patch_module_args
 
 
@@ -21,6 +23,17 @@ def strip_bound(cmd):
     if len(cmd) > 3 and cmd[0].endswith("/timeout") and cmd[1].startswith("--kill-after="):
         return cmd[2], cmd[3:]
     return None, cmd
+
+
+def stream_opener(run_command, calls=None, bounds=None):
+    """A ``command_stream.open_stream`` answering each streamed command with ``run_command(cmd)``."""
+    def open_stream(args, timeout):
+        if calls is not None:
+            calls.append(list(args))
+        if bounds is not None:
+            bounds.append("%ds" % int(timeout))
+        return command_stream.opener_over(run_command)(args, timeout)
+    return open_stream
 
 
 def run_module(main, args, check_mode=False, run_command=None):
@@ -45,6 +58,8 @@ def run_module(main, args, check_mode=False, run_command=None):
                 kwargs.append(kw)
                 return run_command(cmd)
             stack.enter_context(mock.patch.object(basic.AnsibleModule, "run_command", fake))
+            stack.enter_context(mock.patch.object(command_stream, "open_stream",
+                                                  stream_opener(run_command, calls, bounds)))
         stack.enter_context(contextlib.redirect_stdout(stdout))
         with pytest.raises(SystemExit):     # exit_json and fail_json both end the process
             main()

@@ -233,7 +233,8 @@ def test_docker_path(tmp_path):
                                     "expect": ["reused"], "_ansible_check_mode": True, "count_boots": True},
               run_command=lambda cmd: (0, DOCKER_OUT, DOCKER_ERR))
     assert not res.get("failed"), res.get("msg")
-    assert res["_calls"] == [["docker", "logs", "--timestamps", "dsv41-worker"]]
+    assert res["_calls"] == [["docker", "inspect", "--format", "{{json .State}}", "dsv41-worker"],
+                             ["docker", "logs", "--timestamps", "dsv41-worker"]]   # counting boots: the whole log
     assert res["source"] == "docker logs dsv41-worker" and res["verdict"] == "reused" and res["boots_seen"] == 1
 
 

@@ -71,7 +71,9 @@ def fake_commands(files, docker=True, containers=("dsv41-head",)):
             return 0, json.dumps([{"Id": IMAGE_ID, "RepoDigests": ["dsv41-sglang@sha256:ab"]}]), ""
         if cmd[:2] == ["docker", "run"]:
             return 0, "".join("%s  /sgl-workspace/adapter/%s\n" % (files[n], n) for n in sorted(files)), ""
-        if c == "docker logs --timestamps dsv41-head":
+        if cmd == ["docker", "inspect", "--format", "{{json .State}}", "dsv41-head"]:
+            return 0, json.dumps({"Status": "running", "StartedAt": "2026-09-11T00:00:00Z"}) + "\n", ""
+        if c == "docker logs --timestamps --since 2026-09-11T00:00:00Z dsv41-head":
             return 0, out, err
         if cmd[:2] == ["docker", "ps"]:
             return 0, "".join(json.dumps({"Names": n, "Image": "img", "State": "running", "Status": "Up"}) + "\n"

@@ -1,10 +1,12 @@
 """Unit tests for module_utils/engine_log*.py and boot_facts.py (the one reader of engine logs), on logs in the real
 engine's formats (tests/unit/engine_logs.py builds them from SPEC section 3)."""
 import io
+import os
+import subprocess
 
 import pytest
 
-from ansible.module_utils import engine_log as E, engine_log_lines, engine_log_scan, engine_log_source
+from ansible.module_utils import command_stream, engine_log as E, engine_log_lines, engine_log_scan, engine_log_source
 from ansible.module_utils.engine_log_lines import EngineLogError, MalformedLogLine
 
 import engine_logs as L
@@ -236,25 +238,30 @@ def test_required_lines_missing_name_the_source(tmp_path):
 
 # --------------------------------------------------------------------------- docker logs
 
+def scan_docker(run, container, **kw):
+    """The container reader with ``run`` answering docker inspect and the streamed docker logs."""
+    return engine_log_source.scan_docker(run, container, open_stream=command_stream.opener_over(run), **kw)
+
+
 def test_docker_streams_merge_in_order_and_read_both():
     out, err = L.docker_streams(L.boot(0, disagree=1))
     assert "Ready: API" in out and "Exact nvme" in err          # the engine logs to stderr
     merged = engine_log_source.merge_docker_streams(out, err)
     assert merged == L.text(L.boot(0, disagree=1))
-    facts = engine_log_source.scan_docker(lambda args: (0, out, err), "dsv41-head")
+    facts = scan_docker(lambda args: (0, out, err), "dsv41-head")
     assert facts.ready and facts.engram[1]["packed"] is True and facts.source == "docker logs dsv41-head"
 
 
 def test_docker_partial_last_line_is_left_out_and_said():
     out, err = L.docker_streams(L.boot(0))
     err += "2026-09-11T10:00:00.000000000Z " + P + "DSV4 pool sizes: full=49"
-    facts = engine_log_source.scan_docker(lambda args: (0, out, err), "dsv41-head")
+    facts = scan_docker(lambda args: (0, out, err), "dsv41-head")
     assert facts.pool["full"] == 491520 and facts.partial_last_line.endswith("full=49")
 
 
 def test_docker_failure_names_container():
     with pytest.raises(EngineLogError) as err:
-        engine_log_source.scan_docker(lambda args: (1, "", "Error response from daemon: No such container: dsv41-head"), "dsv41-head")
+        scan_docker(lambda args: (1, "", "Error response from daemon: No such container: dsv41-head"), "dsv41-head")
     assert "docker logs dsv41-head" in str(err.value) and "No such container" in str(err.value)
 
 
@@ -265,7 +272,8 @@ def test_read_boot_text_latest_boot_both_sources(tmp_path):
     text, info = engine_log_source.read_boot_text(None, log_path=str(log))
     assert text == L.text(second) and info["marker_found"] and info["partial_last_line"] == "partial"
     out, err = L.docker_streams(first, second)
-    text, info = engine_log_source.read_boot_text(lambda a: (0, out, err), container="dsv41-worker")
+    text, info = engine_log_source.read_boot_text(lambda a: (0, out, err), container="dsv41-worker",
+                                                 open_stream=command_stream.opener_over(lambda a: (0, out, err)))
     assert text == L.text(second) and info["source"] == "docker logs dsv41-worker"
     text, info = engine_log_source.read_boot_text(None, log_path=str(log), max_bytes=4096)
     assert info["omitted_bytes"] > 0 and len(text) < 4096 + 100
@@ -314,7 +322,7 @@ def test_periodic_fast_path_reads_what_the_line_parser_reads(tmp_path):
     assert facts.periodic[14]["packed_false"] == 1 and facts.periodic[14]["last"]["packed"] is False
 
 
-def test_docker_logs_runs_under_a_time_limit():
+def test_docker_inspect_runs_under_a_time_limit():
     import shutil
     seen = []
 
@@ -326,8 +334,30 @@ def test_docker_logs_runs_under_a_time_limit():
         pytest.skip("coreutils timeout is not installed here")
     with pytest.raises(EngineLogError) as err:
         engine_log_source.scan_docker(run, "dsv41-head", timeout=7)
-    assert seen[0][1:3] == ["--kill-after=10", "7s"] and seen[0][3:5] == ["docker", "logs"]
+    assert seen[0][1:3] == ["--kill-after=10", "7s"] and seen[0][3:5] == ["docker", "inspect"]
     assert "did not finish within 7 s" in str(err.value) and "docker logs dsv41-head" in str(err.value)
+
+
+def test_docker_logs_ends_at_its_deadline_and_leaves_no_process(tmp_path):
+    # A docker that prints part of a boot and then stops answering: the read fails in time, naming
+    # the container, and the docker it started is gone.
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = inspect ]; then echo '{\"StartedAt\": \"2026-09-11T23:34:00Z\"}'; exit 0; fi\n"
+                    "echo $$ > %s/pid\n"
+                    "echo '2026-09-11T23:34:03.000000000Z [2026-09-11 23:34:03] server_args={}' >&2\n"
+                    "exec sleep 600\n" % tmp_path)
+    fake.chmod(0o755)
+
+    def run(args):
+        res = subprocess.run(args, capture_output=True, text=True)
+        return res.returncode, res.stdout, res.stderr
+
+    with pytest.raises(EngineLogError) as err:
+        engine_log_source.scan_docker(run, "dsv41-head", docker=str(fake), timeout=2)
+    assert "did not finish within 2 s" in str(err.value) and "docker logs dsv41-head" in str(err.value)
+    pid = int((tmp_path / "pid").read_text())
+    assert not os.path.exists("/proc/%d" % pid)
 
 
 def test_fatal_line_numbers_count_from_the_top_of_the_file(tmp_path):

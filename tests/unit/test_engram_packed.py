@@ -108,7 +108,7 @@ def test_fatal_error_fails_require_packed(tmp_path):
                    + "Engram retrieval failed: packed Engram shard does not match this rank's range; "
                      "re-run the pack step (errno=0)\n")
     res = run(base(log_path=str(log), require_packed=True))
-    assert res["failed"] and ("fatal on rank 1 while attaching layer None: Engram retrieval failed: packed Engram "
+    assert res["failed"] and ("fatal on rank 1 after layers 1, 14 were attached: Engram retrieval failed: packed Engram "
                               "shard does not match this rank's range") in res["msg"]
     assert res["fatal"][0]["reason"] == "range_mismatch" and res["all_packed"] is True
 
@@ -128,7 +128,8 @@ def test_docker_path():
                "_ansible_check_mode": True, "count_boots": True},
               run_command=lambda cmd: (0, DOCKER_OUT, DOCKER_ERR))
     assert not res.get("failed"), res
-    assert res["_calls"] == [["docker", "logs", "--timestamps", "dsv41-head"]]
+    assert res["_calls"] == [["docker", "inspect", "--format", "{{json .State}}", "dsv41-head"],
+                             ["docker", "logs", "--timestamps", "dsv41-head"]]   # counting boots: the whole log
     assert res["source"] == "docker logs dsv41-head"
     assert res["all_packed"] is True and res["boots_seen"] == 1
     assert [l["rows_ok"] for l in res["layers"]] == [True, True]
@@ -139,7 +140,8 @@ def test_docker_without_timestamps_and_custom_binary():
     res = run({"container": "dsv41-worker", "rank": 0, "tp_size": 3, "docker_bin": "/lab/bin/docker",
                "docker_timestamps": False},
               run_command=lambda cmd: (0, strip(DOCKER_OUT), strip(DOCKER_ERR)))
-    assert res["_calls"] == [["/lab/bin/docker", "logs", "dsv41-worker"]]
+    assert res["_calls"] == [["/lab/bin/docker", "inspect", "--format", "{{json .State}}", "dsv41-worker"],
+                             ["/lab/bin/docker", "logs", "dsv41-worker"]]
     assert res["all_packed"] is True
 
 

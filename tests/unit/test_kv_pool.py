@@ -134,7 +134,8 @@ def test_docker_path():
                                     "count_boots": True},
               run_command=lambda cmd: (0, out, ""))
     assert not res.get("failed"), res
-    assert res["_calls"] == [["docker", "logs", "--timestamps", "dsv41-worker"]]
+    assert res["_calls"] == [["docker", "inspect", "--format", "{{json .State}}", "dsv41-worker"],
+                             ["docker", "logs", "--timestamps", "dsv41-worker"]]   # counting boots: the whole log
     assert res["source"] == "docker logs dsv41-worker"
     assert res["allocated_tokens"] == 491520 and res["clamped"] is True and res["boots_seen"] == 2
 

@@ -4,6 +4,7 @@ Boot logs are read with the project's one engine-log reader (module_utils/engine
 streams of `docker logs`, as the roles read them.
 """
 import json
+import shlex
 from pathlib import Path
 
 import ansible.module_utils
@@ -11,7 +12,7 @@ import pytest
 
 # The project's reader, imported as Ansible ships module_utils to a host.
 ansible.module_utils.__path__.append(str(Path(__file__).resolve().parents[5] / "module_utils"))
-from ansible.module_utils import engine_log_source  # noqa: E402
+from ansible.module_utils import command_stream, engine_log_source  # noqa: E402
 
 
 def container(host):
@@ -20,9 +21,9 @@ def container(host):
 
 def latest_boot(host):
     def run(args):
-        res = host.run(" ".join(args))
+        res = host.run(shlex.join(args))
         return res.rc, res.stdout, res.stderr
-    return engine_log_source.scan_docker(run, container(host))
+    return engine_log_source.scan_docker(run, container(host), open_stream=command_stream.opener_over(run))
 
 
 def test_container_running_with_declared_engram_source(host):

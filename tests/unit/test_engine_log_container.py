@@ -1,0 +1,227 @@
+"""A container's latest boot read in bounded time (module_utils/engine_log_source.ContainerBoot), docker's
+16 KiB partial records made whole (module_utils/docker_log_stream.py) and every upstream Decode line form."""
+import pytest
+
+from ansible.module_utils import engine_log as E, engine_log_source, engine_log_scan
+from ansible.module_utils.docker_log_stream import StreamMerger, join_partials
+from ansible.module_utils.engine_log_lines import EngineLogError
+
+import engine_logs as L
+
+S = 10 ** 9
+START = L.parse_rfc3339("2026-09-11T23:34:00Z")
+P = "[2026-09-11 23:50:00 TP0 EP0] "
+
+
+# --------------------------------------------------------------------------- Decode lines, every form
+
+@pytest.mark.parametrize("line, forward_ct", [
+    (P + "Decode batch, #running-req: 1, #full token: 0, full token usage: 0.00, #swa token: 0, swa token usage: "
+         "0.00, accept len: 3.08, accept rate: 0.41, cuda graph: True, gen throughput (token/s): 3.12, #queue-req: 0",
+     None),
+    (P + "Decode batch. #running-req: 1, #token: 240, token usage: 0.00, accept len: 3.08, accept rate: 0.41, "
+         "cuda graph: True, gen throughput (token/s): 3.12, #queue-req: 0", None),
+    (P + "Decode batch [1234], #running-req: 1, #full token: 0, full token usage: 0.00, #swa token: 0, swa token "
+         "usage: 0.00, accept len: 3.08, accept rate: 0.41, cuda graph: True, gen throughput (token/s): 3.12, "
+         "#queue-req: 0", 1234),
+    ("\x1b[32m" + P + "Decode batch [7] , #running-req: 1, accept len: 3.08, accept rate: 0.41, gen throughput "
+     "(token/s): 3.12, #queue-req: 0\x1b[0m", 7),
+])
+def test_every_decode_line_form_is_read(line, forward_ct):
+    kind, f = E.parse_line(line)
+    assert kind == "decode" and f["running_req"] == 1 and f["accept_len"] == 3.08 and f["queue_req"] == 0
+    assert f.get("forward_ct") == forward_ct
+    facts = engine_log_scan.scan_text(L.text(L.boot(0)) + line + "\n")
+    assert facts.decode["count"] == 1 and facts.decode["accept_len"] == [3.08]
+
+
+def test_text_that_only_mentions_decode_batch_is_not_a_decode_line():
+    assert E.parse_line(P + 'INFO: "POST /generate" Decode batch [x], #running-req: 1') is None
+    assert E.parse_line(P + "Decode batches were slow, #running-req: 1") is None
+
+
+# --------------------------------------------------------------------------- 16 KiB partial records
+
+def marker_of(size):
+    """A new-build marker line of ``size`` bytes whose key past 16 KiB is one the project could read."""
+    line = "[2026-09-11 23:34:03] " + L.server_args(0)
+    pad = size - len(line) - len(", 'enable_tokenizer_batch_encode': False}")
+    fields = line[:-1] + ", 'zz_pad': '%s', 'enable_tokenizer_batch_encode': False}" % ("x" * (pad - 13))
+    return fields
+
+
+def test_a_marker_docker_split_at_16k_is_one_message_again():
+    marker = marker_of(17130)
+    assert len(marker) == 17130
+    docker = L.FakeDocker(START)
+    docker.add(START + S, "stderr", marker)
+    assert len(docker.records) == 2 and len(docker.records[0][2]) == 16384     # stored as two records
+    err = "".join((L.rfc3339(ns) + " ").encode().decode() + data.decode() for ns, _s, data in docker.records)
+    assert err.count("Z ") == 2 and "\n" not in err[:-1]       # the second part's time sits inside the line
+    merged = engine_log_source.merge_docker_streams("", err)
+    assert merged == marker + "\n"
+    facts = engine_log_scan.scan_text(merged)
+    assert facts.marker_found and facts.server_args["enable_tokenizer_batch_encode"] is False
+    assert not any("2026-09-11T" in k for k in facts.server_args)
+    # without --timestamps docker prints the parts back to back: nothing to remove
+    assert engine_log_source.merge_docker_streams("", marker + "\n") == marker + "\n"
+
+
+def test_a_line_split_into_three_parts_and_one_that_is_exactly_16k():
+    body = ("y" * (3 * 16384 - 10)).encode()
+    stamped = b"".join(b"2026-09-11T23:34:0%d.000000001Z " % i + body[i * 16384:(i + 1) * 16384] for i in range(3))
+    assert join_partials(stamped[31:]) == (body, 3)
+    exact = b"z" * 16384
+    assert join_partials(exact) == (exact, 1)
+    # a timestamp-looking text that is not at a split point stays
+    text = b"a" * 100 + b"2026-09-11T23:34:00.000000001Z rest"
+    assert join_partials(text) == (text, 1)
+
+
+def test_the_merger_never_glues_a_line_still_being_written():
+    m = StreamMerger()
+    m.feed(0, b"2026-09-11T23:34:01.000000000Z Ready: API on port 8888\n2026-09-11T23:34:05.0Z [wo_a")
+    m.feed(1, b"2026-09-11T23:34:02.000000000Z second\n")
+    assert m.take() == b"Ready: API on port 8888\n"          # stdout may still print before 23:34:02
+    assert m.take(drained=True) == b"second\n"
+    m.end(0)
+    m.end(1)
+    assert m.partial == [b"[wo_a"]
+
+
+# --------------------------------------------------------------------------- a container that has served for days
+
+def aged_head(days=7.0, lines_per_day=8000, rank=0):
+    """A head whose boot is followed by ``days`` of periodic lines (the last period's are marked)."""
+    docker = L.FakeDocker(START)
+    boot = [(s, l) for s, l in L.boot(rank, periodic=1, decode=2)]
+    ns = docker.add_lines(START + S, boot)
+    step = int(days * 86400 * S / max(1, lines_per_day * days))
+    n = int(lines_per_day * days)
+    for i in range(n):
+        ns += step
+        if i % 2:
+            docker.add(ns, "stderr", "[2026-09-12 00:00:00 TP%d EP%d] Engram layer=%d lookups=%d hit_rate=%.1f%% "
+                                      "reads=%d cache=0.0GiB(4-way) scales=0.0GiB threads=96 packed=True"
+                       % (rank, rank, 1 if i % 4 == 1 else 14, i, 50.0 + i / n * 10, i))
+        elif rank == 0:
+            docker.add(ns, "stderr", "[2026-09-12 00:00:00 TP0 EP0] Decode batch [%d], #running-req: 0, #full token: 0, "
+                                     "full token usage: 0.00, accept len: 3.%02d, accept rate: 0.41, cuda graph: "
+                                     "True, gen throughput (token/s): 0.00, #queue-req: 0" % (i, i % 100))
+    return docker, ns
+
+
+def read(docker, **kw):
+    return engine_log_source.ContainerBoot(docker.run, "dsv41-head", open_stream=docker.open_stream, **kw).run()
+
+
+def whole(docker, since_ns=None):
+    """The facts of reading every record since the container's start (what the reader used to do)."""
+    text = engine_log_source.merge_docker_streams(
+        "".join(L.rfc3339(ns) + " " + d.decode() for ns, s, d in docker.records if s == "stdout" and ns >= (since_ns or 0)),
+        "".join(L.rfc3339(ns) + " " + d.decode() for ns, s, d in docker.records if s == "stderr" and ns >= (since_ns or 0)))
+    return engine_log_scan.scan_text(text)
+
+
+@pytest.fixture
+def small_bounds(monkeypatch):
+    monkeypatch.setattr(engine_log_source, "HEAD_AFTER_READY", 64 << 10)
+    monkeypatch.setattr(engine_log_source, "TAIL_RECORDS", 2000)
+
+
+def test_an_aged_head_is_read_from_its_start_and_its_end_only(small_bounds):
+    docker, _ = aged_head(days=7)
+    total = len(docker.records)
+    facts = read(docker)
+    ref = whole(docker)
+    # the verdicts of the boot are those of reading everything
+    assert facts.engram == ref.engram and facts.memory == ref.memory and facts.pool == ref.pool
+    assert facts.ready and facts.server_args == ref.server_args and facts.autotune == ref.autotune
+    assert facts.periodic[1]["first"] == ref.periodic[1]["first"] and facts.periodic[14]["last"] == ref.periodic[14]["last"]
+    public = lambda f: dict((k, v) for k, v in f.items() if k != "_line")   # lines after the gap count from it
+    assert public(facts.decode["last"]) == public(ref.decode["last"]) and not facts.fatal
+    # ... from a bounded part of the log
+    assert docker.delivered < 2000 + 1500 < total / 15
+    calls = [c for c in docker.calls if c[1] == "logs"]
+    assert calls[0] == ["docker", "logs", "--timestamps", "--since", "2026-09-11T23:34:00.000000000Z", "dsv41-head"]
+    assert calls[1][:4] == ["docker", "logs", "--timestamps", "--since"] and calls[1][5:] == ["--tail", "2000", "dsv41-head"]
+    assert facts.read["gap"] and facts.read["stopped_at"] == facts.read["gap"]["after"]
+    assert facts.decode["count"] < ref.decode["count"]            # counts cover what was read, and say so
+
+
+def test_the_cost_does_not_grow_with_uptime(small_bounds):
+    a, _ = aged_head(days=2)
+    b, _ = aged_head(days=14)
+    read(a)
+    read(b)
+    assert len(b.records) > 6 * len(a.records) and abs(a.delivered - b.delivered) <= 2
+
+
+def test_a_fresh_boot_is_read_whole_without_a_tail(small_bounds):
+    docker = L.FakeDocker(START)
+    docker.add_lines(START + S, L.boot(0, decode=3))
+    facts = read(docker)
+    assert facts.read["stopped_at"] is None and facts.read["gap"] is None and facts.decode["count"] == 3
+    assert [c[1] for c in docker.calls] == ["inspect", "logs"]
+
+
+def test_a_boot_that_died_after_its_marker_inside_an_aged_log_still_fails(small_bounds):
+    docker, ns = aged_head(days=7)
+    docker.started_ns = ns + 60 * S                  # the container restarted: a new start, same log
+    docker.add_lines(ns + 61 * S, L.boot(0, fatal=(14, "is truncated")))
+    facts = read(docker)
+    assert facts.marker_found and sorted(facts.engram) == [1] and not facts.ready
+    with pytest.raises(EngineLogError) as err:
+        facts.require_engram(14, layers=[1, 14], rank=0)
+    assert "while attaching layer 14" in str(err.value) and "is truncated" in str(err.value)
+    assert docker.delivered < 100                    # only the new start's records were read
+
+
+def test_a_fatal_error_at_the_end_of_an_aged_boot_is_seen(small_bounds):
+    docker, ns = aged_head(days=3)
+    docker.add(ns + S, "stderr", "Engram retrieval failed: packed Engram shard is truncated (errno=0)")
+    facts = read(docker)
+    assert facts.read["gap"] and len(facts.fatal) == 1
+    assert facts.fatal_text(facts.fatal_attributed([1, 14], 0)) == [
+        "fatal on rank 0 after layers 1, 14 were attached: Engram retrieval failed: packed Engram shard is "
+        "truncated (errno=0)"]
+
+
+def test_a_restart_in_the_tail_is_the_latest_boot(small_bounds):
+    docker, ns = aged_head(days=3)
+    docker.add_lines(ns + S, L.boot(0, packed=(False, False)))
+    facts = read(docker)
+    assert facts.engram[1]["packed"] is False and facts.engram[14]["packed"] is False and facts.ready
+
+
+def test_a_worker_that_prints_no_ready_stops_after_the_boot_span(small_bounds):
+    docker, _ = aged_head(days=7, rank=1)
+    facts = read(docker)
+    assert sorted(facts.engram) == [1, 14] and facts.memory is not None and not facts.ready
+    assert facts.read["stopped_at"] and facts.read["gap"]
+    assert docker.delivered < 2000 + 3000
+
+
+def test_counting_boots_reads_the_whole_log(small_bounds):
+    docker, ns = aged_head(days=1)
+    docker.add_lines(ns + S, L.boot(0))
+    facts = read(docker, count_boots=True)
+    assert facts.boots_seen == 2 and docker.delivered == len(docker.records)
+    assert "--since" not in docker.calls[1]
+
+
+def test_the_boot_text_says_what_it_left_out(small_bounds):
+    docker, _ = aged_head(days=7)
+    text, info = engine_log_source.read_boot_text(docker.run, container="dsv41-head", open_stream=docker.open_stream)
+    assert text.startswith("[2026-09-11 23:34:03] server_args=") and "not read: the container has served since" in text
+    assert info["read"]["gap"] and info["source"] == "docker logs dsv41-head"
+
+
+def test_no_marker_counts_no_boot(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_text(P + "Decode batch, #running-req: 1, accept len: 3.08, #queue-req: 0\n")
+    facts = engine_log_scan.scan_file(str(log), count_boots=True)
+    assert facts.boots_seen == 0 and not facts.marker_found
+    with pytest.raises(EngineLogError) as err:
+        facts.require_marker()
+    assert "(boots seen: 0)" in str(err.value)
