@@ -17,8 +17,10 @@ line (about 27 MB a day), so the whole ``docker logs`` is never read.  The boot 
 latest start (``docker inspect``: ``State.StartedAt``), and two bounded reads cover it:
 
 - **the head**: ``docker logs --timestamps --since <StartedAt>``, streamed and stopped once the boot
-  is Ready and :data:`HEAD_AFTER_READY` more bytes were read (the marker, the Exact Engram lines,
-  memory, autotune, graph captures and the first periodic lines all come before that);
+  is over and :data:`HEAD_AFTER_READY` more bytes were read (the marker, the Exact Engram lines,
+  memory, autotune, graph captures and the first periodic lines all come before that).  The boot is
+  over at the head's ``Ready`` line, or on any rank at its first periodic Engram line (workers print
+  no Ready), or at the latest :data:`BOOT_SPAN` after the container started;
 - **the tail**: ``docker logs --timestamps --since <where the head stopped> --tail``
   :data:`TAIL_RECORDS`: the latest periodic and decode lines, and whatever ended the boot (a fatal
   error aborts the engine, so it is the last thing logged; a marker there is a restart).
@@ -38,7 +40,7 @@ import time
 
 from ansible.module_utils import command_stream
 from ansible.module_utils.docker_log_stream import StreamMerger, merge_texts
-from ansible.module_utils.engine_log_lines import ALL_KINDS, KIND_READY, EngineLogError, quote_line
+from ansible.module_utils.engine_log_lines import ALL_KINDS, KIND_ENGRAM, KIND_READY, EngineLogError, quote_line
 from ansible.module_utils.engine_log_scan import Scanner, latest_boot_slice, latest_boot_bytes, random_access, scan_file
 from ansible.module_utils.probe_runner import TIMED_OUT, bounded
 
@@ -47,7 +49,7 @@ DOCKER_TIMEOUT = 120          # seconds the reads of one container's boot may ta
 HEAD_AFTER_READY = 4 << 20    # bytes of the boot read past its Ready line before the head read stops
 TAIL_RECORDS = 20000          # latest log records read after the head (about 5 MB of periodic lines)
 ZERO_TIME = "0001-01-01T00:00:00Z"
-BOOT_SPAN = 2 * 3600          # seconds after the start by which a rank that prints no Ready (a worker) is booted
+BOOT_SPAN = 2 * 3600          # seconds after the start by which any boot is over (a real one takes about 13 minutes)
 
 
 def read_boot_text(run_command, log_path=None, container=None, docker="docker", timestamps=True,
@@ -142,7 +144,8 @@ class ContainerBoot(object):
         self.timeout = timeout
         self.count_boots = count_boots
         self.keep_text = keep_text
-        self.scanner = Scanner(self.source, frozenset(kinds) | frozenset([KIND_READY]))
+        # Ready and the periodic Engram lines tell the head read where the boot ends (HeadStop).
+        self.scanner = Scanner(self.source, frozenset(kinds) | frozenset([KIND_READY, KIND_ENGRAM]))
         self.chunks = []
         self.partial = []
         self.info = {"since": None, "head_bytes": 0, "tail_bytes": 0, "stopped_at": None, "gap": None}
@@ -176,7 +179,8 @@ class ContainerBoot(object):
     def _head(self, batch, stop):
         self._feed(batch)
         self.info["head_bytes"] += len(batch)
-        return stop is not None and stop.enough(self.scanner.state.facts.ready, self.info["head_bytes"])
+        facts = self.scanner.state.facts
+        return stop is not None and stop.enough(facts.ready or bool(facts.periodic), self.info["head_bytes"])
 
     def _tail(self, cut_key):
         """The latest TAIL_RECORDS records after where the head stopped (``--since`` keeps equal times,
@@ -236,20 +240,20 @@ class ContainerBoot(object):
 
 
 class HeadStop(object):
-    """When the head read has enough: past the boot's end (its Ready line or, on a rank that prints
-    none, the first line BOOT_SPAN after the container started) by HEAD_AFTER_READY bytes."""
+    """When the head read has enough: HEAD_AFTER_READY bytes past the boot's end (its Ready line or
+    first periodic Engram line, seen by the caller, else the first line BOOT_SPAN after the start)."""
 
     def __init__(self, started, merger):
         self.merger = merger
         self.started = epoch_of(started.encode()) if started else None
         self.boot_end = None
 
-    def enough(self, ready, fed):
+    def enough(self, serving, fed):
         if self.boot_end is None:
-            if ready or self._past_span():
+            if serving or self._past_span():
                 self.boot_end = fed
             return False
-        if not ready and not self._past_span():
+        if not serving and not self._past_span():
             self.boot_end = None          # a new boot began after the Ready seen (a restart in the log)
             return False
         return fed - self.boot_end >= HEAD_AFTER_READY

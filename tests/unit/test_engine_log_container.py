@@ -1,5 +1,8 @@
 """A container's latest boot read in bounded time (module_utils/engine_log_source.ContainerBoot), docker's
 16 KiB partial records made whole (module_utils/docker_log_stream.py) and every upstream Decode line form."""
+import os
+import sys
+
 import pytest
 
 from ansible.module_utils import engine_log as E, engine_log_source, engine_log_scan
@@ -194,12 +197,23 @@ def test_a_restart_in_the_tail_is_the_latest_boot(small_bounds):
     assert facts.engram[1]["packed"] is False and facts.engram[14]["packed"] is False and facts.ready
 
 
-def test_a_worker_that_prints_no_ready_stops_after_the_boot_span(small_bounds):
-    docker, _ = aged_head(days=7, rank=1)
+@pytest.mark.parametrize("days", [7, 0.01])
+def test_a_worker_that_prints_no_ready_stops_after_its_first_periodic_line(small_bounds, days):
+    # 0.01 days: the same lines packed into minutes (as the lab ages a log); the read is as bounded.
+    docker, _ = aged_head(days=days, lines_per_day=int(56000 / days), rank=1)
     facts = read(docker)
     assert sorted(facts.engram) == [1, 14] and facts.memory is not None and not facts.ready
-    assert facts.read["stopped_at"] and facts.read["gap"]
-    assert docker.delivered < 2000 + 3000
+    assert facts.read["stopped_at"] and facts.read["gap"] and facts.periodic[14]["last"]["reads"] > 50000
+    assert docker.delivered < 2000 + 1500 < len(docker.records) / 7
+
+
+def test_a_boot_that_never_ends_is_read_until_the_boot_span(small_bounds):
+    docker = L.FakeDocker(START)
+    ns = docker.add_lines(START + S, L.boot(1, die_after_marker=True))
+    for i in range(20000):                           # a rank stuck before serving, logging on and on
+        ns = docker.add(ns + S, "stderr", "[2026-09-12 00:00:00 TP1 EP1] waiting for peers, attempt %d" % i)
+    facts = read(docker)
+    assert facts.marker_found and facts.read["stopped_at"] and docker.delivered < 7200 + 1500 + 2000
 
 
 def test_counting_boots_reads_the_whole_log(small_bounds):
@@ -225,3 +239,40 @@ def test_no_marker_counts_no_boot(tmp_path):
     with pytest.raises(EngineLogError) as err:
         facts.require_marker()
     assert "(boots seen: 0)" in str(err.value)
+
+
+# --------------------------------------------------------------------------- real pipes
+
+WRITER = r'''
+import os, sys
+n = int(sys.argv[1])
+for i in range(n):
+    fd = 1 if i % 3 == 0 else 2          # docker writes each record to its stream, one after the other
+    os.write(fd, b"2026-09-11T23:34:%02d.%09dZ line %d\n" % (i // 10 ** 6 % 60, i, i))
+'''
+
+
+def test_both_pipes_are_merged_in_the_order_written_while_streaming(tmp_path):
+    from ansible.module_utils import command_stream
+    script = tmp_path / "w.py"
+    script.write_text(WRITER)
+    n = 60000
+    merger = StreamMerger()
+    out = []
+    with command_stream.open_stream([sys.executable, str(script), str(n)], 60) as st:
+        while not st.finished:
+            chunks = st.read()
+            more, drained = st.drain()
+            for which, data in chunks + more:
+                merger.feed(which, data)
+            out.append(merger.take(drained))
+    out.append(merger.take(True))
+    lines = b"".join(out).decode().splitlines()
+    assert lines == ["line %d" % i for i in range(n)]
+
+
+def test_closing_a_stream_early_kills_the_command(tmp_path):
+    from ansible.module_utils import command_stream
+    st = command_stream.open_stream(["sh", "-c", "echo $$; exec sleep 300"], 30)
+    pid = int(st.read()[0][1])
+    assert st.close() is None and not os.path.exists("/proc/%d" % pid)
