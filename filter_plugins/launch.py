@@ -8,7 +8,19 @@ directory, so a destination offered through it must have room on each of those r
 """
 from __future__ import absolute_import, division, print_function
 
+from pathlib import Path
+
 __metaclass__ = type
+
+
+def _launch_truth():
+    """module_utils/launch_truth.py, imported as Ansible ships module_utils (see filter_plugins/fleet.py)."""
+    import ansible.module_utils as amu
+    path = str(Path(__file__).resolve().parent.parent / "module_utils")
+    if path not in amu.__path__:
+        amu.__path__.append(path)
+    from ansible.module_utils import launch_truth
+    return launch_truth
 
 
 def dsv41_engram_settings(key_effects, rank):
@@ -54,9 +66,37 @@ def dsv41_launch_lines(result):
     return out
 
 
+def dsv41_launch_truth(prediction, containers, images, hostvars):
+    """Every difference between the launch predicted before a restart (``launcher_effective``'s result) and
+    the running containers: ``containers`` and ``images`` are the registered loop results of
+    ``docker inspect <container>`` and ``docker image inspect <its image>`` per rank host (module_utils/
+    launch_truth.check_ranks; secrets masked)."""
+    images_by_host = {}
+    for r in (images or {}).get("results", []):
+        item = r.get("item")
+        images_by_host[item.get("item") if isinstance(item, dict) else item] = r
+    running = []
+    for res in (containers or {}).get("results", []):
+        host = res["item"]
+        running.append({"rank": hostvars[host]["dsv41_rank"], "host": host,
+                        "container": _first_json(res), "image": _first_json(images_by_host.get(host))})
+    return _launch_truth().check_ranks(prediction, running)
+
+
+def _first_json(res):
+    import json
+    if not res or res.get("rc") != 0 or res.get("skipped"):
+        return None
+    try:
+        data = json.loads(res.get("stdout") or "[]")
+    except ValueError:
+        return None
+    return data[0] if isinstance(data, list) and data else None
+
+
 class FilterModule:
     """Effective-launch filters."""
 
     def filters(self):
         return {"dsv41_engram_settings": dsv41_engram_settings, "dsv41_engram_advice": dsv41_engram_advice,
-                "dsv41_launch_lines": dsv41_launch_lines}
+                "dsv41_launch_lines": dsv41_launch_lines, "dsv41_launch_truth": dsv41_launch_truth}
