@@ -9,9 +9,13 @@ module: adapter_registry
 short_description: Read the launcher's sitecustomize.py import hook and check it arms each enabled adapter
 description:
   - Reads the launcher checkout's C(sitecustomize.py) import hook by its structure (Python C(ast), never
-    executed) and reports the engine modules its finder wraps, the variable its insertion into
-    C(sys.meta_path) depends on, every C(install_*) call with the wrapped modules it runs for, its switch gate
-    (or none) and whether it runs only on the TP4 launcher (C(DSV41_LAUNCHER=tp4)).
+    executed) and reports the engine modules its finder wraps (and those it wraps only on the TP4 launcher,
+    C(DSV41_LAUNCHER=tp4)), the variable its insertion into C(sys.meta_path) depends on, and every install call
+    (an C(install_*) function, or one imported from an adapter module) with the adapter modules it comes from,
+    the wrapped modules it runs for, its switch gate (or none) and whether it runs only on the TP4 launcher.
+  - An adapter is named by the module its install functions come from and by the hook's own C(install_<name>)
+    alias for them, so one adapter installed through several functions (C(install_verify_cap_gate),
+    C(install_verify_cap_draft), ...) is one adapter.
   - Per adapter, reports the hooked modules, the gate and whether the declared switch (with its declared
     value) will arm it on the TP3 launcher. An ungated install counts only when the adapter file beside the
     hook reads the switch itself.
@@ -54,13 +58,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 finder:
-  description: C(class), C(modules) (wrapped engine modules, in order), C(gate) (variables the finder's
-    insertion depends on, e.g. C(DSV41_SOURCE); null when it is never inserted).
+  description: C(class), C(modules) (engine modules wrapped on the TP3 launcher, in order), C(tp4_only) (those
+    wrapped only on the TP4 launcher), C(gate) (variables the finder's insertion depends on, e.g.
+    C(DSV41_SOURCE); null when it is never inserted).
   returned: success
   type: dict
 installs:
-  description: One entry per C(install_*) call; C(function), C(adapter), C(line), C(modules), C(gate) (list),
-    C(tp4_only).
+  description: One entry per install call; C(function), C(adapter), C(sources) (adapter modules the function is
+    imported from), C(line), C(modules), C(module_named), C(gate) (list), C(tp4_only).
   returned: success
   type: list
   elements: dict

@@ -12,8 +12,9 @@ description:
     --entrypoint cat IMAGE FILE) (no engine starts, nothing is written; each one-off container is removed)
     and parses it with C(ast), never executing it.
   - From the candidate's own import hook (C(sitecustomize.py) in I(adapter_dir)) it takes the adapters that
-    hook installs on the TP3 launcher and, from each adapter file, every engine symbol the adapter reads,
-    wraps or assigns.
+    hook installs on the TP3 launcher and, from each adapter file (the module the hook imports the install
+    function from, or C(<name>.py) for an C(install_<name>) the hook defines itself), every engine symbol the
+    adapter reads, wraps or assigns.
   - C(hook_signatures) - every such symbol exists in the candidate with the parameter list it has in
     I(reference_image), and every module the hook's finder wraps exists.
   - C(g4_guard) - every weight-shape guard C(<x>.shape == (G, N, K)) in I(guard_module) admits
@@ -74,8 +75,8 @@ options:
     description:
       - The launcher settings the candidate will boot with, switch name to value. A switch not set is off, as
         the launcher passes C(${X:-0}).
-      - Given, a guard replaced by an adapter passes only when one of the adapter's gates arms it with these
-        values; omitted, that is not judged.
+      - Given, a guard replaced by an adapter passes only when the import hook installs that adapter with these
+        values (on every boot, or armed by its switches); omitted, that is not judged.
     type: dict
   host_label:
     description: Name used in messages (defaults to the host name).
@@ -115,7 +116,7 @@ import json
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_image_checks import CHECKS, image_checks
+from ansible.module_utils.engine_image_checks import CHECKS, adapter_modules, image_checks
 from ansible.module_utils.engine_source import Engine, SourceError
 from ansible.module_utils.import_hook import HookError, read_hook
 from ansible.module_utils.probe_runner import make_runner, tail_text
@@ -158,7 +159,8 @@ def judge(run, p, label):
                          "keeps the launcher checkout's adapter/ elsewhere, set experiment_image_adapter_dir)"
                          % (p["adapter_dir"], label))
     hook = read_hook(hook_text, source="%s:%s/sitecustomize.py" % (p["image"], p["adapter_dir"]))
-    texts = dict((name, adapters(name + ".py")) for name, a in hook["adapters"].items() if not a["tp4_only"])
+    # each adapter's file is the module its install functions are imported from, whatever the hook calls them
+    texts = dict((name, adapters(name + ".py")) for name in adapter_modules(hook))
     checks = image_checks(candidate, reference, hook, texts, p["guard_module"], p["vocab_module"],
                           p["local_groups"], p["vocab_size"], p["tp_size"], settings=p["settings"])
     problems = ["%s: %s" % (name, msg) for name in CHECKS for msg in checks[name]["problems"]]

@@ -19,7 +19,8 @@ from __future__ import absolute_import, division, print_function
 
 from ansible.module_utils.engine_source import (SourceError, VOCAB_PADDING_NAME, adapter_targets, describe, dotted,
                                                 shape_guards, vocab_padding_size)
-from ansible.module_utils.import_hook_arming import arming
+from ansible.module_utils.import_hook_arming import arming, installs, wrapped
+from ansible.module_utils.import_hook_conditions import LAUNCHER_VAR
 
 __metaclass__ = type
 
@@ -64,28 +65,86 @@ def hook_signatures(candidate, reference, targets, wrapped):
     return problems, rows
 
 
-def adapter_armed(hook, adapter, settings):
-    """``(True|False|None, why)``: does the image's import hook install ``adapter`` when it boots with
-    ``settings`` ({switch: value}; a switch not set is off, as the launcher passes ``${X:-0}``)?
+def adapter_modules(hook):
+    """The adapter files (module names, without ``.py``) of the adapters the hook can install on the TP3
+    launcher, in the order of its install calls: each module an install function is imported from
+    (``installs[].sources``: ``from folded_result_fence import install as install_folded_fence`` is
+    ``folded_result_fence``), or ``<x>`` for an ``install_<x>`` the hook defines itself. Each is a name of the
+    hook's ``adapters``, answering for every install of that module; one whose installs all run only on the TP4
+    launcher is left out."""
+    out = []
+    for inst in hook["installs"]:
+        for module in inst["sources"] or [inst["adapter"]]:
+            info = hook["adapters"].get(module)
+            if info is not None and not info["tp4_only"] and module not in out:
+                out.append(module)
+    return out
 
-    An adapter the hook installs on some boot without a gate is armed; a gated one is armed when one of its
-    gates arms it with that gate's value (``import_hook_arming.arming``); None when a condition cannot be read.
+
+def boot_env(hook, settings):
+    """The environment the image's hook sees on the TP3 launcher with ``settings``: each value as text, and
+    every switch the hook's gates read that ``settings`` does not set (or sets to None) as ``0``, as the
+    launcher passes ``${X:-0}``. ``DSV41_LAUNCHER`` is not set on TP3."""
+    env = {}
+    for info in hook["adapters"].values():
+        env.update((gate, "0") for gate in info["gates"])
+    env.update((key, "0" if value is None else str(value)) for key, value in (settings or {}).items())
+    env.pop(LAUNCHER_VAR, None)
+    return env
+
+
+def _installed(hook, adapter, env):
+    """True (the hook installs ``adapter`` for some wrapped module), None (only where a condition cannot be
+    read) or False, with exactly ``env`` set (``import_hook_arming.installs``)."""
+    runs = installs(hook, env).get(adapter) or {}
+    return True if True in runs.values() else (None if runs else False)
+
+
+def _switched_off(env, switches, off):
+    """``env`` with ``switches`` set to ``off`` (None: unset)."""
+    out = dict((k, v) for k, v in env.items() if k not in switches)
+    if off is not None:
+        out.update(dict.fromkeys(switches, off))
+    return out
+
+
+def adapter_armed(hook, adapter, settings):
+    """``(True|False|None, why)``: does the image's import hook install ``adapter`` (a name of its
+    ``adapters``: an adapter module, see :func:`adapter_modules`) when it boots with ``settings`` ({switch:
+    value}; a switch not set is off, as the launcher passes ``${X:-0}``)?
+
+    The reader's answer (``import_hook_arming.installs``) with the whole boot environment decides, for every
+    install of the adapter's module, however the hook imports and names it. Armed: ``installed on every boot``
+    when some way of installing it has no gate and it also installs with its switches ``0`` or unset, else
+    ``armed by`` the switches that, alone ``0`` or unset, would stop it. None when a condition cannot be read
+    from the text.
     """
     info = hook["adapters"].get(adapter)
     if info is None:
         return False, "the image's import hook never installs %s" % adapter
-    if any(not i["gate"] and not i["tp4_only"] for i in hook["installs"] if i["adapter"] == adapter):
-        return True, "installed on every boot"
-    reasons, unknown = [], False
+    env = boot_env(hook, settings)
+    got = _installed(hook, adapter, env)
+    if got is None:
+        return None, "a condition around install_%s cannot be read from the text" % adapter
+    if got:
+        if info["ungated"] and all(_installed(hook, adapter, _switched_off(env, info["gates"], off)) is True
+                                   for off in ("0", None)):
+            return True, "installed on every boot"
+        needed = [g for g in info["gates"] if any(_installed(hook, adapter, _switched_off(env, [g], off)) is not True
+                                                  for off in ("0", None))]
+        return True, "armed by %s" % ", ".join("%s=%s" % (g, env[g]) for g in needed or info["gates"])
+    reasons = []
     for gate in info["gates"]:
-        value = settings.get(gate)
-        value = "0" if value is None else str(value)
-        verdict = arming(hook, adapter, gate, value)
-        if verdict["arms"] is True:
-            return True, "armed by %s=%s" % (gate, value)
-        unknown = unknown or verdict["arms"] is None
-        reasons.append(verdict["reason"])
-    return (None if unknown else False), "; ".join(reasons) or "no switch arms install_%s" % adapter
+        verdict = arming(hook, adapter, gate, env[gate])
+        reasons.append(verdict["reason"] if verdict["arms"] is not True else
+                       "install_%s does not run with the other settings" % adapter)
+    unwrapped = [m for m in info["modules"] if m not in wrapped(hook, env)]
+    if not reasons and info["tp4_only"]:
+        reasons.append("install_%s runs only on the TP4 launcher (%s=tp4)" % (adapter, LAUNCHER_VAR))
+    elif not reasons and unwrapped and len(unwrapped) == len(info["modules"]):
+        reasons.append("install_%s runs only for %s, which the finder does not wrap with these settings"
+                       % (adapter, ", ".join(unwrapped)))
+    return False, "; ".join(reasons) or "no switch arms install_%s" % adapter
 
 
 def g4_guard(candidate, guard_module, local_groups, patched, armed=None):
@@ -162,7 +221,8 @@ def image_checks(candidate, reference, hook, adapter_texts, guard_module, vocab_
     """Every check of a candidate image: {check: {"problems": [...], "rows": [...]}}.
 
     ``hook`` is :func:`import_hook.read_hook` of the candidate's ``sitecustomize.py``; ``adapter_texts``
-    {adapter: text or None} the files of the adapters it installs on TP3 (None: missing from the image);
+    {adapter module: text or None} the files of the adapters it installs on TP3 (:func:`adapter_modules`; None:
+    missing from the image);
     ``settings`` the launcher settings the image will boot with (None: whether a replacing adapter is armed
     is not judged).
     """

@@ -1,325 +1,326 @@
 # -*- coding: utf-8 -*-
-"""The launcher checkout's import hook (``adapter/sitecustomize.py``), read by its structure.
+"""The launcher checkout's import hook (``adapter/sitecustomize.py``), read by its structure: its install calls.
 
 Real hooks of this family (SPEC section 3, "Launcher and containers") insert a finder into
-``sys.meta_path`` only when a variable such as ``DSV41_SOURCE`` is set; the finder wraps a fixed list
-of engine module names, and the loader of each wrapped module calls ``install_<adapter>(module)``
-functions after the engine module has executed: some inside a switch gate
-(``if os.environ.get("DSV41_X", "0") not in ("0", "", "off", "false"):``), some unconditionally (the
-adapter then reads its switch itself), some only on the TP4 launcher (``DSV41_LAUNCHER=tp4``). One
-adapter may hook several modules. Parsed with :mod:`ast`, never executed, so formatting does not matter.
+``sys.meta_path`` only when a variable such as ``DSV41_SOURCE`` is set; the finder wraps a list of engine
+module names, and the loader of each wrapped module calls install functions after the engine module has
+executed: some inside a switch gate (``if os.environ.get("DSV41_X", "0") not in ("0", "", "off", "false"):``),
+some unconditionally (the adapter then reads its switch itself), some only on the TP4 launcher
+(``DSV41_LAUNCHER=tp4``). One adapter may hook several modules, through several install functions. Parsed
+with :mod:`ast`, never executed, so formatting does not matter. The conditions are read and evaluated in
+``import_hook_conditions``, the finder in ``import_hook_finder``; this file finds the install calls and
+assembles the structure (:func:`read_hook`).
+
+What an install call registers: a call of ``install_<x>(...)`` or of a function imported from an adapter
+module as ``install`` / ``install_<y>``. Its adapter names are
+
+* the adapter module it was imported from (``from verify_cap import install_gate as ...``: ``verify_cap``;
+  each import that can reach the call counts, with the conditions around that import);
+* the hook's own name for it when it imported the function under an ``install_<name>`` alias, less the
+  imported function's own suffix (``install_gate as install_verify_cap_gate``: ``verify_cap``;
+  ``install as install_folded_fence``: ``folded_fence``);
+* for a function the hook defines itself (or one it does not import), ``<x>`` of ``install_<x>``.
+
+Whether a call runs is decided per wrapped module: every condition around it is evaluated with the
+module's name and the environment, and the finder must wrap that module under the same environment.
 
 :func:`read_hook` gives the structure; whether a declared switch arms an adapter is judged from it in
-``import_hook_arming`` (:func:`arming`, :func:`hook_problems`).
+``import_hook_arming`` (:func:`arming`, :func:`hook_problems`, :func:`installs`).
 Standard library only: Ansible ships this file to the target host next to the module.
 """
 from __future__ import absolute_import, division, print_function
 
 import ast
-import re
+
+from ansible.module_utils.import_hook_conditions import (LAUNCHER_VAR, LAUNCHERS, SCOPES, UNKNOWN, GateEnv, all_true,
+                                                         enclosing_conditions, env_vars, local_assigns,
+                                                         module_assigns, parent_map, string_constant,
+                                                         string_list, walk_scope)
+from ansible.module_utils.import_hook_finder import finder_wraps, read_finder
 
 __metaclass__ = type
 
-SWITCH_RE = re.compile(r"^(?:DSV41|SGLANG|DSPARK)_[A-Z0-9_]+$")
-LAUNCHER_VAR = "DSV41_LAUNCHER"
 INSTALL_PREFIX = "install_"
-# what a gate condition evaluates to when the text alone cannot say
-UNKNOWN = object()
 
 
 class HookError(Exception):
     """The import hook cannot be read (not Python)."""
 
 
-def string_constant(node):
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    return None
-
-
-def _strings(node):
-    """The string constants of a tuple/list/set/frozenset(...) literal, else None."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-            and node.func.id in ("frozenset", "set", "tuple") \
-            and len(node.args) == 1:
-        node = node.args[0]
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        out = [string_constant(e) for e in node.elts]
-        if all(s is not None for s in out):
-            return out
-    return None
-
-
-def _module_assigns(tree):
-    """Module-level ``NAME = value`` (the last one wins, as at import)."""
-    out = {}
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Assign):
-            for t in stmt.targets:
-                if isinstance(t, ast.Name):
-                    out[t.id] = stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-            out[stmt.target.id] = stmt.value
-    return out
-
-
-def _env_key(node):
-    """``X`` for ``os.environ.get("X"...)``, ``os.getenv("X"...)``, ``os.environ["X"]``, ``environ.get("X")``."""
-    if isinstance(node, ast.Call) and node.args:
-        f = node.func
-        if isinstance(f, ast.Attribute) and f.attr == "get" and _is_environ(f.value):
-            return string_constant(node.args[0])
-        if isinstance(f, ast.Attribute) and f.attr == "getenv":
-            return string_constant(node.args[0])
-    if isinstance(node, ast.Subscript) and _is_environ(node.value):
-        sl = node.slice
-        if type(sl).__name__ == "Index":       # Python < 3.9
-            sl = sl.value
-        return string_constant(sl)
-    return None
-
-
-def _is_environ(node):
-    return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
-        (isinstance(node, ast.Name) and node.id == "environ")
-
-
-class GateEnv:
-    """Evaluates a gate condition against an environment, or says it cannot (returns UNKNOWN)."""
-
-    def __init__(self, env, assigns, funcs=None, bound=None):
-        self.env = env
-        self.assigns = assigns
-        self.funcs = funcs or {}
-        self.bound = bound or {}
-
-    def _call_helper(self, node, depth):
-        """A one-expression helper such as ``def _on(v): return os.environ.get(v, "0") not in (...)``."""
-        fn = self.funcs.get(node.func.id)
-        params = [a.arg for a in fn.args.args]
-        if len(node.args) > len(params) or node.keywords or len(fn.body) != 1 \
-                or not isinstance(fn.body[0], ast.Return) or fn.body[0].value is None:
-            return UNKNOWN
-        bound = dict(zip(params, (self.value(a, depth + 1) for a in node.args)))
-        defaults = fn.args.defaults
-        for name, default in zip(params[len(params) - len(defaults):], defaults):
-            bound.setdefault(name, self.value(default, depth + 1))
-        if UNKNOWN in bound.values() or len(bound) != len(params):
-            return UNKNOWN
-        return GateEnv(self.env, self.assigns, self.funcs, bound).value(fn.body[0].value, depth + 1)
-
-    def value(self, node, depth=0):
-        if depth > 20:
-            return UNKNOWN
-        if isinstance(node, ast.Name) and node.id in self.bound:
-            return self.bound[node.id]
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.funcs:
-            return self._call_helper(node, depth)
-        if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute) \
-                and (node.func.attr == "getenv" or (node.func.attr == "get" and _is_environ(node.func.value))):
-            key = self.value(node.args[0], depth + 1)
-            if not isinstance(key, str):
-                return UNKNOWN
-            if key in self.env:
-                return self.env[key]
-            return self.value(node.args[1], depth + 1) if len(node.args) > 1 else None
-        key = _env_key(node)            # os.environ["X"]
-        if key is not None:
-            return self.env.get(key)
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name) and node.id in self.assigns:
-            return self.value(self.assigns[node.id], depth + 1)
-        seq = _strings(node)
-        if seq is not None:
-            return tuple(seq)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args \
-                and node.func.attr in ("strip", "lower", "upper"):
-            inner = self.value(node.func.value, depth + 1)
-            return getattr(inner, node.func.attr)() if isinstance(inner, str) else UNKNOWN
-        if isinstance(node, ast.BoolOp):
-            vals = [self.truth(v, depth + 1) for v in node.values]
-            if isinstance(node.op, ast.And):
-                return False if False in vals else (UNKNOWN if UNKNOWN in vals else True)
-            return True if True in vals else (UNKNOWN if UNKNOWN in vals else False)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            t = self.truth(node.operand, depth + 1)
-            return UNKNOWN if t is UNKNOWN else not t
-        if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            left, right = self.value(node.left, depth + 1), self.value(node.comparators[0], depth + 1)
-            if left is UNKNOWN or right is UNKNOWN:
-                return UNKNOWN
-            op = node.ops[0]
-            try:
-                if isinstance(op, ast.Eq):
-                    return left == right
-                if isinstance(op, ast.NotEq):
-                    return left != right
-                if isinstance(op, ast.In):
-                    return left in right
-                if isinstance(op, ast.NotIn):
-                    return left not in right
-            except TypeError:
-                return UNKNOWN
-        return UNKNOWN
-
-    def truth(self, node, depth=0):
-        v = self.value(node, depth)
-        return v if v is UNKNOWN else bool(v)
-
-
-def _env_vars(node, assigns, depth=0):
-    """Environment variables a condition reads (through module-level names too)."""
-    out = []
-    for sub in ast.walk(node):
-        key = _env_key(sub)
-        if key is not None and key not in out:
-            out.append(key)
-        elif isinstance(sub, ast.Name) and sub.id in assigns and depth < 5:
-            out.extend(k for k in _env_vars(assigns[sub.id], assigns, depth + 1) if k not in out)
-        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.args:
-            s = string_constant(sub.args[0])          # a helper such as _on("DSV41_X")
-            if s and SWITCH_RE.match(s) and s not in out:
-                out.append(s)
-    return out
-
-
-def _finder_modules(tree, assigns):
-    """The module names the finder wraps: the collection ``find_spec`` tests its ``fullname`` against."""
-    for cls in ast.walk(tree):
-        if not isinstance(cls, ast.ClassDef):
-            continue
-        for fn in cls.body:
-            if not (isinstance(fn, ast.FunctionDef) and fn.name == "find_spec"):
-                continue
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
-                    target = node.comparators[0]
-                    if isinstance(target, ast.Name) and target.id in assigns:
-                        target = assigns[target.id]
-                    names = _strings(target)
-                    if names is not None:
-                        return names, cls.name
-    return None, None
-
-
-def _finder_gate(tree, assigns, parents):
-    """Variables gating the ``sys.meta_path.insert/append(...)`` of the finder (None: no insert found)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in ("insert", "append") and isinstance(node.func.value, ast.Attribute) \
-                and node.func.value.attr == "meta_path":
-            conds = _conditions(node, parents)
-            gate = []
-            for test, _positive in conds:
-                gate.extend(v for v in _env_vars(test, assigns) if v not in gate)
-            return gate
-    return None
-
-
-def _module_names(test, known):
-    """Engine module names a condition tests (the loader's dispatch on the wrapped module's name)."""
-    consts = [s for s in (string_constant(n) for n in ast.walk(test)) if s and "." in s and not SWITCH_RE.match(s)]
-    return [s for s in consts if s in known or s.startswith("sglang.")]
-
-
-def _parents(tree):
-    out = {}
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            out[child] = node
-    return out
-
-
-def _conditions(node, parents):
-    """``[(test, positive)]`` of every enclosing ``if`` (positive: the node is in its body, not its else)."""
-    out = []
-    child, cur = node, parents.get(node)
-    while cur is not None:
-        if isinstance(cur, ast.If) and child is not cur.test:
-            out.append((cur.test, child in cur.body))
-        elif isinstance(cur, ast.IfExp) and child is not cur.test:
-            out.append((cur.test, child is cur.body))
-        child, cur = cur, parents.get(cur)
-    return out[::-1]
-
-
-def _install_name(call):
+def _callee(call):
     f = call.func
-    name = f.id if isinstance(f, ast.Name) else (f.attr if isinstance(f, ast.Attribute) else None)
-    if name and name.startswith(INSTALL_PREFIX) and len(name) > len(INSTALL_PREFIX):
-        return name
-    return None
+    if isinstance(f, ast.Name):
+        return f.id, True
+    if isinstance(f, ast.Attribute):
+        return f.attr, False
+    return None, False
+
+
+def _binds(stmt, name):
+    """Bindings of ``name`` made directly by ``stmt``: ``[("import", module, function)]``, ``[("def",)]``,
+    ``[("other",)]`` or []."""
+    if isinstance(stmt, ast.ImportFrom):
+        return [("import", (stmt.module or "").rsplit(".", 1)[-1] or None, a.name)
+                for a in stmt.names if (a.asname or a.name) == name]
+    if isinstance(stmt, ast.Import):
+        return [("other",) for a in stmt.names if (a.asname or a.name.split(".")[0]) == name]
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == name:
+        return [("def",)]
+    if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+        return [("other",)]
+    return []
+
+
+def _bindings_within(stmt, name):
+    """``[(binding, statement)]`` made anywhere inside ``stmt`` (nested scopes excluded), latest first."""
+    out, todo = [], [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.stmt):
+            out.extend((b, node) for b in _binds(node, name))
+        if node is stmt or not isinstance(node, SCOPES):
+            todo.extend(ast.iter_child_nodes(node))
+    out.sort(key=lambda bs: (bs[1].lineno, bs[1].col_offset), reverse=True)
+    return out
+
+
+def _statement_lists(node):
+    for field in ("body", "orelse", "finalbody"):
+        lst = getattr(node, field, None)
+        if isinstance(lst, list):
+            yield lst
+    for handler in getattr(node, "handlers", None) or []:
+        yield handler.body
+
+
+def _reaching(call, name, parents, tree):
+    """The bindings of ``name`` that can reach ``call``: ``[(binding, statement)]``, latest first. A binding
+    made directly in a statement list before the call's own statement hides the earlier ones; bindings
+    inside a preceding if/try may or may not run, so the search goes on past them."""
+    found, cur = [], call
+    while not isinstance(cur, ast.stmt):
+        cur = parents.get(cur)
+        if cur is None:
+            return found
+    while True:
+        par = parents.get(cur)
+        if par is None:
+            break
+        if not isinstance(par, ast.ClassDef):
+            for lst in _statement_lists(par):
+                idx = next((i for i, s in enumerate(lst) if s is cur), None)
+                if idx is None:
+                    continue
+                for prev in reversed(lst[:idx]):
+                    direct = _binds(prev, name)
+                    if direct:
+                        return found + [(b, prev) for b in direct]
+                    found.extend(_bindings_within(prev, name))
+        if isinstance(par, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            if found or any(_binds(n, name) for n in walk_scope(par) if isinstance(n, ast.stmt)):
+                return found
+            return found + _module_bindings(tree, name)
+        cur = par
+    return found
+
+
+def _module_bindings(tree, name):
+    """Module-level bindings of ``name`` as seen once the module has run (latest direct one and later)."""
+    out = []
+    for stmt in reversed(tree.body):
+        direct = _binds(stmt, name)
+        if direct:
+            return out + [(b, stmt) for b in direct]
+        out.extend(_bindings_within(stmt, name))
+    return out
+
+
+def _alias_name(alias, function):
+    """The hook's name for an adapter imported as ``function`` under ``alias`` (None: no such name)."""
+    if alias == function or not alias.startswith(INSTALL_PREFIX) or len(alias) <= len(INSTALL_PREFIX):
+        return None
+    name = alias[len(INSTALL_PREFIX):]
+    own = function[len(INSTALL_PREFIX):] if function.startswith(INSTALL_PREFIX) else ""
+    if own and name.endswith("_" + own) and len(name) > len(own) + 1:
+        name = name[:-(len(own) + 1)]
+    return name
+
+
+def _is_install_function(function):
+    return function == "install" or (function.startswith(INSTALL_PREFIX) and len(function) > len(INSTALL_PREFIX))
+
+
+def _install_site(call, parents, tree):
+    """``(function, ways)`` for an install call, else None; one way per import of the called function that
+    can reach the call (one way when it is not imported): ``names`` (adapter names), ``source`` (the adapter
+    module, or None) and ``conds`` (the conditions around that import, beyond the call's own)."""
+    name, plain = _callee(call)
+    if name is None:
+        return None
+    cur = parents.get(call)
+    while cur is not None and not (isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef)) and cur.name == name):
+        cur = parents.get(cur)
+    if cur is not None:     # a call inside its own definition is not an install site
+        return None
+    reaching = _reaching(call, name, parents, tree) if plain else []
+    imports = sorted(((b, s) for b, s in reaching if b[0] == "import" and _is_install_function(b[2])),
+                     key=lambda bs: (bs[1].lineno, bs[1].col_offset))
+    own = name[len(INSTALL_PREFIX):] if name.startswith(INSTALL_PREFIX) and len(name) > len(INSTALL_PREFIX) \
+        else None
+    if not imports:
+        return (name, [{"names": [own], "source": None, "conds": []}]) if own else None
+    call_ifs = set(id(c[2]) for c in enclosing_conditions(call, parents, owners=True))
+    ways = []
+    for binding, stmt in imports:
+        module, function = binding[1], binding[2]
+        names = _dedupe(n for n in (_alias_name(name, function), module) if n) or ([own] if own else [])
+        if not names:
+            continue
+        conds = [c[:2] for c in enclosing_conditions(stmt, parents, owners=True) if id(c[2]) not in call_ifs]
+        ways.append({"names": names, "source": module, "conds": conds})
+    return (name, ways) if ways else None
+
+
+def _module_name_refs(tree):
+    """Local names bound to ``<x>.__name__`` and the dotted strings compared against the module's name."""
+    local_names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr == "__name__":
+            local_names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+
+    def is_name(n):
+        return (isinstance(n, ast.Attribute) and n.attr == "__name__") or \
+            (isinstance(n, ast.Name) and n.id in local_names)
+
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and (is_name(node.left)
+                                                                   or is_name(node.comparators[0])):
+            other = node.comparators[0] if is_name(node.left) else node.left
+            for s in (string_list(other) or [string_constant(other)]):
+                if s and "." in s and s not in names:
+                    names.append(s)
+    return local_names, names
+
+
+def _mentions_module(conds, local_names):
+    for test, _positive in conds:
+        for n in ast.walk(test):
+            if (isinstance(n, ast.Attribute) and n.attr == "__name__") or \
+                    (isinstance(n, ast.Name) and n.id in local_names):
+                return True
+    return False
+
+
+def _enclosing_function(node, parents):
+    cur = parents.get(node)
+    while cur is not None and not isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        cur = parents.get(cur)
+    return cur
+
+
+def _role(hook, conds, local, named):
+    """Where and when one way of reaching an install runs: ``modules`` (those it can run for), ``gate``
+    (switch variables of the conditions that decide it for one of them, the launcher excluded),
+    ``tp4_only`` (it can run on the TP4 launcher and never on TP3)."""
+    assigns, funcs = hook["_assigns"], hook["_funcs"]
+    wrapped = hook["finder"]["modules"] + hook["finder"]["tp4_only"]
+    candidates = wrapped + [m for m in hook["_named"] if m not in wrapped] if named else list(wrapped)
+    modules, gate, on = [], [], {"tp3": False, "tp4": False}
+    for m in candidates:
+        if all_true(GateEnv({}, assigns, funcs, open_env=True, modname=m, local=local), conds) is False:
+            continue
+        modules.append(m)
+        for test, positive in conds:
+            t = GateEnv({}, assigns, funcs, open_env=True, modname=m, local=local).truth(test)
+            if t is UNKNOWN:
+                gate.extend(v for v in env_vars(test, assigns, funcs) if v != LAUNCHER_VAR and v not in gate)
+        for launcher, env in LAUNCHERS:
+            ev = GateEnv(env, assigns, funcs, open_env=True, closed=(LAUNCHER_VAR,), modname=m, local=local)
+            if all_true(ev, conds) is not False and finder_wraps(hook, m, env, open_env=True) is not False:
+                on[launcher] = True
+    return {"conds": conds, "modules": modules, "gate": gate, "tp4_only": on["tp4"] and not on["tp3"]}
 
 
 def read_hook(text, source="sitecustomize.py"):
     """The hook's structure (raises :class:`HookError` when the text is not Python).
 
-    ``finder``: ``class``, ``modules`` (wrapped engine modules, in order), ``gate`` (variables its insertion
-    into sys.meta_path depends on; None: never inserted). ``installs``: per ``install_*`` call, ``function``,
-    ``adapter``, ``line``, ``modules`` (the wrapped modules whose branch it is in; all when no module test
-    encloses it), ``gate`` (switch variables around it, DSV41_LAUNCHER excluded), ``tp4_only``.
-    ``adapters``: per adapter, ``modules``, ``gates``, ``ungated`` (some call has no switch gate),
-    ``tp4_only`` (every call is), ``unwrapped`` (modules its branches name that the finder does not wrap).
+    ``finder``: ``class``, ``modules`` (engine modules it wraps on the TP3 launcher, some perhaps only
+    under a switch, in order), ``tp4_only`` (the ones it wraps only on the TP4 launcher), ``gate``
+    (variables its insertion into sys.meta_path depends on; None: never inserted). ``installs``: per install
+    call, ``function``, ``adapter`` (its first name), ``sources`` (the adapter modules it is imported from),
+    ``line``, ``modules`` (the wrapped modules it can run for), ``module_named`` (a module test encloses
+    it), ``gate`` (switch variables around it, DSV41_LAUNCHER excluded), ``tp4_only``.
+    ``adapters``: per adapter name, ``modules``, ``gates``, ``ungated`` (some way of installing it has no
+    switch gate), ``tp4_only`` (every one is), ``unwrapped`` (modules its branches name that the finder never
+    wraps), ``lines``.
     """
     try:
         tree = ast.parse(str(text), filename=source)
     except SyntaxError as exc:
         raise HookError("%s: not valid Python (line %s: %s)" % (source, exc.lineno, exc.msg))
-    assigns = _module_assigns(tree)
+    assigns = module_assigns(tree)
     funcs = dict((d.name, d) for d in tree.body if isinstance(d, ast.FunctionDef))
-    parents = _parents(tree)
-    modules, cls = _finder_modules(tree, assigns)
-    finder = {"class": cls, "modules": list(modules or []), "gate": _finder_gate(tree, assigns, parents)}
-    known = set(finder["modules"])
+    parents = parent_map(tree)
+    hook = read_finder(tree, assigns, funcs, parents)
+    finder = hook["finder"]
+    local_names, named_modules = _module_name_refs(tree)
+    hook["_named"] = named_modules
+    wrapped = set(finder["modules"] + finder["tp4_only"])
     installs = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        fname = _install_name(node)
-        if fname is None:
+        site = _install_site(node, parents, tree)
+        if site is None:
             continue
-        cur = parents.get(node)
-        while cur is not None and not (isinstance(cur, ast.FunctionDef) and cur.name == fname):
-            cur = parents.get(cur)
-        if cur is not None:     # a call inside its own definition is not an install site
-            continue
-        named, gate, tp4, conds = [], [], False, []
-        for test, positive in _conditions(node, parents):
-            mods = _module_names(test, known)
-            conds.append((test, positive, bool(mods)))
-            if mods:
-                if positive:
-                    named = mods if not named else [m for m in named if m in mods]
-                continue
-            env = _env_vars(test, assigns)
-            if LAUNCHER_VAR in env:
-                on4 = GateEnv({LAUNCHER_VAR: "tp4"}, assigns, funcs).truth(test)
-                on3 = GateEnv({}, assigns, funcs).truth(test)
-                if not positive:
-                    on4, on3 = [v if v is UNKNOWN else not v for v in (on4, on3)]
-                if on4 is True and on3 is False:
-                    tp4 = True
-            gate.extend(v for v in env if v != LAUNCHER_VAR and v not in gate)
-        installs.append({"function": fname, "adapter": fname[len(INSTALL_PREFIX):], "line": node.lineno,
-                         "modules": named or list(finder["modules"]), "module_named": bool(named),
-                         "gate": gate, "tp4_only": tp4, "_conds": conds})
+        function, ways = site
+        fn_node = _enclosing_function(node, parents)
+        local = local_assigns(fn_node) if fn_node is not None else {}
+        call_conds = enclosing_conditions(node, parents)
+        named = _mentions_module(call_conds, local_names)
+        call_role = _role(hook, call_conds, local, named)
+        roles = {}
+        for way in ways:
+            for n in way["names"]:
+                # a name every way gives runs whichever import reached the call: the call's conditions
+                everywhere = all(n in other["names"] for other in ways)
+                role = call_role if everywhere or not way["conds"] else \
+                    _role(hook, call_conds + way["conds"], local, named)
+                if role not in roles.setdefault(n, []):
+                    roles[n].append(role)
+        installs.append({"function": function, "adapter": ways[0]["names"][0],
+                         "sources": _dedupe(w["source"] for w in ways if w["source"]), "line": node.lineno,
+                         "modules": call_role["modules"], "module_named": named, "gate": call_role["gate"],
+                         "tp4_only": call_role["tp4_only"], "_conds": call_conds, "_local": local, "_roles": roles})
     installs.sort(key=lambda i: i["line"])
     adapters = {}
     for inst in installs:
-        a = adapters.setdefault(inst["adapter"], {"modules": [], "gates": [], "ungated": False, "tp4_only": True,
-                                                  "unwrapped": [], "lines": []})
-        for m in inst["modules"]:
-            if m not in a["modules"]:
-                a["modules"].append(m)
-            if m not in known and m not in a["unwrapped"]:
-                a["unwrapped"].append(m)
-        a["gates"].extend(g for g in inst["gate"] if g not in a["gates"])
-        a["ungated"] = a["ungated"] or not inst["gate"]
-        a["tp4_only"] = a["tp4_only"] and inst["tp4_only"]
-        a["lines"].append(inst["line"])
-    hook = {"finder": finder, "installs": installs, "adapters": adapters, "_assigns": assigns, "_funcs": funcs}
+        for name, roles in inst["_roles"].items():
+            a = adapters.setdefault(name, {"modules": [], "gates": [], "ungated": False, "tp4_only": True,
+                                           "unwrapped": [], "lines": []})
+            for role in roles:
+                for m in role["modules"]:
+                    if m not in a["modules"]:
+                        a["modules"].append(m)
+                    if m not in wrapped and m not in a["unwrapped"]:
+                        a["unwrapped"].append(m)
+                a["gates"].extend(g for g in role["gate"] if g not in a["gates"])
+                a["ungated"] = a["ungated"] or not role["gate"]
+                a["tp4_only"] = a["tp4_only"] and role["tp4_only"]
+            if inst["line"] not in a["lines"]:
+                a["lines"].append(inst["line"])
+    hook.update(installs=installs, adapters=adapters)
     return hook
+
+
+def _dedupe(seq):
+    out = []
+    for s in seq:
+        if s not in out:
+            out.append(s)
+    return out
 
 
 def public(hook):

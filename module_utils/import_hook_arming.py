@@ -2,7 +2,9 @@
 """Whether the import hook arms an adapter, judged from the structure ``import_hook.read_hook`` gives.
 
 :func:`arming` says whether a declared switch (and value) arms an adapter on the TP3 launcher,
-evaluating the conditions around each ``install_<adapter>`` call with only that switch set;
+evaluating the conditions around each way the hook installs it with only that switch set; :func:`installs`
+and :func:`wrapped` say what the hook installs, and which engine modules its finder wraps, with a whole
+environment;
 :func:`hook_problems` gives one message per expected adapter the hook would not arm;
 :func:`reads_switch` / :func:`adapter_reads` say whether an adapter's own file reads its switch (an
 adapter installed on every boot is controlled only that way). Never executes the hook. Standard
@@ -13,18 +15,67 @@ from __future__ import absolute_import, division, print_function
 import ast
 import os
 
-from ansible.module_utils.import_hook import LAUNCHER_VAR, UNKNOWN, GateEnv, string_constant
+from ansible.module_utils.import_hook_conditions import LAUNCHER_VAR, UNKNOWN, GateEnv, all_true, string_constant
+from ansible.module_utils.import_hook_finder import finder_wraps
 
 __metaclass__ = type
+
+
+def _runs(hook, inst, role, env):
+    """Does this way of reaching an install run with exactly ``env`` set (True, False or UNKNOWN)? It runs
+    when, for one of its modules, the finder wraps that module and every condition around it holds."""
+    out = False
+    for module in role["modules"]:
+        ev = GateEnv(env, hook.get("_assigns", {}), hook.get("_funcs", {}), modname=module,
+                     local=inst.get("_local"))
+        t = all_true(ev, role["conds"])
+        if t is not False:
+            w = finder_wraps(hook, module, env)
+            t = False if w is False else (UNKNOWN if UNKNOWN in (t, w) else True)
+        if t is True:
+            return True
+        if t is UNKNOWN:
+            out = UNKNOWN
+    return out
+
+
+def installs(hook, env):
+    """``{adapter: {module: True|None}}``: what the hook installs, and for which wrapped module, when it runs
+    (its finder inserted) with exactly ``env`` set (the launcher included: ``DSV41_LAUNCHER=tp4`` for TP4).
+    None: a condition cannot be read from the text."""
+    out = {}
+    for inst in hook["installs"]:
+        for name, roles in inst["_roles"].items():
+            for role in roles:
+                for module in role["modules"]:
+                    one = dict(role, modules=[module])
+                    t = _runs(hook, inst, one, env)
+                    if t is False:
+                        continue
+                    seen = out.setdefault(name, {})
+                    seen[module] = True if (t is True or seen.get(module)) else None
+    return out
+
+
+def wrapped(hook, env):
+    """``{module: True|None}``: the engine modules the finder wraps with exactly ``env`` set."""
+    out = {}
+    for module in hook["finder"]["modules"] + hook["finder"].get("tp4_only", []):
+        w = finder_wraps(hook, module, env)
+        if w is not False:
+            out[module] = True if w is True else None
+    return out
 
 
 def arming(hook, adapter, switch, value="1", launcher="tp3", adapter_reads_switch=None):
     """``{"arms": True|False|None, "reason": str}``: does ``switch=value`` arm ``adapter`` at install time?
 
-    Evaluates the enclosing conditions of each ``install_<adapter>`` call with only ``switch`` set (and
-    ``DSV41_LAUNCHER=tp4`` when ``launcher`` is ``tp4``). An ungated call installs on every boot: the
-    switch then works only if the adapter reads it itself (``adapter_reads_switch``; None = not known).
-    ``arms`` is None when a condition cannot be evaluated from the text.
+    Evaluates, per wrapped module, the conditions of each way the hook installs ``adapter`` (every install
+    function of it, every import that can reach the call) with only ``switch`` set (and
+    ``DSV41_LAUNCHER=tp4`` when ``launcher`` is ``tp4``); the finder must wrap that module too. An ungated
+    way installs on every boot: the switch then works only if the adapter reads it itself
+    (``adapter_reads_switch``; None = not known). ``arms`` is None when a condition cannot be evaluated
+    from the text.
     """
     info = hook["adapters"].get(adapter)
     if info is None:
@@ -32,23 +83,12 @@ def arming(hook, adapter, switch, value="1", launcher="tp3", adapter_reads_switc
     env = {switch: str(value)}
     if launcher == "tp4":
         env[LAUNCHER_VAR] = "tp4"
-    ev = GateEnv(env, hook.get("_assigns", {}), hook.get("_funcs", {}))
     verdicts = []
     for inst in hook["installs"]:
-        if inst["adapter"] != adapter:
-            continue
-        ok = True
-        for test, positive, is_module in inst["_conds"]:
-            if is_module:
-                continue            # the module dispatch: true for that wrapped module
-            t = ev.truth(test)
-            t = t if positive or t is UNKNOWN else not t
-            if t is UNKNOWN:
-                ok = None if ok is not False else False
-            elif not t:
-                ok = False
-        verdicts.append((ok, inst))
-    if any(ok is True and not inst["gate"] for ok, inst in verdicts):
+        for role in inst["_roles"].get(adapter, []):
+            t = _runs(hook, inst, role, env)
+            verdicts.append((None if t is UNKNOWN else t, role))
+    if any(ok is True and not role["gate"] for ok, role in verdicts):
         if adapter_reads_switch is False:
             return {"arms": False, "reason": "install_%s runs on every boot and %s.py never reads %s: the switch "
                                              "does not control it" % (adapter, adapter, switch)}
@@ -62,6 +102,9 @@ def arming(hook, adapter, switch, value="1", launcher="tp3", adapter_reads_switc
         return {"arms": None, "reason": "a condition around install_%s cannot be read from the text" % adapter}
     if info["tp4_only"] and launcher != "tp4":
         return {"arms": False, "reason": "install_%s runs only on the TP4 launcher (%s=tp4)" % (adapter, LAUNCHER_VAR)}
+    if not any(finder_wraps(hook, m, env) is not False for _, role in verdicts for m in role["modules"]):
+        return {"arms": False, "reason": "install_%s runs only for %s, which the finder does not wrap"
+                % (adapter, ", ".join(info["modules"]) or "no module")}
     others = [g for g in info["gates"] if g != switch]
     return {"arms": False, "reason": "install_%s is gated by %s, not armed by %s=%s"
             % (adapter, ", ".join(others or info["gates"]) or "a condition", switch, value)}

@@ -16,8 +16,9 @@ Standard library only: Ansible ships this file to the target host next to the mo
   value the container would get and where it comes from.
 * :func:`parse_env`, the ``.env`` writer: ``module_utils/launcher_env.py`` (re-exported); what is secret
   is decided by ``module_utils/secret_rule.py``.
-* The adapters' ``sitecustomize.py`` import hook is read by ``module_utils/import_hook.py``; whether a
-  switch arms an adapter is ``module_utils/import_hook_arming.py``.
+* The adapters' ``sitecustomize.py`` import hook is read by ``module_utils/import_hook.py`` (its gates by
+  ``import_hook_conditions.py``, its finder by ``import_hook_finder.py``); whether a switch arms an adapter
+  is ``module_utils/import_hook_arming.py``.
 """
 from __future__ import absolute_import, division, print_function
 

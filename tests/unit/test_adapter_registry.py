@@ -131,7 +131,7 @@ def test_tp4_only_and_gates_by_value():
 
 def test_other_shape():
     hook = H.read_hook(OTHER_SHAPE)
-    assert hook["finder"] == {"class": "Finder", "gate": ["DSV41_SOURCE"], "modules": [
+    assert hook["finder"] == {"class": "Finder", "gate": ["DSV41_SOURCE"], "tp4_only": [], "modules": [
         M + "layers.engram", M + "models.deepseek_v4", M + "model_executor.runner.flashinfer_autotune"]}
     t = table(hook)
     assert t["wo_a_w8_tp4"] == ([M + "models.deepseek_v4"], [], True, True)
@@ -245,8 +245,10 @@ def test_module_reports_per_adapter(monkeypatch, capsys):
     assert tau["ungated"] and tau["arms"] and "reads DSV41_DRAFT_TAU itself" in tau["reason"]
     assert result["adapters"]["shared_pad"]["tp4_only"] and "arms" not in result["adapters"]["shared_pad"]
     assert result["finder"]["gate"] == ["DSV41_SOURCE"]
-    assert all(set(i) == {"function", "adapter", "line", "modules", "module_named", "gate", "tp4_only"}
+    assert all(set(i) == {"function", "adapter", "sources", "line", "modules", "module_named", "gate", "tp4_only"}
                for i in result["installs"])
+    assert all(i["sources"] == [] for i in result["installs"]), "the lab hook defines its install functions"
+    assert result["finder"]["tp4_only"] == []
 
 
 def test_module_enabled_adapter_missing_is_named(monkeypatch, capsys):

@@ -4,7 +4,8 @@ the pinned-image arm around it (experiment_checks.pin_images / image_facts / pre
 
 The images are served by a fake docker that answers `docker image inspect` and `docker run --rm ... cat`
 from the lab's engine source layers (lab/seed/engine_src) and adapter files, so the engine side is the
-shape the lab image carries and the adapters are the real-shaped lab ones."""
+shape the lab image carries and the adapters are the real-shaped lab ones; fixtures/image_hook is a hook whose
+adapters are named otherwise than their files (install functions imported from a module of another name)."""
 import json
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ import engine_image_check  # noqa: E402
 SRC = ROOT / "lab" / "seed" / "engine_src"
 ADAPTERS = ROOT / "lab" / "seed" / "adapters"
 G4_PORT = (ADAPTERS / "ported" / "wo_a_w8_g4_dispatch.py").read_text()
+IMAGE_HOOK = Path(__file__).resolve().parent / "fixtures" / "image_hook"
 RUNNING, CANARY = "0.5.4.post1-dsv41", "0.5.6.dev0+f80c91a4b"
 CANARY_ID = "sha256:" + "c" * 64
 
@@ -45,13 +47,13 @@ def engines(canary_overrides=None):
     return (E.Engine(layer_reader(CANARY, canary_overrides), "canary"), E.Engine(layer_reader(RUNNING), "tp3"))
 
 
-def adapter_texts(extra_wo_a=""):
-    hook = read_hook((ADAPTERS / "sitecustomize.py").read_text())
+def adapter_texts(extra_wo_a="", adapters=ADAPTERS):
+    """The hook in ``adapters`` and the files of the adapters it installs on TP3, as the module reads them."""
+    hook = read_hook((adapters / "sitecustomize.py").read_text())
     texts = {}
-    for name, a in hook["adapters"].items():
-        path = ADAPTERS / (name + ".py")
-        if not a["tp4_only"]:
-            texts[name] = path.read_text() + (extra_wo_a if name == "wo_a_w8" else "") if path.is_file() else None
+    for name in K.adapter_modules(hook):
+        path = adapters / (name + ".py")
+        texts[name] = path.read_text() + (extra_wo_a if name == "wo_a_w8" else "") if path.is_file() else None
     return hook, texts
 
 
@@ -228,8 +230,9 @@ def test_a_changed_vocab_padding_and_an_unreadable_one():
 
 # --- the module, through its entry point -----------------------------------------------------------------
 
-def fake_docker(images, calls=None):
-    """run_command answering for images {ref: (version, extra text appended to wo_a_w8.py)}."""
+def fake_docker(images, calls=None, adapters=ADAPTERS):
+    """run_command answering for images {ref: (version, extra text appended to wo_a_w8.py)}, the adapter
+    files (hook included) taken from ``adapters``."""
     def run(cmd):
         if calls is not None:
             calls.append(cmd)
@@ -243,7 +246,7 @@ def fake_docker(images, calls=None):
         if not path.startswith(("/sgl-workspace/adapter/", "/sgl-workspace/sglang/python/")):
             return 1, "", "cat: %s: No such file or directory" % path
         if path.startswith("/sgl-workspace/adapter/"):
-            f = ADAPTERS / path.rsplit("/", 1)[1]
+            f = adapters / path.rsplit("/", 1)[1]
             if not f.is_file():
                 return 1, "", "cat: %s: No such file or directory" % path
             return 0, f.read_text() + (extra if f.name == "wo_a_w8.py" else ""), ""
@@ -291,6 +294,77 @@ def test_module_fails_naming_the_host_when_the_image_is_not_there():
     assert res["msg"] == ("spark1: image %s is not on spark1 (docker image inspect: Error: No such image: %s)"
                           % (CANARY_ID, CANARY_ID))
     assert res["problems"] == ["is not on spark1 (docker image inspect: Error: No such image: %s)" % CANARY_ID]
+
+
+# --- adapters the hook names otherwise than their files --------------------------------------------------
+# fixtures/image_hook: install_folded_fence imported from folded_result_fence.py (gated), install_g4_dispatch
+# from wo_a_g4_dispatch.py (installed on every boot); neither folded_fence.py nor g4_dispatch.py exists.
+
+def image_hook_checks(settings=None):
+    hook, texts = adapter_texts(adapters=IMAGE_HOOK)
+    cand, ref = engines()
+    return hook, texts, K.image_checks(cand, ref, hook, texts, "sglang.srt.models.deepseek_v4",
+                                       "sglang.srt.layers.vocab_parallel_embedding", 4, 129280, 3, settings=settings)
+
+
+def test_an_adapter_file_is_the_module_its_install_is_imported_from():
+    hook, texts, got = image_hook_checks()
+    # the reader answers to the hook's name and to the module's; the file is the module's
+    assert {"folded_fence", "folded_result_fence", "g4_dispatch", "wo_a_g4_dispatch"} == set(hook["adapters"])
+    assert [(i["adapter"], i["sources"]) for i in hook["installs"]] == [
+        ("g4_dispatch", ["wo_a_g4_dispatch"]), ("folded_fence", ["folded_result_fence"])]
+    assert K.adapter_modules(hook) == ["wo_a_g4_dispatch", "folded_result_fence"]
+    assert all(text is not None for text in texts.values())
+    assert [n for n in K.CHECKS if got[n]["problems"]] == []
+    fence = [r for r in got["hook_signatures"]["rows"] if r["adapter"] == "folded_result_fence"]
+    assert [r["target"].rsplit(".", 1)[1] for r in fence] == ["_DSV41_FENCE", "fold_sampling_results",
+                                                              "read_folded_results"]
+    # arming follows the reader for every install from that module, whatever the hook calls it
+    assert K.adapter_armed(hook, "folded_result_fence", {"DSV41_FOLDED_FENCE": "1"}) == \
+        (True, "armed by DSV41_FOLDED_FENCE=1")
+    assert K.adapter_armed(hook, "folded_fence", {"DSV41_FOLDED_FENCE": "on"}) == \
+        (True, "armed by DSV41_FOLDED_FENCE=on")
+    for settings in ({}, {"DSV41_FOLDED_FENCE": "0"}, {"DSV41_FOLDED_FENCE": None}):
+        armed, why = K.adapter_armed(hook, "folded_result_fence", settings)
+        assert armed is False and "not armed by DSV41_FOLDED_FENCE=0" in why, why
+
+
+def test_an_ungated_adapter_known_by_its_module_alone_is_armed_on_every_boot():
+    hook, _texts, got = image_hook_checks(settings={})
+    info = hook["adapters"]["wo_a_g4_dispatch"]
+    assert (info["gates"], info["ungated"], info["tp4_only"]) == ([], True, False)
+    for settings in ({}, {"DSV41_FOLDED_FENCE": "1"}, {"DSV41_WO_A_W8": "0"}):
+        assert K.adapter_armed(hook, "wo_a_g4_dispatch", settings) == (True, "installed on every boot")
+    # so the G=2-only guard it replaces passes with every switch off
+    assert got["g4_guard"]["problems"] == []
+    assert got["g4_guard"]["rows"] == [{"where": "sglang/srt/models/deepseek_v4.py:13",
+                                        "function": "DeepseekV4Attention.wo_a_forward",
+                                        "weights": "(2, 1024, 4096)", "verdict": "ok",
+                                        "why": "replaced by an adapter (wo_a_g4_dispatch, installed on every boot)"}]
+
+
+def test_an_ungated_adapter_the_finder_wraps_only_under_a_switch_is_not_armed_without_it():
+    text = (IMAGE_HOOK / "sitecustomize.py").read_text().replace(
+        "        if fullname not in WRAPPED:\n",
+        "        if fullname == 'sglang.srt.models.deepseek_v4' and os.environ.get('DSV41_G4_DISPATCH', '0') != '1':\n"
+        "            return None\n"
+        "        if fullname not in WRAPPED:\n")
+    hook = read_hook(text)
+    assert K.adapter_armed(hook, "wo_a_g4_dispatch", {"DSV41_G4_DISPATCH": "1"}) == (True, "installed on every boot")
+    assert K.adapter_armed(hook, "wo_a_g4_dispatch", {}) == (
+        False, "install_wo_a_g4_dispatch runs only for sglang.srt.models.deepseek_v4, which the finder does not "
+               "wrap with these settings")
+
+
+def test_module_reads_each_adapter_from_the_module_the_hook_imports_it_from():
+    calls = []
+    images = {CANARY_ID: (CANARY, ""), "dsv41-sglang:tp3": (RUNNING, "")}
+    res = run_module(engine_image_check.main, dict(ARGS, settings={"DSV41_FOLDED_FENCE": "0"}),
+                     run_command=fake_docker(images, calls, adapters=IMAGE_HOOK))
+    assert not res.get("failed") and res["problems"] == []
+    reads = sorted(c[-1].rsplit("/", 1)[1] for c in calls
+                   if c[1] == "run" and c[-1].startswith("/sgl-workspace/adapter/"))
+    assert reads == ["folded_result_fence.py", "sitecustomize.py", "wo_a_g4_dispatch.py"]
 
 
 # --- the arm around it -----------------------------------------------------------------------------------
