@@ -129,8 +129,9 @@ def main():
     try:
         with open(p["path"], encoding="utf-8") as handle:
             text = handle.read()
-        result = report(text, expected, p["values"], adapter_reads(p["adapter_dir"] or os.path.dirname(p["path"]),
-                                                                     expected), source=p["path"])
+        reads = adapter_reads(p["adapter_dir"] or os.path.dirname(p["path"]), expected,
+                              read_hook(text, source=p["path"]))
+        result = report(text, expected, p["values"], reads, source=p["path"])
     except (OSError, UnicodeDecodeError, HookError) as exc:
         module.fail_json(msg="%s: cannot read the import hook %s: %s" % (label, p["path"], exc), problems=[])
     result["changed"] = False

@@ -133,9 +133,9 @@ def adapters_snapshot(p):
         with open(hook, encoding="utf-8") as handle:
             text = handle.read()
         try:
+            parsed = import_hook.read_hook(text, source=hook)
             problems = import_hook_arming.hook_problems(
-                import_hook.read_hook(text, source=hook), expected, source=hook,
-                reads_switch=import_hook_arming.adapter_reads(adapter_dir, expected))
+                parsed, expected, source=hook, reads_switch=import_hook_arming.adapter_reads(adapter_dir, expected, parsed))
         except import_hook.HookError as exc:
             problems = [str(exc)]
     return {"dir": adapter_dir, "files": files, "registration_problems": problems}

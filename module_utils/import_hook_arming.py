@@ -147,13 +147,29 @@ def reads_switch(adapter_text, switch):
     return any(string_constant(n) == switch for n in ast.walk(tree))
 
 
-def adapter_reads(adapter_dir, expected):
-    """adapter -> whether its file ``<adapter_dir>/<adapter>.py`` reads its switch (None when unreadable)."""
+def adapter_modules(hook, adapter):
+    """The module names whose files hold ``adapter``: the modules its install functions are imported from
+    (``installs[].sources``: ``from folded_result_fence import install as install_folded_fence``), else the
+    adapter's own name (an ``install_<x>`` the hook defines itself, or no hook given)."""
+    names = []
+    for inst in (hook or {}).get("installs") or []:
+        if inst.get("adapter") == adapter:
+            names.extend(m for m in inst.get("sources") or [] if m not in names)
+    return names or [adapter]
+
+
+def adapter_reads(adapter_dir, expected, hook=None):
+    """adapter -> whether its file in ``adapter_dir`` reads its switch (None when no file is readable).
+    The file is the module its installs come from (:func:`adapter_modules`; ``<adapter>.py`` without
+    ``hook``); when several modules install it, one that reads the switch is enough."""
     out = {}
     for adapter, switch in (expected or {}).items():
-        try:
-            with open(os.path.join(adapter_dir, adapter + ".py"), encoding="utf-8") as handle:
-                out[adapter] = reads_switch(handle.read(), switch)
-        except (OSError, UnicodeDecodeError):
-            out[adapter] = None
+        answers = []
+        for module in adapter_modules(hook, adapter):
+            try:
+                with open(os.path.join(adapter_dir, module + ".py"), encoding="utf-8") as handle:
+                    answers.append(reads_switch(handle.read(), switch))
+            except (OSError, UnicodeDecodeError):
+                continue
+        out[adapter] = True if True in answers else (answers[0] if answers and None not in answers else None)
     return out

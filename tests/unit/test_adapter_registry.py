@@ -316,3 +316,19 @@ def test_registry_lines(monkeypatch, capsys):
         "DSV41_DRAFT_TAU=1 arms it: yes (installed on every boot; the adapter reads DSV41_DRAFT_TAU itself)",
         "wo_a_w8: modules sglang.srt.models.deepseek_v4; gate DSV41_WO_A_W8; DSV41_WO_A_W8=1 arms it: yes "
         "(install_wo_a_w8 runs when DSV41_WO_A_W8=1)"]
+
+
+def test_an_adapters_file_is_the_module_its_install_is_imported_from(tmp_path):
+    # install_folded_fence comes from folded_result_fence.py: that file is read for the switch, there is no
+    # folded_fence.py to find.
+    from pathlib import Path
+    from ansible.module_utils import import_hook, import_hook_arming
+    fixture = Path(__file__).parent / "fixtures" / "image_hook"
+    hook = import_hook.read_hook((fixture / "sitecustomize.py").read_text(), source="sitecustomize.py")
+    assert import_hook_arming.adapter_modules(hook, "folded_fence") == ["folded_result_fence"]
+    (tmp_path / "folded_result_fence.py").write_text(
+        "import os\nON = os.environ.get('DSV41_FOLDED_FENCE', '0') == '1'\n")
+    switch = {"folded_fence": "DSV41_FOLDED_FENCE"}
+    assert import_hook_arming.adapter_reads(str(tmp_path), switch, hook) == {"folded_fence": True}
+    assert import_hook_arming.adapter_reads(str(tmp_path), switch) == {"folded_fence": None}   # no folded_fence.py
+    assert import_hook_arming.adapter_reads(str(fixture), switch, hook) == {"folded_fence": False}
