@@ -145,4 +145,5 @@ bench: setup ## benchmarks (ratios against a baseline in the same run)
 	$(PY) bench/bench_plan.py
 	$(PY) bench/bench_pack.py
 	$(PY) bench/bench_engram_packed.py
+	$(PY) bench/bench_uptime.py
 	$(PY) bench/bench_drift.py

@@ -9,6 +9,8 @@
     labctl.py down     remove the lab hosts, their network, the lab ssh keys and connection files
     labctl.py purge    down, then also remove the lab images and generated checkpoints
     labctl.py status   one line per lab host
+    labctl.py age      --host spark1 --mb 190 [--days 7] [--container NAME]: days of a serving engine's periodic
+                       log lines appended to a rank's container log (the docker stand-in's __lab-age)
 
 The hosts are podman containers with systemd as PID 1 and sshd published on a random 127.0.0.1
 port; Ansible reaches them over its builtin ssh connection exactly as it reaches the real fleet.
@@ -550,6 +552,26 @@ def is_up():
     return True
 
 
+# The serving container of each host (its rank's): what `age` ages unless --container names another.
+SERVING_CONTAINER = {"spark1": "dsv41-head", "spark2": "dsv41-worker", "spark3": "dsv41-worker"}
+
+
+def age(hosts, mb, days=None, name=None):
+    """Age the serving container of each host by `mb` MB of the periodic lines its engine logs (rank 0: decode
+    reports and the Engram lines; workers: the Engram lines), spread over `days` days (default: mb/27, a real
+    head's rate). The docker stand-in does the work (`docker __lab-age`, lab/standins/docker): the lines go
+    at the end of the log, in the formats of the boot there, stamped between its last record and now; a
+    running engine is held (SIGSTOP) while they are written; State.StartedAt does not move."""
+    for host in hosts:
+        if host not in HOSTS:
+            raise SystemExit(f"[lab] age: unknown host {host}; known: {', '.join(HOSTS)}")
+        cmd = ["docker", "__lab-age", name or SERVING_CONTAINER[host], "--mb", str(mb)]
+        if days is not None:
+            cmd += ["--days", str(days)]
+        res = pexec(host, *cmd, capture=True)
+        log(f"{host}: {res.stdout.strip()}")
+
+
 def status():
     for host in HOSTS:
         res = run(["podman", "inspect", "--format", "{{.State.Status}}", container(host)], check=False, capture=True)
@@ -559,12 +581,21 @@ def status():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["build", "up", "ensure", "reset", "down", "purge", "status", "launcher"],
-                        help="launcher: reinstall start.sh on every host as DSV41_LAB_LAUNCHER_VARIANT")
+    parser.add_argument("action", choices=["build", "up", "ensure", "reset", "down", "purge", "status", "launcher",
+                                           "age"],
+                        help="launcher: reinstall start.sh on every host as DSV41_LAB_LAUNCHER_VARIANT; "
+                             "age: append days of periodic engine lines to a container's log")
     parser.add_argument("--no-serve", action="store_true", help="up: seed the hosts but do not start the engines")
     parser.add_argument("--only", metavar="PARTS",
                         help="reset: only these parts (comma-separated: %s; or none)" % ", ".join(RESET_PARTS))
+    parser.add_argument("--host", action="append", metavar="HOST",
+                        help="age: the host whose serving container is aged (repeatable; default spark1)")
+    parser.add_argument("--mb", type=float, help="age: MB of log lines to append (a real head logs 27 a day)")
+    parser.add_argument("--days", type=float, help="age: days the lines span (default: MB / 27)")
+    parser.add_argument("--container", metavar="NAME", help="age: another container than the host's serving one")
     args = parser.parse_args()
+    if args.action == "age" and not (args.mb and args.mb > 0):
+        parser.error("age needs --mb N (N > 0)")
     if os.geteuid() != 0:
         raise SystemExit("[lab] run as root (podman with runc and tmpfs volumes of exact sizes)")
     if args.action == "build":
@@ -586,6 +617,8 @@ def main():
         log(f"launcher variant {launcher_variant()} installed")
     elif args.action == "purge":
         down(purge=True)
+    elif args.action == "age":
+        age(args.host or ["spark1"], args.mb, args.days, args.container)
     else:
         status()
 

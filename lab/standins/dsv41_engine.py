@@ -81,7 +81,9 @@ Boot of rank r (new build; * = rank 0 only, H = head only; E = stderr, O = stdou
   E [ts] server_args={'model_path': ..., 'max_total_tokens': P, 'page_size': 256, 'nnodes': T, 'node_rank': r,
         'tp_size': T, 'api_key': '[REDACTED]', 'speculative_algorithm': 'DSPARK',
         'speculative_num_draft_tokens': K+1, 'speculative_dspark_block_size': K, 'ep_size': E, ...}
-        (boot marker: repr of a dict of ~300 ServerArgs fields, about 12 KB, nested dicts and lists)
+        (boot marker: repr of a dict of ~500 ServerArgs fields, about 17.1 KB (the real head's: 17,130 bytes),
+        nested dicts and lists; over docker's 16 KiB message limit, so its json-file log keeps it as two
+        records, the first without a newline, and ``docker logs -t`` stamps the second part inside the line)
   E [ts] Using default HuggingFace chat template with detected content format: string          (H)
   E Init torch distributed begin. / sglang is using nccl==2.27.7 (*) / Init torch distributed ends. mem usage=
   O [autotune_keep] armed                         (retention adapter armed; a drifted symbol fails here)
@@ -161,7 +163,8 @@ Fatal (exit codes as the container would report them):
     ``RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. ...``), then
     ``[ts] Received sigquit from a child process. It usually means the child failed.``; exit 1.
 
-OLD BUILD (LAB_ENGINE_BUILD=old): marker ``server_args=ServerArgs(model_path='...', ..., api_key='***', ...)``;
+OLD BUILD (LAB_ENGINE_BUILD=old): marker ``server_args=ServerArgs(model_path='...', ..., api_key='***', ...)``
+  (over 16 KiB too: no Engram fields, flat speculative_dspark_* fields, upstream's older switches);
   ``Exact nvme Engram layer=L rank=r rows=[lo,hi) cache_budget=C.CGiB ways=W io_threads=96`` (no packed=) and
   periodic lines without ``scales=``/``packed=``; ``DSv4 memory calculation: ..., full_token=F GB``;
   ``DSv4 pool sizes: full=N, swa=.., c128=..``; ``Load weight end. type=DeepseekV4ForCausalLM,
@@ -923,7 +926,9 @@ def tqdm_line(desc: str, n: int, total: int, elapsed: float) -> str:
 # --------------------------------------------------------------------------- server_args
 
 def server_args_fields(args) -> dict:
-    """The engine's ServerArgs as a dict in field order (about 300 fields; the real marker is ~12 KB)."""
+    """The engine's ServerArgs as a dict in field order (about 500 fields: upstream SGLang's, with upstream
+    defaults, plus the build's Engram and DSPARK ones). The new build's marker is about 17.1 KB with the
+    report's settings, like the real head's 17,130 bytes; the old build's ServerArgs(...) form over 16 KiB."""
     k = args.dspark_block_size
     api = "[REDACTED]" if os.environ.get("API_KEY") else None
     if BUILD == "old" and api:
@@ -1061,15 +1066,114 @@ def server_args_fields(args) -> dict:
              stream_response_default_include_usage=False, incremental_streaming_output=True,
              enable_custom_all_reduce_for_draft=True, gpu_memory_utilization_report=False,
              cpu_weight_offload_layers=None, hicache_l3_prefetch_threshold=256)
+    # fields of later upstream ServerArgs revisions the build carries (upstream defaults, as resolved at start)
+    f.update(tokenizer_backend="huggingface", detokenizer_worker_num=1, model_config_parser="auto",
+             fastapi_root_path="", grpc_mode=False, smg_grpc_mode=False, grpc_port=None, sidecar=None,
+             sidecar_args=None, http2_max_concurrent_streams=200, enable_ssl_refresh=False,
+             checkpoint_engine_wait_weights_before_ready=False, modelopt_export_path=None,
+             quantize_and_serve=False, rl_quant_profile=None, enable_tf32_matmul=False,
+             prefill_decode_interval=0, enable_dynamic_chunking=False, prefill_max_requests=None,
+             disable_priority_preemption=False, default_priority_value=None, abort_on_priority_when_disabled=False,
+             retraction_policy="length", enable_prefill_delayer=False, prefill_delayer_max_delay_passes=30,
+             prefill_delayer_token_usage_low_watermark=None, prefill_delayer_forward_passes_buckets=None,
+             prefill_delayer_wait_seconds_buckets=None, prefill_only_disable_kv_cache=False,
+             enable_page_major_kv_layout=False, enable_unified_memory=False, pp_async_batch_depth=0,
+             gated_launch_port=None, dcp_size=1, dwdp_size=1, dcp_comm_backend="ag_rs", dcp_replicate_q_proj=None,
+             enable_prefill_cp=False, cp_strategy=None, enable_dsa_cache_layer_split=False,
+             enable_prefill_context_parallel=False, prefill_cp_mode="in-seq-split", enable_cp_decode_attn_tp=False,
+             enable_dp_attention_local_control_broadcast=False, enable_tp_lm_head_all_to_all=None,
+             enable_attn_tp_input_scattered=False, enable_shared_experts_attn_tp=False,
+             enable_dense_mlp_attn_tp=False, disable_attn_tp_gather=False, soft_watchdog_timeout=None,
+             model_checksum=None, use_ray=False, custom_sigquit_handler=None, gc_threshold=None,
+             log_requests_format="text", log_requests_target=None, uvicorn_access_log_exclude_prefixes=[],
+             extra_metric_labels=None, smg_http_sidecar_port=None, enable_mfu_metrics=False,
+             load_snapshot_publish_interval=15, enable_forward_pass_metrics=False, forward_pass_metrics_worker_id="",
+             forward_pass_metrics_ipc_name=None, trace_modules="request", export_metrics_to_file=False,
+             export_metrics_to_file_dir=None, stat_loggers=None, hf_chat_template_name=None,
+             default_chat_template_kwargs=None, strip_thinking_cache=False, enable_strict_thinking=False,
+             asr_max_buffer_seconds=60, asr_max_concurrent_sessions=32, batch_notify_size=16,
+             enable_streaming_session=False, enable_session_radix_cache=False, enable_lora_overlap_loading=None,
+             radix_cache_backend=None, fp8_gemm_runner_backend="auto", fp4_gemm_runner_backend="auto",
+             bf16_gemm_backend="auto", dsv4_prefill_backend="auto", dsa_paged_mqa_logits_backend="auto",
+             dsa_topk_backend="sgl-kernel",
+             flashinfer_autotune_skip_ops=None, mamba_backend="triton", cuda_graph_config=None,
+             cuda_graph_backend_decode=None, cuda_graph_backend_prefill=None, cuda_graph_max_bs_decode=None,
+             cuda_graph_max_bs_prefill=None, cuda_graph_bs_decode=None, cuda_graph_bs_prefill=None,
+             cuda_graph_tc_compiler=None, disable_prefill_cuda_graph=False, disable_decode_cuda_graph=False,
+             debug_cuda_graph=False, speculative_moe_a2a_backend=None, enable_multi_layer_eagle=False,
+             mamba_scheduler_strategy="no_buffer", mamba_track_interval=256, disable_hicache_numa_detect=False,
+             kt_max_deferred_experts_per_token=None, dllm_algorithm=None,
+             dllm_algorithm_config=None, disable_tokenizer_batch_decode=False,
+             enable_precise_embedding_interpolation=False, crash_on_nan=False, debug_tensor_dump_prefill_only=False,
+             disaggregation_decode_enable_fake_auto=False, remote_instance_weight_loader_backend="nccl",
+             remote_instance_weight_loader_start_seed_via_transfer_engine=False, mm_enable_dp_encoder=False,
+             limit_mm_data_per_request=None, forward_hooks=None, enable_deepseek_v4_fp4_indexer=False,
+             pre_warm_nccl=False, enable_quant_communications=False,
+             enforce_disable_flashinfer_allreduce_fusion=False, flashinfer_allreduce_fusion_backend=None,
+             speculative_dflash_block_size=None, speculative_dspark_sps_table_path=None,
+             speculative_dspark_confidence_sts_path=None,
+             speculative_dspark_align_verify_tokens_to_graph_tier=False, speculative_use_rejection_sampling=False,
+             speculative_dsa_topk_backend="sgl-kernel", speculative_draft_kv_cache_dtype=None,
+             speculative_draft_window_size=None, speculative_skip_dp_mlp_sync=False,
+             decoupled_spec_bind_endpoint=None, decoupled_spec_connect_endpoints=None, decoupled_spec_rank=None,
+             decoupled_spec_role="null", spec_trace_dir=None, speculative_ngram_max_trie_depth=18,
+             speculative_ngram_external_corpus_path=None, speculative_ngram_external_sam_budget=0,
+             speculative_ngram_external_corpus_max_tokens=10000000, deepep_v2_mode="direct",
+             deepep_dispatcher_output_dtype="auto", expert_balancedness_report_mode="off",
+             enable_elastic_expert_backup=False, ep_join_mode=None, ep_join_rank_offset=0,
+             elastic_ep_initial_size=None, max_ep_size=None, elastic_ep_scale_timeout=600,
+             enforce_shared_experts_fusion=False, mamba_max_states_per_path=-1, mamba_radix_cache_strategy="auto",
+             linear_attn_backend="triton", hicache_host_memory_mode="cache", enable_w4a4_mxfp4_megamoe=False,
+             enable_waterfill=False, elastic_ep_rejoin=False, enable_mamba_cache_stochastic_rounding=False,
+             mamba_cache_philox_rounds=0, enable_int8_mamba_checkpoint=False, int8_mamba_ckpt_size=None)
     return f
+
+
+# An older build's ServerArgs: no Engram fields and no grouped dspark_config (its DSPARK settings are flat
+# speculative_dspark_* fields), switches later folded into moe_runner_backend / moe_a2a_backend / attention_backend
+# (upstream's deprecated fields), the piecewise CUDA graph token sizes resolved at start (upstream
+# _generate_piecewise_cuda_graph_tokens, up to piecewise_cuda_graph_max_tokens) instead of left unset, and the
+# capture sizes left at upstream's speculative default (cuda_graph_max_bs 160; the runner captures up to
+# max_running_requests, as the Capture lines show).
+OLD_BUILD_FIELDS = dict(enable_ep_moe=False, enable_deepep_moe=False, enable_flashinfer_moe=False,
+                        enable_flashinfer_cutlass_moe=False, enable_flashinfer_trtllm_moe=False,
+                        enable_triton_kernel_moe=False, enable_flashinfer_mxfp4_moe=False, enable_flashinfer_mla=False,
+                        enable_flashmla=False, disable_mla=False, disable_jump_forward=False,
+                        disable_regex_jump_forward=False, disable_disk_cache=False, disable_penalizer=False,
+                        disable_nan_detection=False, disable_flashinfer=False, disable_flashinfer_sampling=False,
+                        efficient_weight_load=False, disable_overlap_cg_plan=False, n_share_experts_fusion=0,
+                        enable_llama4_multimodal=None, pdlb_url=None)
+OLD_BUILD_DROPPED = ("dspark_config", "engram_offload_mode", "engram_io_threads", "engram_packed_dir", "engram_layers",
+                     "enable_engram_stats", "engram_stats_interval_s", "rl_on_policy_target")
+
+
+OLD_BUILD_GRAPH_MAX_BS = 160
+
+
+def old_build_graph_bs(max_bs: int) -> list:
+    """Upstream's default capture sizes with speculative decoding (the runner captures those <= max_running_requests)."""
+    sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
+    return [s for s in sizes if s <= max_bs]
+
+
+def piecewise_tokens(max_tokens: int) -> list:
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(640, 4096 + 1, 128)) + list(range(4352, max_tokens + 1, 256)))
+    return [s for s in sizes if s <= max_tokens]
 
 
 def server_args_line(args) -> str:
     fields = server_args_fields(args)
     if BUILD == "old":
-        for key in ("dspark_config", "engram_offload_mode", "engram_io_threads", "engram_packed_dir",
-                    "engram_layers", "enable_engram_stats", "engram_stats_interval_s", "rl_on_policy_target"):
+        dspark = fields["dspark_config"]
+        for key in OLD_BUILD_DROPPED:
             fields.pop(key, None)
+        for key in ("folded_sampling", "verify_graph_bs", "draft_graph_bs"):
+            fields["speculative_dspark_" + key] = dspark[key]
+        fields["piecewise_cuda_graph_tokens"] = piecewise_tokens(fields["piecewise_cuda_graph_max_tokens"])
+        fields["cuda_graph_max_bs"] = OLD_BUILD_GRAPH_MAX_BS      # not clamped to max_running_requests
+        fields["cuda_graph_bs"] = old_build_graph_bs(OLD_BUILD_GRAPH_MAX_BS)
+        fields.update(OLD_BUILD_FIELDS)
         return "server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
     return "server_args=" + repr(fields)
 

@@ -229,7 +229,7 @@ def test_streams_prefixes_and_dict_marker(lab):
     lines = phys(err)
     marker = lines[0]
     assert MAIN.match(marker) and marker.split("] ", 1)[1].startswith("server_args={'model_path': ")
-    assert 10_000 <= len(marker) <= 16_384, len(marker)   # about 12 KB, under docker's 16 KiB message cut
+    assert 16_800 <= len(marker.encode()) <= 17_400, len(marker)   # the real head's is 17,130 bytes
     args = marker_dict(err)
     assert {k: args[k] for k in ("model_path", "max_total_tokens", "page_size", "nnodes", "node_rank", "tp_size",
                                  "api_key", "speculative_algorithm", "speculative_num_draft_tokens", "ep_size",
@@ -666,6 +666,46 @@ def test_folded_sampling_decision_rank0(lab):
     assert line.startswith("DSpark draft proposal (greedy + sampling) folded") or re.fullmatch(
         r"DSpark folded sampling disabled: its static buffers need 0\.09 GB but only \d+\.\d\d GB GPU memory is free; "
         r"sampling batches will take the eager proposal path\. Set SGLANG_DSPARK_FOLDED_SAMPLING=2 to force\.", line)
+
+
+def _docker_logs_of(proc, tmp: Path, name: str, *flags: str) -> subprocess.CompletedProcess:
+    """`docker logs FLAGS NAME` of a container whose json-file log is what this engine run wrote."""
+    env = {**os.environ, "LAB_DOCKER_STATE_DIR": str(tmp / f"docker-{name}")}
+    subprocess.run([sys.executable, str(DOCKER), "create", "--name", name, "dsv41-sglang:tp3"], env=env, check=True,
+                   capture_output=True)
+    shutil.copy(proc.log, tmp / f"docker-{name}" / "logs" / f"{name}.log")
+    return subprocess.run([sys.executable, str(DOCKER), "logs", *flags, name], env=env, capture_output=True, check=True)
+
+
+@pytest.mark.parametrize("build", ["new", "old"])
+def test_marker_is_two_json_file_records_and_logs_t_stamps_inside_it(lab, build):
+    """The marker is over docker's 16 KiB message limit (the real head's: 17,130 bytes): the supervisor keeps it as
+    two records, the first 16 KiB without a newline, and `docker logs -t` stamps the second part inside the
+    line, as real docker does."""
+    proc = boot_worker(lab, rank=0 if build == "old" else 1, env={"LAB_ENGINE_BUILD": build, "API_KEY": "k"})
+    recs = proc.records()
+    i = next(i for i, r in enumerate(recs) if "server_args=" in r["log"])
+    first, second = recs[i], recs[i + 1]
+    assert len(first["log"].encode()) == 16384 and not first["log"].endswith("\n")
+    assert second["log"].endswith(")\n" if build == "old" else "}\n") and second["stream"] == "stderr"
+    assert "server_args=" not in second["log"] and ns_of(second["time"]) > ns_of(first["time"])
+    line = first["log"] + second["log"]
+    size = len(line.encode()) - 1
+    if build == "new":
+        assert 16_800 <= size <= 17_400, size
+        assert ast.literal_eval(line.split("] server_args=", 1)[1])["node_rank"] == 1
+    else:
+        assert 16_384 < size <= 17_400, size
+        assert line.split("] ", 1)[1].startswith("server_args=ServerArgs(model_path=") and "node_rank=0," in line
+    err = _docker_logs_of(proc, lab["tmp"], f"m-{build}", "-t").stderr.decode()
+    (stamped,) = [ln for ln in err.split("\n") if "server_args=" in ln]
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z "
+    assert re.match(stamp + re.escape(first["log"][:40]), stamped)
+    inside = re.search(stamp, stamped[40:])
+    assert inside and 40 + inside.start() == len(first["log"]) + 31, "the second part's time, inside the line"
+    assert stamped[40 + inside.end():] == second["log"][:-1]
+    plain = _docker_logs_of(proc, lab["tmp"], f"p-{build}").stderr.decode()
+    assert line in plain, "without -t the line comes back whole"
 
 
 # ------------------------------------------------------------------ lab knobs

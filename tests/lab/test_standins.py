@@ -715,6 +715,12 @@ def test_host_seed_spark1(tmp_path, dk):
     ts_out, ts_err = logs(dk, "dsv41-head", "-t", extra_env={"LAB_DOCKER_STATE_DIR": state})
     assert ts_err.startswith("2026-09-23T21:12:04.000000000Z [2026-09-23 21:12:04] server_args={")
     assert re.search(r"^2026-09-24T02:51:0\d\.\d{9}Z Ready: API on port 8888$", ts_out, re.M)
+    # each saved marker (17 KB, as the real head's) is two json-file records, as docker's copier cuts it
+    recs = [json.loads(ln) for ln in (root / "var/lib/lab-docker/logs/dsv41-head.log").read_text().splitlines()]
+    cut = [r for r in recs if not r["log"].endswith("\n")]
+    assert len(cut) == 2 and all(len(r["log"].encode()) == 16384 and "] server_args={" in r["log"] for r in cut)
+    inside = re.findall(r"(?<=[^\n])\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ", ts_err)
+    assert len(inside) == 2, "-t stamps each marker's second part inside its line"
     (im,) = json.loads(dk("image", "inspect", "dsv41-sglang:tp3", extra_env={"LAB_DOCKER_STATE_DIR": state}).stdout)
     check_engine_image(im)
     assert im["Created"] == "2026-09-19T22:41:07.000000000Z"
@@ -828,7 +834,8 @@ def test_saved_boot_log_latest_boot():
     for i in markers:
         args = ast.literal_eval(lines[i].split("] server_args=", 1)[1])
         assert args["max_total_tokens"] == 750000 and args["node_rank"] == 0 and args["page_size"] == 256
-        assert args["api_key"] == "[REDACTED]" and args["tp_size"] == 3 and 10_000 < len(lines[i]) < 16_384
+        assert args["api_key"] == "[REDACTED]" and args["tp_size"] == 3
+        assert 16_800 <= len(lines[i].encode()) <= 17_400, "the real head's marker is 17,130 bytes (over 16 KiB)"
     earlier, latest = "\n".join(lines[markers[0]:markers[1]]), "\n".join(lines[markers[1]:])
     assert latest.count(DISAGREE) == 2 and earlier.count(DISAGREE) == 1
     pools = re.findall(r"\] DSV4 pool sizes: full=(\d+), ", latest)

@@ -67,3 +67,27 @@ def test_failed_restart_shows_the_engines_stderr(tmp_path):
     assert "The engine did not come up" in out
     section = out[out.find("--- spark2 (dsv41-worker)"):]
     assert "Engram retrieval failed: packed Engram shard is truncated" in section, out[-4000:]
+
+
+RUN_EXTRA = "/etc/dsv41-lab/docker-run-extra.env"
+
+
+def test_a_worker_launch_that_differs_from_the_prediction_fails_the_restart(tmp_path):
+    # The launch is predicted on the head before anything stops; spark2's docker then gives its container one
+    # more variable (lab knob: as if its launch had been edited in between). The running containers are the
+    # truth: the restart fails naming the rank, the key and both values.
+    for host in HOSTS:
+        sh(host, f"rm -f {KNOBS}")
+    sh("spark2", f"rm -f {BAD_SHARD}")                  # the previous test's truncated shard
+    sh("spark2", f"mkdir -p /etc/dsv41-lab && echo DSV41_EDITED_ON_THE_WORKER=1 > {RUN_EXTRA}")
+    try:
+        rc, out = converge(tmp_path)
+    finally:
+        sh("spark2", f"rm -f {RUN_EXTRA}")
+    assert rc != 0, out[-3000:]
+    assert "The running containers differ from the launch predicted before the restart" in out, out[-3000:]
+    assert "rank 1 (spark2, dsv41-worker): env DSV41_EDITED_ON_THE_WORKER predicted '(absent)', actual '1'" in out
+    assert "rank 0 (" not in out.split("differ from the launch predicted")[1].split("PLAY RECAP")[0]
+    rc, out = converge(tmp_path)                      # the same launch without the edit passes the check
+    assert rc == 0, out[-3000:]
+    assert "Require every rank's container to be what the launch predicted" in out
