@@ -22,7 +22,7 @@ options:
       - The time taken does not grow with the container's uptime. The boot is read from the
         container's start (C(docker inspect) C(State.StartedAt)) until it is Ready (on a rank that
         prints no Ready, its first periodic Engram line; at the latest two hours into the boot) and
-        1 MiB more, then the latest 5,000 records;
+        256 KiB more, then the latest 2,000 records;
         days of periodic lines between the two are not read (C(read.gap) in the facts says so).
         A fresh boot is read whole.
       - Mutually exclusive with I(log_path).

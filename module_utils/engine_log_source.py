@@ -46,8 +46,8 @@ from ansible.module_utils.probe_runner import TIMED_OUT, bounded
 
 __metaclass__ = type
 DOCKER_TIMEOUT = 120          # seconds the reads of one container's boot may take together
-HEAD_AFTER_READY = 1 << 20    # bytes read past the boot's end (an hour of a real head's periodic lines)
-TAIL_RECORDS = 5000           # latest log records read after the head (about an hour, 1.2 MB, of periodic lines)
+HEAD_AFTER_READY = 256 << 10  # bytes read past the boot's end (a quarter of an hour of a real head's periodic lines)
+TAIL_RECORDS = 2000           # latest log records read after the head (about half an hour, 0.5 MB, of periodic lines)
 ZERO_TIME = "0001-01-01T00:00:00Z"
 BOOT_SPAN = 2 * 3600          # seconds after the start by which any boot is over (a real one takes about 13 minutes)
 
