@@ -14,10 +14,7 @@ What the sandbox is:
 * a ``PATH`` of stand-ins only (``module_utils/launch_stubs.py``): ``docker``, ``ssh`` (the worker command
   string is itself run by bash with the same ``PATH``, so its ``docker run`` is recorded with the ssh
   target as its host), ``curl``, ``sudo``, ``sleep`` (returns at once) and the rest are recorded, writers
-  run only inside the scratch tree, unknown commands are recorded and return 0; docker's read-only queries
-  (``inspect``, ``ps``, ``images``, ``version``, ``info``) are answered from the head's real daemon (the
-  stand-in runs the real client itself, a fixed argument list, with a timeout) overlaid with what the
-  sandbox changed, and an answer the module had to assume (no daemon) is recorded as such;
+  run only inside the scratch tree, unknown commands are recorded and return 0;
 * bounded: a wall-clock ``timeout`` and a maximum number of external commands (a loop). A command run by
   absolute path outside the sandbox stops the evaluation before it runs.
 
@@ -45,9 +42,6 @@ __metaclass__ = type
 
 DEFAULT_TIMEOUT = 60
 DEFAULT_MAX_CALLS = 2000
-DOCKER_QUERY_TIMEOUT = 10                 # seconds one read-only query of the head's docker daemon may take
-DOCKER_ENV = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY",
-              "DOCKER_API_VERSION")
 MAX_FILE_BYTES = 8 * 1024 * 1024          # larger files (images, weights, logs) are not copied
 MAX_TREE_BYTES = 256 * 1024 * 1024
 SKIP_DIRS = frozenset([".git", "logs", "__pycache__", ".venv", "node_modules"])
@@ -127,8 +121,7 @@ def _shebang_flags(path):
 class Sandbox(object):
     """One scratch tree; :meth:`run` evaluates the launcher in it, :meth:`close` removes it."""
 
-    def __init__(self, checkout, home, user, head, head_hostname=None, ports=(8888,), max_calls=DEFAULT_MAX_CALLS,
-                 docker_client=None):
+    def __init__(self, checkout, home, user, head, head_hostname=None, ports=(8888,), max_calls=DEFAULT_MAX_CALLS):
         self.checkout = os.path.abspath(checkout)
         self.home = home.rstrip("/") or "/"
         self.user = user
@@ -146,23 +139,9 @@ class Sandbox(object):
         os.makedirs(os.path.dirname(self.sco), exist_ok=True)
         os.makedirs(self.shome, exist_ok=True)
         self.skipped = _copy_checkout(self.checkout, self.sco)
-        self._tools(head_hostname or head, ports, max_calls, docker_client)
+        self._tools(head_hostname or head, ports, max_calls)
 
-    @staticmethod
-    def _query(docker_client):
-        """How the docker stand-in asks the head's daemon its read-only queries: the real client (found
-        outside the sandbox, or ``docker_client``; ``False``: never asked) with the caller's docker settings
-        and own home (where the client keeps its configuration), nothing else of its environment."""
-        if docker_client is False:
-            return {"docker": None, "why": "the daemon is not asked (docker_client: false)"}
-        path = docker_client or _which("docker")
-        if not path or not os.access(path, os.X_OK):
-            return {"docker": None, "why": "no docker client on this host"}
-        env = dict((k, os.environ[k]) for k in DOCKER_ENV if k in os.environ)
-        env.update(PATH=SEARCH_PATH, HOME=os.path.expanduser("~"), LANG="C.UTF-8", LC_ALL="C.UTF-8")
-        return {"docker": path, "env": env, "timeout": DOCKER_QUERY_TIMEOUT}
-
-    def _tools(self, head_hostname, ports, max_calls, docker_client=None):
+    def _tools(self, head_hostname, ports, max_calls):
         real = {}
         bindir = os.path.join(self.root, "bin")
         stub = os.path.join(self.root, "lib", "stub.py")
@@ -182,8 +161,7 @@ class Sandbox(object):
         if "bash" not in real:
             raise LaunchError("bash is not installed on this host: the launcher cannot be evaluated")
         config = {"head": self.head, "head_hostname": head_hostname, "ports": [str(p) for p in ports],
-                  "max_calls": int(max_calls), "real": real, "guarded": list(GUARDED), "runners": list(RUNNERS),
-                  "query": self._query(docker_client)}
+                  "max_calls": int(max_calls), "real": real, "guarded": list(GUARDED), "runners": list(RUNNERS)}
         with open(os.path.join(self.root, "config.json"), "w") as fh:
             json.dump(config, fh)
         with open(os.path.join(self.root, "lib", "bash_env.sh"), "w") as fh:
@@ -221,8 +199,7 @@ class Sandbox(object):
         self._kill(proc.pid)             # background jobs the launcher left behind
         return {"exit_code": proc.returncode, "timed_out": timed_out,
                 "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
-                "violation": self._read("violation"), "unanswered": self._read("unanswered"),
-                "calls": self._calls()}
+                "violation": self._read("violation"), "calls": self._calls()}
 
     @staticmethod
     def _kill(pgid):
@@ -262,15 +239,13 @@ class Sandbox(object):
 
 def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=None, user=None, head="head",
              head_hostname=None, ports=(8888,), timeout=DEFAULT_TIMEOUT, max_calls=DEFAULT_MAX_CALLS,
-             script_text=None, docker_client=None):
+             script_text=None):
     """Run ``launcher command`` in a sandbox; the raw record (calls, output, path map).
 
     ``env_text``: a proposed ``.env`` written into the scratch copy instead of the checkout's;
-    ``script_text``: a proposed launcher, likewise (the checkout itself is never written);
-    ``docker_client``: the docker client that answers the read-only queries from the head's daemon (default
-    the one on ``PATH``; ``False``: the daemon is never asked). Raises :class:`LaunchError` when the
-    launcher cannot be evaluated: missing, a command by absolute path outside the sandbox, a loop, the
-    timeout, a docker query the sandbox cannot answer faithfully.
+    ``script_text``: a proposed launcher, likewise (the checkout itself is never written). Raises
+    :class:`LaunchError` when the launcher cannot be evaluated: missing, a command by absolute path
+    outside the sandbox, a loop, the timeout.
     """
     launcher = os.path.abspath(launcher)
     if not os.path.isfile(launcher):
@@ -279,7 +254,7 @@ def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=Non
     entry = pwd.getpwuid(os.getuid())
     home = home or entry.pw_dir
     user = user or entry.pw_name
-    box = Sandbox(os.path.dirname(launcher), home, user, head, head_hostname, ports, max_calls, docker_client)
+    box = Sandbox(os.path.dirname(launcher), home, user, head, head_hostname, ports, max_calls)
     try:
         if env_text is not None:
             box.write_env(env_name, env_text)
@@ -294,9 +269,6 @@ def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=Non
     if record["violation"]:
         raise LaunchError("%s %s cannot be evaluated safely: %s; nothing was run outside the sandbox"
                           % (launcher, command, record["violation"]), record)
-    if record["unanswered"]:
-        raise LaunchError("%s %s cannot be evaluated: %s (nothing was run outside the sandbox)"
-                          % (launcher, command, record["unanswered"]), record)
     if record["timed_out"]:
         raise LaunchError("%s %s did not finish within %d s in the sandbox (it loops or waits for something "
                           "the sandbox does not answer)" % (launcher, command, timeout), record)
