@@ -8,6 +8,7 @@ directory, so a destination offered through it must have room on each of those r
 """
 from __future__ import absolute_import, division, print_function
 
+import json
 from pathlib import Path
 
 __metaclass__ = type
@@ -84,7 +85,6 @@ def dsv41_launch_truth(prediction, containers, images, hostvars):
 
 
 def _first_json(res):
-    import json
     if not res or res.get("rc") != 0 or res.get("skipped"):
         return None
     try:

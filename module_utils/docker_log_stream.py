@@ -138,9 +138,6 @@ class StreamMerger(object):
             out.append(b"\n")
         return b"".join(out)
 
-    def pending(self):
-        return len(self.queues[0]) + len(self.queues[1])
-
 
 def merge_texts(stdout, stderr, partial=None, timestamps=True):
     """Both streams of a finished ``docker logs`` (str or bytes) as one text in log order (str); a

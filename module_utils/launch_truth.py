@@ -27,21 +27,25 @@ ABSENT = "(absent)"
 
 
 def env_dict(items):
-    """``["NAME=value", "NAME2"]`` (docker's Config.Env) -> {"NAME": "value", "NAME2": ""}."""
+    """``["NAME=value", "NAME2"]`` (docker's Config.Env) -> {"NAME": "value", "NAME2": ""}; only the first
+    ``=`` separates (a value may hold more). The one reader of Config.Env (the run record's filter too)."""
     out = {}
     for item in items or []:
-        if isinstance(item, str):
-            name, _, value = item.partition("=")
-            out[name] = value
+        name, _, value = str(item).partition("=")
+        out[name] = value
     return out
+
+
+def config_env(obj):
+    """Config.Env of a ``docker inspect`` or ``docker image inspect`` object (None: {}) as a dict."""
+    return env_dict(((obj or {}).get("Config") or {}).get("Env"))
 
 
 def launched_env(container, image):
     """The environment the launch gave ``container`` (a ``docker inspect`` object): its Config.Env less
     the entries its image (a ``docker image inspect`` object, or None) carries with the same value."""
-    env = env_dict(((container or {}).get("Config") or {}).get("Env"))
-    base = env_dict(((image or {}).get("Config") or {}).get("Env"))
-    return dict((k, v) for k, v in env.items() if not (k in base and base[k] == v))
+    base = config_env(image)
+    return dict((k, v) for k, v in config_env(container).items() if not (k in base and base[k] == v))
 
 
 def launched_mounts(container):
@@ -74,7 +78,7 @@ def compare(predicted, container, image=None):
     diffs = []
     want = dict((predicted or {}).get("env") or {})
     have = _masked_env(launched_env(container, image))
-    image_env = env_dict(((image or {}).get("Config") or {}).get("Env"))
+    image_env = config_env(image)
     for key in sorted(set(want) | set(have)):
         w, h = want.get(key, ABSENT), have.get(key, ABSENT)
         if h == ABSENT and key in image_env and _masked_env({key: image_env[key]})[key] == w:
