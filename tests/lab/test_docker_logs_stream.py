@@ -10,8 +10,6 @@ Everything runs on the control machine against a private state dir (LAB_DOCKER_S
 the memory checks is made once per session.
 """
 import datetime as _dt
-import importlib.machinery
-import importlib.util
 import json
 import os
 import random
@@ -24,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from test_standins import load   # the stand-in loaded as a module, as the stand-in tests load it
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "lab" / "standins" / "docker"
 LABCTL = ROOT / "lab" / "labctl.py"
@@ -32,12 +32,6 @@ BASE_NS = 1790217521 * 10 ** 9          # 2026-09-24T02:38:41Z
 MIB = 1 << 20
 
 
-def load(path, name):
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
 
 
 dk = load(DOCKER, "lab_docker_standin")
