@@ -32,7 +32,7 @@ help:
 APT_REQUIRES := podman:podman runc:runc debootstrap:debootstrap uidmap:newuidmap slirp4netns:slirp4netns \
                 netavark:/usr/lib/podman/netavark aardvark-dns:/usr/lib/podman/aardvark-dns \
                 iptables:iptables openssh-client:ssh-keygen make:make python3-venv:/usr/lib/python3.11/ensurepip \
-                ca-certificates:/etc/ssl/certs/ca-certificates.crt
+                ca-certificates:/etc/ssl/certs/ca-certificates.crt bubblewrap:bwrap
 APT_PACKAGES := $(foreach r,$(APT_REQUIRES),$(firstword $(subst :, ,$(r))))
 
 apt: ## install the Debian packages the lab needs (podman, runc, iptables, debootstrap, ...)

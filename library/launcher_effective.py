@@ -17,12 +17,24 @@ description:
   - Returns, for the head and each worker, in order of start, the container name, host, rank, image,
     the exact environment the container gets (C(-e), C(--env), C(--env-file); secrets masked by the
     project's one secret rule), the mounts with the real source of C(/engram), and the network.
+    Containers that are not engine ranks (an NFS exporter on the head, for instance - no rank and no model,
+    or another image than the engine's) are returned apart, as I(auxiliary), never as a rank.
+  - The read-only docker queries the launcher makes (C(image inspect), C(inspect), C(ps), C(images),
+    C(version), C(info), with their C(--format) templates) are answered from the head's real docker
+    daemon, which the stand-in asks itself with a fixed argument list; what changes state (C(run),
+    C(rm), C(stop), C(pull), C(build)...) is recorded, never run. When the daemon cannot be asked, the
+    answer is an image of this fleet (arm64, linux) and no container but the sandbox's, returned in
+    I(assumed) and warned about. A template or query the sandbox cannot answer faithfully fails the
+    evaluation, naming it.
   - With I(env_text) a proposed C(.env) is evaluated instead of the checkout's, without writing it.
   - With I(effect_keys), each key is changed in turn and the launch evaluated again, to tell which
     settings the launcher reads (and which containers and C(/engram) sources they move).
   - Fails clearly, naming the launcher, when it cannot be evaluated - it runs a program by absolute
     path outside the sandbox, runs more than I(max_calls) external commands (a loop), does not finish
-    within I(timeout) seconds, exits non-zero or starts no container.
+    within I(timeout) seconds, exits non-zero or starts no container - and when it starts fewer engine
+    ranks than I(expected_ranks) (without it, than the engine containers' own C(--nnodes)), naming each
+    missing rank, its host and the last command the launcher aimed at that host (an C(ssh), or a helper
+    such as C(python3 scripts/remote.py user@host ...) whose remote command the sandbox does not run).
 version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
@@ -85,6 +97,13 @@ options:
     type: list
     elements: str
     default: []
+  expected_ranks:
+    description:
+      - The number of engine ranks the launch must start (the inventory's TP size, C(preflight_tp_size));
+        ranks 0 to I(expected_ranks) - 1 must each get a container, else the module fails naming the missing
+        ones. Omitted - the node count the engine containers are given (C(--nnodes)), when they are given
+        one; otherwise hosts the launcher aimed commands at without starting an engine there are warnings.
+    type: int
 notes:
   - Supports check mode; the module never changes anything (C(changed) is always false).
   - Shell redirections to files outside the checkout and builtins are bash's own and are not intercepted;
@@ -92,10 +111,11 @@ notes:
 """
 
 EXAMPLES = r"""
-- name: What each container would receive at the next serve
+- name: What each container would receive at the next serve (every rank of the inventory's TP size)
   launcher_effective:
     launcher: "{{ dsv41_launcher_dir }}/start.sh"
     head_host: "{{ inventory_hostname }}"
+    expected_ranks: "{{ preflight_tp_size | int }}"
   register: launch
 
 - name: Evaluate a proposed .env without writing it, and which engram settings move /engram
@@ -118,8 +138,22 @@ ranks:
   description: Per rank (a string), host, container, role, image, order and the C(/engram) source.
   returned: always
   type: dict
+auxiliary:
+  description:
+    - Containers the launch starts that are not engine ranks (same fields as I(containers), role
+      C(auxiliary), rank null), in order of start.
+  returned: always
+  type: list
+  elements: dict
+assumed:
+  description:
+    - Read-only docker queries answered without the daemon (host, command, argv, reasons) - what the module
+      assumed instead (an image of this fleet, arm64 and linux; no container but the sandbox's).
+  returned: always
+  type: list
+  elements: dict
 order:
-  description: C(host/container) in order of start.
+  description: C(host/container) of the engine containers in order of start.
   returned: always
   type: list
   elements: str
@@ -179,7 +213,7 @@ def run(params):
                                                     params.get("api_key"), params.get("remove_keys") or ()))
     kw = dict(command=params["command"], env_name=params["env_name"], home=params["home"], user=params["user"],
               head=params["head_host"] or socket.gethostname().split(".")[0], ports=params["ports"],
-              timeout=params["timeout"], max_calls=params["max_calls"])
+              timeout=params["timeout"], max_calls=params["max_calls"], expected_ranks=params.get("expected_ranks"))
     launch = effective_launch(params["launcher"], env_text=params["env_text"], **kw)
     effects = {}
     if params["effect_keys"]:
@@ -193,9 +227,10 @@ def run(params):
     return {
         "launcher": params["launcher"], "containers": shown["containers"], "ranks": summary(launch),
         "order": ["%s/%s" % (c["host"], c["name"]) for c in launch["containers"]],
+        "auxiliary": shown["auxiliary"], "assumed": shown["assumed"],
         "unstubbed": shown["unstubbed"], "not_run": shown["not_run"], "calls": shown["calls"],
         "key_effects": effects, "skipped": launch["skipped"],
-    }, launch["secrets"]
+    }, launch["secrets"], shown["warnings"]
 
 
 def main():
@@ -215,6 +250,7 @@ def main():
             timeout=dict(type="int", default=60),
             max_calls=dict(type="int", default=2000),
             effect_keys=dict(type="list", elements="str", default=[], no_log=False),
+            expected_ranks=dict(type="int"),
         ),
         supports_check_mode=True,
     )
@@ -222,12 +258,17 @@ def main():
     if p["timeout"] < 1 or p["max_calls"] < 1:
         module.fail_json(msg="launcher_effective: timeout and max_calls must be positive (got %d, %d)"
                          % (p["timeout"], p["max_calls"]), changed=False)
+    if p["expected_ranks"] is not None and p["expected_ranks"] < 1:
+        module.fail_json(msg="launcher_effective: expected_ranks %d is not a positive number of ranks"
+                         % p["expected_ranks"], changed=False)
     try:
-        result, secrets = run(p)
+        result, secrets, warnings = run(p)
     except (LaunchError, EnvError) as exc:
         module.fail_json(msg=str(exc), changed=False)
     for value in secrets:
         module.no_log_values.add(value)
+    for text in warnings:       # what the evaluation could not confirm (assumed docker answers, hosts left out)
+        module.warn("launcher_effective: %s" % text)
     result["changed"] = False
     module.exit_json(**result)
 

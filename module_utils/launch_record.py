@@ -3,16 +3,18 @@
 
 ``module_utils/launch_sandbox.py`` runs the launcher and records every external command; this file
 turns the recorded ``docker run`` calls into containers (name, host, rank, image, environment, mounts,
-network, order of starts), shows scratch paths as the head's paths, and masks secrets with the one
-secret rule (``module_utils/secret_rule.py``). Standard library only.
+network, order of starts), tells the engine's ranks from auxiliary containers and checks that every
+rank expected was started (``module_utils/launch_ranks.py``), shows scratch paths as the head's paths,
+and masks secrets with the one secret rule (``module_utils/secret_rule.py``). Standard library only.
 """
 from __future__ import absolute_import, division, print_function
 
 import json
 import re
 
+from ansible.module_utils.launch_ranks import assign, missing_message, missing_ranks, nnodes, python_hint, unserved
 from ansible.module_utils.launch_sandbox import LaunchError, evaluate
-from ansible.module_utils.secret_rule import mask_mapping, redact_text, secret_values
+from ansible.module_utils.secret_rule import MIN_SECRET_CHARS, is_secret_name, mask_mapping, redact_text, secret_values
 
 __metaclass__ = type
 
@@ -23,6 +25,7 @@ FLAG_OPTS = frozenset(["-d", "--detach", "--rm", "-i", "--interactive", "-t", "-
 SHORT_FLAGS = set("dit")
 ENGRAM = "/engram"
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ITEM_RE = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|[^\s\"';|&]+)")
 
 
 def unmap(text, path_map):
@@ -142,20 +145,22 @@ def parse_run(call, path_map=()):
             "engram_source": engram[-1] if engram else None, "argv": argv}
 
 
-def _rank(ctn):
-    for key in ("NODE_RANK", "RANK"):
-        if re.match(r"^[0-9]+$", ctn["env"].get(key, "")):
-            return int(ctn["env"][key])
-    for flag in ("--node-rank", "--rank"):
-        if flag in ctn["command"]:
-            i = ctn["command"].index(flag)
-            if i + 1 < len(ctn["command"]) and re.match(r"^[0-9]+$", ctn["command"][i + 1]):
-                return int(ctn["command"][i + 1])
-    return None
+def _argv_secrets(calls):
+    """Values given to secret names in ``NAME=value`` words of the recorded commands (a worker's command
+    string carries ``-e API_KEY=...`` even when its container is never started)."""
+    found = set()
+    for call in calls:
+        for arg in call.get("argv") or []:
+            for name, value in ITEM_RE.findall(arg if isinstance(arg, str) else ""):
+                value = value.strip("'\"")
+                if is_secret_name(name) and len(value) >= MIN_SECRET_CHARS and "$" not in value:
+                    found.add(value)
+    return sorted(found)
 
 
 def build_launch(record):
-    """The effective launch of a sandbox record: containers in order of start, with role and rank."""
+    """The effective launch of a sandbox record: engine containers (``containers``, with role and rank) and
+    ``auxiliary`` ones, in order of start."""
     pmap = record["path_map"]
     head = record["head"]
     started = {}
@@ -171,26 +176,22 @@ def build_launch(record):
             order.remove(key)
         started[key] = ctn
         order.append(key)
-    containers = [started[k] for k in order]
-    workers = 0
-    for i, ctn in enumerate(containers):
+    every = [started[k] for k in order]
+    for i, ctn in enumerate(every):
         ctn["order"] = i + 1
-        ctn["role"] = "head" if ctn["host"] == head else "worker"
-        rank = _rank(ctn)
-        if rank is None:
-            rank = 0 if ctn["role"] == "head" else workers + 1
-        workers += ctn["role"] == "worker"
-        ctn["rank"] = rank
-    secrets = secret_values([c["env"] for c in containers])
+    containers, auxiliary = assign(every, head)
+    secrets = secret_values([c["env"] for c in every], extra=_argv_secrets(record["calls"]))
     other = [c for c in record["calls"] if c.get("kind") != "docker-run"]
     return {
         "launcher": record["launcher"], "command": record["command"], "exit_code": record["exit_code"],
-        "containers": containers, "secrets": secrets,
+        "containers": containers, "auxiliary": auxiliary, "secrets": secrets,
         "unstubbed": [_brief(c, pmap) for c in other if c.get("kind") == "unstubbed"],
         "not_run": [_brief(c, pmap) for c in other if c.get("kind") == "not-run"],
+        "assumed": [dict(_brief(c, pmap), reasons=[unmap(r, pmap) for r in c.get("reasons") or []])
+                    for c in other if c.get("answer") == "assumed"],
         "calls": [_brief(c, pmap) for c in record["calls"]],
         "stdout": unmap(record["stdout"], pmap), "stderr": unmap(record["stderr"], pmap),
-        "skipped": record["skipped"],
+        "skipped": record["skipped"], "warnings": [],
     }
 
 
@@ -210,16 +211,20 @@ def masked(launch):
         return redact_text(v, hide) if isinstance(v, str) else v
 
     out = dict((k, v) for k, v in launch.items() if k != "secrets")
-    out["containers"] = []
-    for c in launch["containers"]:
-        d = dict(c)
-        d["env"] = dict((k, text(v)) for k, v in mask_mapping(c["env"]).items())
-        d["argv"] = [_mask_item(a, hide) for a in c["argv"]]
-        d["command"] = [text(a) for a in c["command"]]
-        out["containers"].append(d)
+    for key in ("containers", "auxiliary"):
+        out[key] = []
+        for c in launch[key]:
+            d = dict(c)
+            d["env"] = dict((k, text(v)) for k, v in mask_mapping(c["env"]).items())
+            d["argv"] = [_mask_item(a, hide) for a in c["argv"]]
+            d["command"] = [text(a) for a in c["command"]]
+            out[key].append(d)
     for key in ("unstubbed", "not_run", "calls"):
         out[key] = [dict(c, argv=[_mask_item(a, hide) for a in c["argv"]]) for c in launch[key]]
+    out["assumed"] = [dict(c, argv=[_mask_item(a, hide) for a in c["argv"]], reasons=[text(r) for r in c["reasons"]])
+                      for c in launch["assumed"]]
     out["stdout"], out["stderr"] = text(launch["stdout"]), text(launch["stderr"])
+    out["warnings"] = [text(w) for w in launch["warnings"]]
     return out
 
 
@@ -239,17 +244,45 @@ def summary(launch):
     return out
 
 
-def effective_launch(launcher, env_text=None, **kw):
+def effective_launch(launcher, env_text=None, expected_ranks=None, check_ranks=True, **kw):
     """Evaluate ``launcher serve`` (:func:`launch_sandbox.evaluate`) and read the launch; raises
-    :class:`LaunchError` when it cannot be evaluated, exits non-zero or starts no container."""
+    :class:`LaunchError` when it cannot be evaluated, exits non-zero, starts no container, or starts fewer
+    engine ranks than expected: ``expected_ranks`` (the caller's TP size), else the node count the engine
+    containers are given (``--nnodes``). Without either, hosts the launcher aimed commands at that got no
+    engine container are warnings (``launch["warnings"]``), as are docker answers the sandbox assumed.
+    ``check_ranks=False``: no rank count is checked (a trial with a changed setting)."""
     record = evaluate(launcher, env_text=env_text, **kw)
     launch = build_launch(record)
+    hide = launch["secrets"]
+    hint = python_hint(record["stderr"] + record["stdout"])
     if record["exit_code"] != 0 or not launch["containers"]:
-        hide = launch["secrets"]
         tail = redact_text("\n".join((launch["stderr"] or launch["stdout"]).strip().splitlines()[-5:]), hide)
         what = "exited %s" % record["exit_code"] if record["exit_code"] != 0 else "started no container"
-        raise LaunchError("%s %s %s in the sandbox%s" % (launcher, record["command"], what,
-                                                          (": " + tail) if tail else ""), record)
+        raise LaunchError("%s %s %s in the sandbox%s%s" % (launcher, record["command"], what,
+                                                            (": " + tail) if tail else "", hint), record)
+
+    def text(value):
+        return redact_text(unmap(value, record["path_map"]), hide)
+
+    expected, why = expected_ranks, "expected_ranks %s" % expected_ranks
+    if not expected and check_ranks:
+        expected, declared = nnodes(launch["containers"])
+        why = declared and "the engine's own --nnodes %s on %s/%s" % (expected, declared["host"], declared["name"])
+    if expected and check_ranks:
+        missing = missing_ranks(launch["containers"], record["calls"], record["head"], int(expected), text)
+        if missing:
+            started = len(set(c["rank"] for c in launch["containers"] if c["rank"] < int(expected)))
+            raise LaunchError("%s %s %s%s" % (launcher, record["command"], missing_message(
+                missing, started, int(expected), why), hint), record)
+    else:
+        launch["warnings"].extend(unserved(launch["containers"], record["calls"], record["head"], text))
+    if launch["assumed"]:
+        reasons = []
+        for call in launch["assumed"]:
+            reasons.extend(r for r in call["reasons"] if r not in reasons)
+        launch["warnings"].append("%d docker quer%s answered from what the module assumes, not from the daemon: %s"
+                                  % (len(launch["assumed"]), "y was" if len(launch["assumed"]) == 1 else "ies were",
+                                     "; ".join(text(r) for r in reasons)))
     return launch
 
 
@@ -308,7 +341,9 @@ def key_effects(launcher, env_text, keys, base_values, base=None, workers=4, **k
     from concurrent.futures import ThreadPoolExecutor
     from ansible.module_utils.launcher_env import quote_value
     keys = list(keys)
+    kw.setdefault("query_cache", {})        # the daemon asked each question once for all the trials
     base = base or effective_launch(launcher, env_text=env_text, **kw)
+    kw = dict(kw, expected_ranks=None, check_ranks=False)    # a trial's ranks are compared, not required
     base_calls, base_ctns = _signature(base)
     base_engram = dict((str(c["rank"]), c["engram_source"]) for c in base["containers"])
     text = env_text if env_text is None or env_text.endswith("\n") or env_text == "" else env_text + "\n"

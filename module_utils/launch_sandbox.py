@@ -1,32 +1,43 @@
 # -*- coding: utf-8 -*-
-"""Run the launcher's own code (``start.sh serve``) in a sandbox and record every external command.
+"""Run the launcher's own code (``start.sh serve``) inside real isolation and record every external command.
 
 Used by ``launcher_effective``, ``launcher_settings`` and ``launcher_forward`` (through
 ``module_utils/launch_record.py``, which turns the record into the effective launch). Standard library
 only: it runs on the head, where the launcher's checkout is.
 
-What the sandbox is:
+The isolation is bubblewrap (``bwrap``, Debian/Ubuntu package ``bubblewrap``; the ``launch_sandbox`` role
+installs it): new user, mount, pid, network, ipc and uts namespaces, so whatever the launcher or a value
+in its ``.env`` runs (``sh -c``, ``bash -lc``, ``env -i``, ``/usr/bin/docker`` by absolute path,
+redirections) can write only to places that vanish with it, reaches no network and no docker socket, and
+leaves no process behind (the pid namespace dies with the evaluation). Inside:
 
-* a scratch copy of the checkout (a temporary directory, mode 0700; when the checkout lies under the
-  user's home it is copied to the same place under a scratch ``HOME``, so ``$HOME/<checkout>`` in the
-  script still finds it), with a proposed ``.env`` written into the copy when one is given;
-* a scratch ``HOME`` and ``TMPDIR``; an environment holding nothing else of the caller's (no ssh agent);
-* a ``PATH`` of stand-ins only (``module_utils/launch_stubs.py``): ``docker``, ``ssh`` (the worker command
-  string is itself run by bash with the same ``PATH``, so its ``docker run`` is recorded with the ssh
-  target as its host), ``curl``, ``sudo``, ``sleep`` (returns at once) and the rest are recorded, writers
-  run only inside the scratch tree, unknown commands are recorded and return 0;
-* bounded: a wall-clock ``timeout`` and a maximum number of external commands (a loop). A command run by
-  absolute path outside the sandbox stops the evaluation before it runs.
+* the real root, read-only; the head user's home read-only at its own path (``$HOME/NewModels/...``,
+  ``~/.ssh/*.pub`` and ``~/nccl-*`` exist as on the head); the checkout replaced by a scratch copy at
+  its own path (the launcher may write logs or copy ``.env.example``), with a proposed ``.env`` or
+  launcher written into the copy; empty ``/tmp``, ``/var/tmp``, ``/run`` and ``/dev/shm``;
+* the hostname of the head, the head user's name and home, a ``PATH`` of the stand-ins
+  (``module_utils/launch_stubs.py``) first, then the system's; the stand-ins are also mounted over the
+  real programs they stand for (``/usr/bin/docker``, ``/usr/bin/ssh``...), so a login shell that resets
+  ``PATH`` or ``env -i`` still reaches them. They record: ``docker`` changes are recorded, never run, and
+  its read-only queries are answered by the head's daemon through the broker
+  (``module_utils/launch_broker.py``); ``ssh`` runs the command string as sshd would, in the worker
+  user's home and a fresh environment, and what it starts is recorded as the worker's; ``curl``, ``sleep`` and
+  the rest answer what ``serve`` waits on. Interpreters (``python3``) run for real, so a launcher's own
+  helper that drives ssh runs as it does on the head;
+* writers (``mkdir``, ``cp``, ``sed -i``...) run for real where the sandbox can write and are recorded,
+  not run, elsewhere (the launcher goes on as it would on the head);
+* bounded: a wall-clock ``timeout`` and a maximum number of external commands (a loop).
 
-Nothing outside the scratch directory is written by the sandbox itself; the scratch directory is
-removed afterwards. Limits, said plainly: shell redirections (``> /some/file``) and builtins other than
-``kill`` are bash's own and are not intercepted, and read-only queries a worker command makes
-(``getent``, ``ip addr``) are answered by the head.
+The scratch directory is removed afterwards. Limits, said plainly: a redirection (``> $HOME/x``) to a
+place outside the sandbox's writable ones fails as on a read-only disk; worker-side read-only questions
+(``ip addr``, ``hostname -I`` in a worker command) are answered by the head, and a worker's files are
+the head's (same user, same layout: the fleet's nodes are set up alike).
 """
 from __future__ import absolute_import, division, print_function
 
 import json
 import os
+import pwd
 import shutil
 import signal
 import stat
@@ -34,9 +45,8 @@ import subprocess
 import sys
 import tempfile
 
-from shlex import quote as shell_quote
-
-from ansible.module_utils.launch_stubs import ALLOWED, ANSWERED, BASH_ENV, GUARDED, RUNNERS, STUB
+from ansible.module_utils.launch_broker import Broker
+from ansible.module_utils.launch_stubs import ANSWERED, BASH_ENV, GUARDED, INSIDE, RECORDED, STUB
 
 __metaclass__ = type
 
@@ -46,10 +56,15 @@ MAX_FILE_BYTES = 8 * 1024 * 1024          # larger files (images, weights, logs)
 MAX_TREE_BYTES = 256 * 1024 * 1024
 SKIP_DIRS = frozenset([".git", "logs", "__pycache__", ".venv", "node_modules"])
 SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STUB_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin", "/snap/bin")
+SCRATCH = ("/tmp", "/var/tmp", "/run", "/dev/shm")
+PROC_FRESH = {}                           # bwrap path -> False when this host cannot mount a fresh /proc
+BWRAP_HINT = ("install the package bubblewrap (the launch_sandbox role does); on Ubuntu 24.04 the packaged "
+              "bwrap carries the AppArmor profile that allows its user namespaces")
 
 
 class LaunchError(Exception):
-    """The launcher could not be evaluated (missing, unstubbed access, loop, timeout, failure)."""
+    """The launcher could not be evaluated (missing, no isolation, loop, timeout, failure)."""
 
     def __init__(self, message, record=None):
         Exception.__init__(self, message)
@@ -57,7 +72,7 @@ class LaunchError(Exception):
 
 
 def _which(name):
-    for d in (os.environ.get("PATH", "") + ":" + SEARCH_PATH).split(":"):
+    for d in SEARCH_PATH.split(":"):
         if d and os.path.isabs(d):
             p = os.path.join(d, name)
             if os.path.isfile(p) and os.access(p, os.X_OK):
@@ -121,52 +136,82 @@ def _shebang_flags(path):
 class Sandbox(object):
     """One scratch tree; :meth:`run` evaluates the launcher in it, :meth:`close` removes it."""
 
-    def __init__(self, checkout, home, user, head, head_hostname=None, ports=(8888,), max_calls=DEFAULT_MAX_CALLS):
+    def __init__(self, checkout, home, user, head, head_hostname=None, ports=(8888,), max_calls=DEFAULT_MAX_CALLS,
+                 docker_client=None, query_cache=None):
         self.checkout = os.path.abspath(checkout)
-        self.home = home.rstrip("/") or "/"
+        self.home = os.path.abspath(home).rstrip("/") or "/"
         self.user = user
         self.head = head
+        self.hostname = head_hostname or head
+        self.bwrap = _which("bwrap")
+        if not self.bwrap:
+            raise LaunchError("bwrap is not installed on this host: the launcher is evaluated only inside real "
+                              "isolation; %s" % BWRAP_HINT)
+        self.bash = _which("bash")
+        if not self.bash:
+            raise LaunchError("bash is not installed on this host: the launcher cannot be evaluated")
         self.root = os.path.realpath(tempfile.mkdtemp(prefix="dsv41-launch-"))
         os.chmod(self.root, stat.S_IRWXU)
-        self.shome = os.path.join(self.root, "home")
-        rel = os.path.relpath(self.checkout, self.home)
-        if self.home != "/" and not rel.startswith(".."):
-            self.sco = os.path.join(self.shome, rel)       # $HOME/<checkout> still finds the copy
-        else:
-            self.sco = os.path.join(self.root, "co")
-        for d in ("bin", "lib", "calls", "tmp", "remote"):
+        self.sco = os.path.join(self.root, "co")
+        for d in ("bin", "lib", "calls", "hosts"):
             os.mkdir(os.path.join(self.root, d))
-        os.makedirs(os.path.dirname(self.sco), exist_ok=True)
-        os.makedirs(self.shome, exist_ok=True)
         self.skipped = _copy_checkout(self.checkout, self.sco)
-        self._tools(head_hostname or head, ports, max_calls)
+        self._tools(ports, max_calls)
+        self.broker = Broker(os.path.join(self.root, "query.sock"), docker_client, query_cache)
 
-    def _tools(self, head_hostname, ports, max_calls):
-        real = {}
-        bindir = os.path.join(self.root, "bin")
+    def _tools(self, ports, max_calls):
         stub = os.path.join(self.root, "lib", "stub.py")
         with open(stub, "w") as fh:
-            fh.write("#!%s -SE\n" % sys.executable + STUB)
-        os.chmod(stub, 0o700)
-        for name in ALLOWED:
-            path = _which(name)
-            if path:
-                os.symlink(path, os.path.join(bindir, name))
-                real[name] = path
-        for name in GUARDED + RUNNERS + ANSWERED:
-            path = _which(name) if not name.startswith("__") else None
-            if path:
-                real[name] = path
-            os.symlink(stub, os.path.join(bindir, name))
-        if "bash" not in real:
-            raise LaunchError("bash is not installed on this host: the launcher cannot be evaluated")
-        config = {"head": self.head, "head_hostname": head_hostname, "ports": [str(p) for p in ports],
-                  "max_calls": int(max_calls), "real": real, "guarded": list(GUARDED), "runners": list(RUNNERS)}
+            fh.write("#!%s -SE\n" % sys.executable + STUB.replace("@INSIDE@", INSIDE))
+        os.chmod(stub, 0o755)
+        real, self.overmounts = {}, []
+        for name in GUARDED + RECORDED + ANSWERED:
+            if not name.startswith("__"):
+                real[name] = _which(name)
+            os.symlink(os.path.join(INSIDE, "lib", "stub.py"), os.path.join(self.root, "bin", name))
+        self.missing = []
+        for name in ANSWERED:           # the real programs too: a login shell or env -i still reaches a stand-in
+            found = False
+            for d in STUB_DIRS:
+                path = os.path.realpath(os.path.join(d, name))     # merged /usr: /bin/x is /usr/bin/x
+                if not name.startswith("__") and os.path.isfile(path):
+                    found = True
+                    if path not in self.overmounts:
+                        self.overmounts.append(path)
+            if not found and not name.startswith("__"):
+                self.missing.append(name)
+        self._local_bin()
+        # places a writer may write, longest first; the head user's home is read-only unless the checkout
+        places = [(self.checkout, True), (INSIDE, True), (self.home, False)] + [(p, True) for p in SCRATCH]
+        config = {"head": self.head, "head_hostname": self.hostname, "ports": [str(p) for p in ports],
+                  "max_calls": int(max_calls), "real": dict((k, v) for k, v in real.items() if v),
+                  "guarded": list(GUARDED), "recorded": list(RECORDED), "home": self.home, "user": self.user,
+                  "bash": self.bash, "places": sorted(places, key=lambda p: -len(p[0]))}
         with open(os.path.join(self.root, "config.json"), "w") as fh:
             json.dump(config, fh)
         with open(os.path.join(self.root, "lib", "bash_env.sh"), "w") as fh:
-            fh.write(BASH_ENV.replace("@ROOT@", shell_quote(self.root)))
-        self.bash = real["bash"]
+            fh.write(BASH_ENV.replace("@INSIDE@", INSIDE))
+
+    def _local_bin(self):
+        """A view of ``/usr/local/bin`` that also holds the stand-ins this host lacks (``docker`` on a host
+        without it): every usual ``PATH``, a login shell's or bash's default, starts there, so a command
+        the head would run is recorded rather than "not found". Its own entries stay, as links to the real
+        directory (mounted read-only at ``INSIDE/local-bin``)."""
+        self.local_bin = None
+        real = "/usr/local/bin"
+        if not self.missing or not os.path.isdir(real) or os.path.islink(real):
+            return
+        view = os.path.join(self.root, "local-bin-view")
+        os.mkdir(view)
+        stubbed = set(n for n in ANSWERED if not n.startswith("__"))
+        for entry in os.listdir(real):
+            if entry not in stubbed:
+                os.symlink(os.path.join(INSIDE, "local-bin", entry), os.path.join(view, entry))
+        for name in stubbed:
+            os.symlink(os.path.join(INSIDE, "lib", "stub.py"), os.path.join(view, name))
+        self.overmounts = [p for p in self.overmounts if os.path.dirname(p) != real]
+        os.mkdir(os.path.join(self.root, "local-bin"))
+        self.local_bin = real
 
     def write_env(self, name, text):
         """Write ``text`` as ``name`` in the scratch copy (a proposed .env or launcher)."""
@@ -178,17 +223,45 @@ class Sandbox(object):
             fh.write(text)
 
     def environment(self):
-        return {"PATH": os.path.join(self.root, "bin"), "HOME": self.shome, "USER": self.user,
-                "LOGNAME": self.user, "TMPDIR": os.path.join(self.root, "tmp"), "LANG": "C.UTF-8",
+        path = ":".join([os.path.join(INSIDE, "bin"), self.home + "/.local/bin", self.home + "/bin", SEARCH_PATH])
+        return {"PATH": path, "HOME": self.home, "USER": self.user, "LOGNAME": self.user, "LANG": "C.UTF-8",
                 "LC_ALL": "C.UTF-8", "TERM": "dumb", "SHELL": self.bash,
-                "BASH_ENV": os.path.join(self.root, "lib", "bash_env.sh"), "DSV41_SBX_HOST": self.head}
+                "BASH_ENV": os.path.join(INSIDE, "lib", "bash_env.sh")}
+
+    def bwrap_argv(self, argv):
+        """bwrap's arguments: the order matters (later mounts go over earlier ones)."""
+        args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--hostname", self.hostname[:63],
+                "--ro-bind", "/", "/", "--dev", "/dev"]
+        # A fresh /proc of the sandbox's pid namespace; a host whose /proc has files mounted over it (a
+        # container, such as the lab's hosts with their meminfo) refuses a fresh one, so it is shown
+        # read-only instead: the pid namespace still ends every process with the evaluation.
+        args += ["--proc", "/proc"] if PROC_FRESH.get(self.bwrap, True) else ["--ro-bind", "/proc", "/proc"]
+        for place in SCRATCH:
+            if os.path.isdir(place) and not os.path.islink(place):
+                args += ["--tmpfs", place]
+        if os.path.isdir(self.home):
+            args += ["--ro-bind", self.home, self.home]      # again, when the home lies under a scratch place
+        args += ["--bind", self.root, INSIDE, "--bind", self.sco, self.checkout]
+        if self.local_bin:
+            args += ["--ro-bind", self.local_bin, os.path.join(INSIDE, "local-bin"),
+                     "--ro-bind", os.path.join(self.root, "local-bin-view"), self.local_bin]
+        for path in self.overmounts:
+            args += ["--ro-bind", os.path.join(self.root, "lib", "stub.py"), path]
+        args += ["--chdir", self.checkout, "--"]
+        return args + list(argv)
 
     def run(self, script, args, timeout):
-        path = os.path.join(self.sco, script)
-        proc = subprocess.Popen([self.bash] + _shebang_flags(path) + [path] + list(args), cwd=self.sco,
-                                env=self.environment(),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        record = self._run(script, args, timeout)
+        if record.get("no_proc"):
+            PROC_FRESH[self.bwrap] = False
+            record = self._run(script, args, timeout)
+        return record
+
+    def _run(self, script, args, timeout):
+        path = os.path.join(self.checkout, script)
+        argv = self.bwrap_argv([self.bash] + _shebang_flags(os.path.join(self.sco, script)) + [path] + list(args))
+        proc = subprocess.Popen(argv, env=self.environment(), cwd="/", stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         timed_out = False
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -196,10 +269,17 @@ class Sandbox(object):
             timed_out = True
             self._kill(proc.pid)
             out, err = proc.communicate()
-        self._kill(proc.pid)             # background jobs the launcher left behind
+        self._kill(proc.pid)             # the pid namespace is gone with bwrap; its session too
+        err = err.decode("utf-8", "replace")
+        if proc.returncode and err.startswith("bwrap: Can't mount proc") and PROC_FRESH.get(self.bwrap, True):
+            return {"no_proc": True}
+        if proc.returncode and err.startswith("bwrap:") and not self._calls():
+            raise LaunchError("the launch sandbox could not start on this host (%s): %s"
+                              % (err.strip().splitlines()[0], BWRAP_HINT))
         return {"exit_code": proc.returncode, "timed_out": timed_out,
-                "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
-                "violation": self._read("violation"), "calls": self._calls()}
+                "stdout": out.decode("utf-8", "replace"), "stderr": err,
+                "violation": self._read("violation"), "unanswered": self._read("unanswered"),
+                "calls": self._calls()}
 
     @staticmethod
     def _kill(pgid):
@@ -228,33 +308,35 @@ class Sandbox(object):
         return calls
 
     def path_map(self):
-        """(scratch prefix, real path) pairs, longest first, to show paths as on the head."""
-        pairs = [(self.sco, self.checkout), (self.shome, self.home),
-                 (os.path.join(self.root, "tmp"), "/tmp"), (os.path.join(self.root, "remote"), "/home/~remote")]
-        return sorted(pairs, key=lambda p: -len(p[0]))
+        """(sandbox path, real path) pairs, longest first, to show paths as on the head."""
+        return [(os.path.join(INSIDE, "co"), self.checkout), (self.sco, self.checkout)]
 
     def close(self):
+        self.broker.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=None, user=None, head="head",
              head_hostname=None, ports=(8888,), timeout=DEFAULT_TIMEOUT, max_calls=DEFAULT_MAX_CALLS,
-             script_text=None):
-    """Run ``launcher command`` in a sandbox; the raw record (calls, output, path map).
+             script_text=None, docker_client=None, query_cache=None):
+    """Run ``launcher command`` in the sandbox; the raw record (calls, output, path map).
 
     ``env_text``: a proposed ``.env`` written into the scratch copy instead of the checkout's;
-    ``script_text``: a proposed launcher, likewise (the checkout itself is never written). Raises
-    :class:`LaunchError` when the launcher cannot be evaluated: missing, a command by absolute path
-    outside the sandbox, a loop, the timeout.
+    ``script_text``: a proposed launcher, likewise (the checkout itself is never written);
+    ``docker_client``: the docker client that answers the read-only queries from the head's daemon (default
+    the one on ``PATH``; ``False``: the daemon is never asked); ``query_cache``: a dict shared by several
+    evaluations so the daemon is asked each question once. Raises :class:`LaunchError` when the launcher
+    cannot be evaluated: missing, no isolation on this host, a loop, the timeout, a question the sandbox
+    cannot answer faithfully.
     """
     launcher = os.path.abspath(launcher)
     if not os.path.isfile(launcher):
         raise LaunchError("%s: no such launcher script" % launcher)
-    import pwd
     entry = pwd.getpwuid(os.getuid())
     home = home or entry.pw_dir
     user = user or entry.pw_name
-    box = Sandbox(os.path.dirname(launcher), home, user, head, head_hostname, ports, max_calls)
+    box = Sandbox(os.path.dirname(launcher), home, user, head, head_hostname, ports, max_calls, docker_client,
+                  query_cache)
     try:
         if env_text is not None:
             box.write_env(env_name, env_text)
@@ -267,8 +349,11 @@ def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=Non
     finally:
         box.close()
     if record["violation"]:
-        raise LaunchError("%s %s cannot be evaluated safely: %s; nothing was run outside the sandbox"
+        raise LaunchError("%s %s cannot be evaluated: %s; nothing outside the sandbox was changed"
                           % (launcher, command, record["violation"]), record)
+    if record["unanswered"]:
+        raise LaunchError("%s %s cannot be evaluated: %s (nothing outside the sandbox was changed)"
+                          % (launcher, command, record["unanswered"]), record)
     if record["timed_out"]:
         raise LaunchError("%s %s did not finish within %d s in the sandbox (it loops or waits for something "
                           "the sandbox does not answer)" % (launcher, command, timeout), record)

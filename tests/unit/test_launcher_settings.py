@@ -115,10 +115,11 @@ def test_unwritable_settings_are_refused_before_any_evaluation(monkeypatch, caps
 def test_an_unevaluable_launcher_fails_clearly(monkeypatch, capsys, tmp_path):
     script, home = checkout(tmp_path)
     with open(script, "a") as fh:
-        fh.write("\n/usr/bin/docker ps\n")
+        fh.write("\necho 'no GPU found on this node' >&2\nexit 7\n")
     res = run_module(launcher_settings.main,
                    {"settings": settings(), "launcher": script, "tp_size": 3, "home": home, "host_label": "spark1"})
-    assert res["failed"] and res["msg"].startswith("spark1: %s serve cannot be evaluated safely" % script)
+    assert res["failed"] and res["msg"].startswith("spark1: %s serve exited 7 in the sandbox" % script)
+    assert "no GPU found on this node" in res["msg"]
     res = run_module(launcher_settings.main,
                    {"settings": settings(), "launcher": script + ".nope", "tp_size": 3, "host_label": "spark1"})
     assert res["failed"] and "cannot read the launcher" in res["msg"]

@@ -1,0 +1,112 @@
+"""The launch sandbox is real isolation (module_utils/launch_sandbox.py): hostile settings values and
+launcher constructs that escaped the former DEBUG-trap guard change nothing on the host and leave no
+process, whichever way they run (a worker string, sh -c, bash -lc, bash -p, env -i, an absolute path,
+a redirection, a $(...) line in the .env). Each case evaluates the launcher for real on this host."""
+import os
+
+import pytest
+
+from ansible.module_utils import launch_record as R
+from ansible.module_utils import launch_sandbox as S
+
+from launcher_fixtures import checkout, tree_hash
+
+TAG = "dsv41-escape-%d" % os.getpid()
+MARKERS = ["/tmp/%s-%s" % (TAG, n) for n in ("value", "env", "lc", "p", "envi", "redirect")] + [
+    "/var/tmp/%s-var" % TAG]
+SLEEPS = ("31337", "31338", "31339")
+
+# The family's worker start: the settings value expanded into the worker's command string on the head.
+WORKER_LAUNCHER = r"""#!/usr/bin/env bash
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+set -a; source "$ROOT/.env"; set +a
+ssh mia@spark2 "docker run -d --name dsv41-worker -e NODE_RANK=1 -e MOE_RUNNER_BACKEND=$MOE_RUNNER_BACKEND img run"
+ssh mia@spark3 "bash -lc 'id > /tmp/%(tag)s-lc; docker run -d --name dsv41-worker -e NODE_RANK=2 img run'"
+ssh mia@spark3 "bash -p -c 'id > /tmp/%(tag)s-p'; env -i /bin/bash -c 'id > /tmp/%(tag)s-envi'"
+ssh mia@spark3 "nohup sleep 31337 >/dev/null 2>&1 & setsid sleep 31338 >/dev/null 2>&1 &"
+%(absolute)s
+echo pwned > /tmp/%(tag)s-redirect
+echo pwned >> "$HOME/.bashrc" 2>/dev/null || true
+(sleep 31339 &)
+docker run -d --name dsv41-head -e NODE_RANK=0 img run
+"""
+
+
+def _docker():
+    return next((p for p in ("/usr/bin/docker", "/usr/local/bin/docker") if os.path.isfile(p)), None)
+
+
+def _processes(words):
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                continue
+            if any(("sleep " + w) in cmd for w in words):
+                found.append(cmd)
+    return found
+
+
+@pytest.fixture()
+def clean():
+    for m in MARKERS:
+        if os.path.exists(m):
+            os.unlink(m)
+    yield
+    for m in MARKERS:
+        if os.path.exists(m):
+            os.unlink(m)
+
+
+def test_hostile_values_and_constructs_change_nothing_and_leave_no_process(tmp_path, clean):
+    home = tmp_path / "home" / "mia"
+    co = home / "dsv41-3x-spark"
+    co.mkdir(parents=True)
+    docker = _docker()
+    absolute = ('ssh mia@spark2 "%s rm -f x; %s run -d --name aux busybox"' % (docker, docker)) if docker else ""
+    (co / "start.sh").write_text(WORKER_LAUNCHER % {"tag": TAG, "absolute": absolute})
+    (home / ".bashrc").write_text("# the user's own\n")
+    env = ("MOE_RUNNER_BACKEND=\"b12x;sh -c 'id >/tmp/%s-value'\"\n" % TAG
+           + "NOTE=$(touch /tmp/%s-env; touch /var/tmp/%s-var; echo x)\n" % (TAG, TAG))
+    (co / ".env").write_text(env)
+    before = tree_hash(home)
+    got = R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home), user="mia", check_ranks=False)
+    assert tree_hash(home) == before
+    assert [m for m in MARKERS if os.path.exists(m)] == []
+    assert _processes(SLEEPS) == []
+    # the stand-ins still recorded what the launcher would have started, each on its own host
+    names = [(c["host"], c["name"]) for c in got["containers"]]
+    assert ("spark2", "dsv41-worker") in names and ("spark3", "dsv41-worker") in names
+    assert names[-1] == ("spark1", "dsv41-head")
+    if docker:      # a rankless container is auxiliary, never an engine rank
+        assert [(c["host"], c["name"]) for c in got["auxiliary"]] == [("spark2", "aux")]
+        assert ("docker", ["rm", "-f", "x"]) in [(c["command"], c["argv"]) for c in got["calls"]
+                                                 if c["host"] == "spark2"]
+
+
+def test_the_worker_runs_in_its_own_environment_and_home_not_the_heads(tmp_path):
+    home = tmp_path / "home" / "mia"
+    co = home / "dsv41-3x-spark"
+    co.mkdir(parents=True)
+    (co / "start.sh").write_text(
+        "#!/usr/bin/env bash\nexport HEAD_ONLY=from-the-head\n"
+        "ssh zurih@spark2 'docker run -d --name w -e HEAD_ONLY -e WHO=$(whoami)-$(hostname) -e HOME=$HOME img'\n"
+        "docker run -d --name h -e HEAD_ONLY -e WHO=$(hostname) img\n")
+    got = R.effective_launch(str(co / "start.sh"), head="spark1", head_hostname="spark1", home=str(home),
+                             user="mia", check_ranks=False)
+    worker, head = got["containers"]
+    assert worker["host"] == "spark2" and "HEAD_ONLY" not in worker["env"]     # sshd gives a fresh environment
+    assert worker["env"]["WHO"].endswith("-spark2") and worker["env"]["HOME"] == "/home/zurih"
+    assert head["env"]["HEAD_ONLY"] == "from-the-head" and head["env"]["WHO"] == "spark1"
+
+
+def test_no_bubblewrap_is_a_clear_refusal(tmp_path, monkeypatch):
+    script, home = checkout(tmp_path)
+    monkeypatch.setattr(S, "_which", lambda name: None if name == "bwrap" else "/bin/" + name)
+    with pytest.raises(S.LaunchError) as err:
+        R.effective_launch(script, head="spark1", home=home)
+    assert "bwrap is not installed" in str(err.value) and "bubblewrap" in str(err.value)
