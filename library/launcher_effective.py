@@ -106,8 +106,10 @@ options:
     type: int
 notes:
   - Supports check mode; the module never changes anything (C(changed) is always false).
-  - Shell redirections to files outside the checkout and builtins are bash's own and are not intercepted;
-    read-only queries inside a worker command string (C(getent), C(ip addr)) are answered by the head.
+  - The launcher runs inside bubblewrap (the launch_sandbox role provides it) - no network, no docker socket,
+    a read-only root and home, nothing left running; a redirection to a place outside the sandbox's own fails
+    as on a read-only disk. Read-only queries inside a worker command string (C(ip addr), C(hostname -I)) are
+    answered by the head, and a worker's files are the head's.
 """
 
 EXAMPLES = r"""

@@ -164,6 +164,15 @@ def _desktop(host, desktop, d):
     return out
 
 
+def _launch(host, launch):
+    """The running container against the launch the inventory's settings give (``drift_snapshot.launch_snapshot``)."""
+    if launch.get("error"):
+        return [finding(host, "launch", "prediction", "the launch predicted from the inventory",
+                        launch["error"], "probe")]
+    return [finding(host, "launch", d["key"], d["predicted"], d["actual"], "drift")
+            for d in launch.get("differences") or []]
+
+
 def compare_host(host, snap, declared):
     """Every finding of one host, in a stable order. ``declared`` is the ``declared`` option of
     ``fleet_snapshot`` (manifest, clock, floor, contention names, desktop)."""
@@ -178,6 +187,8 @@ def compare_host(host, snap, declared):
     if snap.get("container"):
         out += _engine(host, snap["container"], snap.get("boot"), d.get("layers") or [1, 14],
                        d.get("is_head", True))
+    if snap.get("launch"):
+        out += _launch(host, snap["launch"])
     if snap.get("shards"):
         out += _shards(host, snap["shards"])
     if snap.get("memory"):

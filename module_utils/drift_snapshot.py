@@ -19,7 +19,7 @@ from __future__ import absolute_import, division, print_function
 import hashlib
 import os
 
-from ansible.module_utils import (clock_lock, contention, docker_ps, engine_log_source, import_hook,
+from ansible.module_utils import (clock_lock, contention, docker_ps, engine_log_source, import_hook, launch_truth,
                                   import_hook_arming, launcher_env, meminfo, pack_plan, secret_rule)
 
 SECRET_SAME = "(secret)"
@@ -167,8 +167,10 @@ def inspect_json(run, args, what):
     return data[0] if data else None
 
 
-def container_snapshot(run, docker, name, engram_mount="/engram"):
+def container_snapshot(run, docker, name, engram_mount="/engram", keep=None):
     c = inspect_json(run, [docker, "inspect", name], "docker inspect %s" % name)
+    if keep is not None:
+        keep["container"] = c        # the whole object, for the launch comparison
     if c is None:
         return {"name": name, "state": "absent", "image": None, "image_id": None, "engram_source": None}
     source = None
@@ -179,11 +181,29 @@ def container_snapshot(run, docker, name, engram_mount="/engram"):
             "image_id": c.get("Image"), "engram_source": source}
 
 
-def image_snapshot(run, docker, ref):
+def image_snapshot(run, docker, ref, keep=None):
     img = inspect_json(run, [docker, "image", "inspect", ref], "docker image inspect %s" % ref)
+    if keep is not None:
+        keep["image"] = img
     if img is None:
         return {"ref": ref, "id": None, "digests": []}
     return {"ref": ref, "id": img.get("Id"), "digests": sorted(img.get("RepoDigests") or [])}
+
+
+def launch_snapshot(declared, raw):
+    """This rank's running container against the launch the inventory's settings give (``declared``: the
+    ``launcher_effective`` prediction for this rank, or ``{"error": ...}`` when it could not be made), key by
+    key as after a restart (``launch_truth.compare``: the image's own environment left aside, secrets masked).
+    None when nothing was declared."""
+    if not declared:
+        return None
+    if declared.get("error") or not declared.get("container"):
+        return {"error": declared.get("error") or "the launch predicted no container for this rank",
+                "differences": []}
+    if not raw.get("container"):
+        return {"error": None, "differences": [], "absent": True}
+    return {"error": None, "differences": launch_truth.compare(declared["container"], raw["container"],
+                                                                raw.get("image"))}
 
 
 # -- the engine's latest boot, shards, memory, containers, desktop -------------------------------
@@ -235,9 +255,11 @@ def desktop_snapshot(run):
 def _image_chain(errors, run, p):
     """Container -> its image -> the adapters inside that image (each step needs the previous one)."""
     docker = p["docker_bin"]
-    out = {"container": _probe(errors, "engine", container_snapshot, run, docker, p["container"])}
+    raw = {}
+    out = {"container": _probe(errors, "engine", container_snapshot, run, docker, p["container"], keep=raw)}
     ref = (out["container"] or {}).get("image_id") or p["image"]
-    out["image"] = _probe(errors, "image", image_snapshot, run, docker, ref)
+    out["image"] = _probe(errors, "image", image_snapshot, run, docker, ref, keep=raw)
+    out["launch"] = launch_snapshot((p.get("declared") or {}).get("launch"), raw)
     if p["adapters_enabled"] and (out["image"] or {}).get("id"):
         out["image_adapters"] = _probe(errors, "adapters", image_hashes, run, docker, out["image"]["id"],
                                        p["adapters_image_dir"], adapter_files(p))
