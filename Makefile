@@ -147,3 +147,4 @@ bench: setup ## benchmarks (ratios against a baseline in the same run)
 	$(PY) bench/bench_engram_packed.py
 	$(PY) bench/bench_uptime.py
 	$(PY) bench/bench_drift.py
+	$(PY) bench/bench_launch_eval.py

@@ -199,7 +199,9 @@ def started(rest, seq):
             "network": network, "state": "running", "auto_remove": ("--rm", None) in opts,
             "detached": any(n in ("-d", "--detach") or (n.startswith("-") and not n.startswith("--") and "d" in n[1:]
                                                         and v is None) for n, v in opts),
-            "ports": [v.split("=", 1)[1] for v in command if re.match(r"^[A-Z_]*PORT=[0-9]+$", v)]
+            # the ports its Ready line names: a PORT variable it is given (-e PORT=8888) or the engine's --port
+            "ports": [v.split("=", 1)[1] for v in [e for e in env if e] + command
+                      if re.match(r"^[A-Z_]*PORT=[0-9]+$", v)]
             + [command[i + 1] for i, v in enumerate(command[:-1]) if v == "--port"]}
 
 

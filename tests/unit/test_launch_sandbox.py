@@ -218,3 +218,13 @@ def test_shebang_options_apply_and_one_off_helper_runs_are_not_containers(tmp_pa
                                  "docker run -d --name dsv41-head img run\n")
     got = R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home))
     assert [c["name"] for c in got["containers"]] == ["dsv41-head"]
+
+
+def test_the_heads_ready_line_names_the_port_it_was_given(tmp_path):
+    # a key trial marks API_PORT: the launcher's wait must see Ready on that port at once, not loop to its timeout
+    script, home = _custom(tmp_path, 'PORT=88880000109\n'
+                                     'docker run -d --name dsv41-head -e NODE_RANK=0 -e "PORT=$PORT" img run\n'
+                                     'n=0; until docker logs dsv41-head 2>&1 | grep -q "^Ready: API on port $PORT"; do\n'
+                                     '  n=$((n + 1)); [ "$n" -gt 3 ] && exit 9; sleep 10; done\n')
+    got = R.effective_launch(script, head="spark1", home=home, check_ranks=False)
+    assert [c["name"] for c in got["containers"]] == ["dsv41-head"]
