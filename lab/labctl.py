@@ -275,9 +275,6 @@ def start_host(host, spec, ref):
     args = PODMAN_RUN + [
         "run", "-d", "--name", container(host), "--hostname", host, "--label", LABEL, "--label", INSTANCE_LABEL,
         "--systemd=always", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096",
-        # a real host has no container seccomp filter or masked /proc: the launch sandbox (bubblewrap) needs
-        # to set its hostname and mount its own /proc, as it does on a Spark
-        "--security-opt", "seccomp=unconfined", "--security-opt", "unmask=ALL",
         "--network", NETWORK, "--ip", spec["ip"], "-p", "127.0.0.1::22",
         "-v", f"{write_meminfo(host, spec)}:/proc/meminfo:ro",
         "-v", f"{STATE / 'models'}:/srv/models:{spec['models']}",

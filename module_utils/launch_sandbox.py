@@ -15,7 +15,7 @@ leaves no process behind (the pid namespace dies with the evaluation). Inside:
   ``~/.ssh/*.pub`` and ``~/nccl-*`` exist as on the head); the checkout replaced by a scratch copy at
   its own path (the launcher may write logs or copy ``.env.example``), with a proposed ``.env`` or
   launcher written into the copy; empty ``/tmp``, ``/var/tmp``, ``/run`` and ``/dev/shm``;
-* the hostname of the head, the head user's name and home, a ``PATH`` of the stand-ins
+* the head user's name and home, a ``PATH`` of the stand-ins
   (``module_utils/launch_stubs.py``) first, then the system's; the stand-ins are also mounted over the
   real programs they stand for (``/usr/bin/docker``, ``/usr/bin/ssh``...), so a login shell that resets
   ``PATH`` or ``env -i`` still reaches them. They record: ``docker`` changes are recorded, never run, and
@@ -230,7 +230,9 @@ class Sandbox(object):
 
     def bwrap_argv(self, argv):
         """bwrap's arguments: the order matters (later mounts go over earlier ones)."""
-        args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--hostname", self.hostname[:63],
+        # (no --hostname: a container host's seccomp filter refuses sethostname; the hostname stand-in answers
+        # the head's name, and ranks are told apart by the ssh stand-in, not by the kernel's hostname)
+        args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
                 "--ro-bind", "/", "/", "--dev", "/dev"]
         # A fresh /proc of the sandbox's pid namespace; a host whose /proc has files mounted over it (a
         # container, such as the lab's hosts with their meminfo) refuses a fresh one, so it is shown
