@@ -94,9 +94,40 @@ def _first_json(res):
     return data[0] if isinstance(data, list) and data else None
 
 
+MAX_HOME_ENTRIES = 20000
+
+
+def dsv41_worker_homes(results, hostvars):
+    """``{user: [relative paths, directories ending in /]}`` from the registered loop of ``ansible.builtin.find``
+    over each worker's home (``paths: ~``; the home is the parent of its shallowest entry), one list per login
+    user: the names every worker of that user has (a name only some have is left out, so a worker's test is
+    never answered yes for a worker that lacks it). At most MAX_HOME_ENTRIES names per user."""
+    import os
+    by_user = {}
+    for res in (results or {}).get("results", []):
+        if res.get("skipped") or res.get("failed") or not isinstance(res.get("files"), list):
+            continue
+        host = res.get("item")
+        user = (hostvars.get(host) or {}).get("ansible_user") or ""
+        paths = [f for f in res["files"] if isinstance(f, dict) and f.get("path")]
+        if not user or not paths:
+            continue
+        top = min(paths, key=lambda f: f["path"].count("/"))["path"]
+        home = os.path.dirname(top.rstrip("/"))
+        names = set()
+        for f in paths:
+            rel = os.path.relpath(f["path"], home)
+            if rel.startswith(".."):
+                continue
+            names.add(rel + "/" if f.get("isdir") else rel)
+        by_user[user] = names if user not in by_user else by_user[user] & names
+    return dict((u, sorted(n)[:MAX_HOME_ENTRIES]) for u, n in sorted(by_user.items()))
+
+
 class FilterModule:
     """Effective-launch filters."""
 
     def filters(self):
         return {"dsv41_engram_settings": dsv41_engram_settings, "dsv41_engram_advice": dsv41_engram_advice,
-                "dsv41_launch_lines": dsv41_launch_lines, "dsv41_launch_truth": dsv41_launch_truth}
+                "dsv41_launch_lines": dsv41_launch_lines, "dsv41_launch_truth": dsv41_launch_truth,
+                "dsv41_worker_homes": dsv41_worker_homes}

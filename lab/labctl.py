@@ -368,7 +368,7 @@ def wait_ssh(host, spec, port, key, timeout=60):
 
 def launcher_variant():
     """The launcher variant the lab installs as start.sh (lab/README.md, "Launcher variants")."""
-    return os.environ.get("DSV41_LAB_LAUNCHER_VARIANT", "").strip() or "explicit"
+    return os.environ.get("DSV41_LAB_LAUNCHER_VARIANT", "").strip() or "family"
 
 
 def seed(host, launcher_only=False):

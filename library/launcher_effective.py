@@ -76,6 +76,14 @@ options:
   user:
     description: Login user on the head (default the module user).
     type: str
+  worker_homes:
+    description:
+      - What was read beforehand in each worker user's home, by user name (the C(launch_sandbox) role's
+        C(launch_sandbox_worker_homes)) - relative paths, directories ending in C(/). A worker's command string
+        then sees those names (empty files) in its home, so its own tests (C([ -d ~/nccl-2.30.7 ])) answer as
+        on the worker. Omitted - a worker user's home is empty (the head's own user keeps the head's home).
+    type: dict
+    default: {}
   head_host:
     description: Name reported as the head's host (default this node's hostname).
     type: str
@@ -215,7 +223,8 @@ def run(params):
                                                     params.get("api_key"), params.get("remove_keys") or ()))
     kw = dict(command=params["command"], env_name=params["env_name"], home=params["home"], user=params["user"],
               head=params["head_host"] or socket.gethostname().split(".")[0], ports=params["ports"],
-              timeout=params["timeout"], max_calls=params["max_calls"], expected_ranks=params.get("expected_ranks"))
+              timeout=params["timeout"], max_calls=params["max_calls"], expected_ranks=params.get("expected_ranks"),
+              worker_homes=params.get("worker_homes") or {})
     launch = effective_launch(params["launcher"], env_text=params["env_text"], **kw)
     effects = {}
     if params["effect_keys"]:
@@ -246,6 +255,7 @@ def main():
             remove_keys=dict(type="list", elements="str", default=[], no_log=False),
             env_name=dict(type="str", default=".env"),
             home=dict(type="path"),
+            worker_homes=dict(type="dict", default={}),
             user=dict(type="str"),
             head_host=dict(type="str"),
             ports=dict(type="list", elements="int", default=[8888]),

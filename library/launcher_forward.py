@@ -61,6 +61,14 @@ options:
   home:
     description: Home directory of the head user (default the module user's).
     type: path
+  worker_homes:
+    description:
+      - What was read beforehand in each worker user's home, by user name (the C(launch_sandbox) role's
+        C(launch_sandbox_worker_homes)) - relative paths, directories ending in C(/). A worker's command string
+        then sees those names (empty files) in its home, so its own tests (C([ -d ~/nccl-2.30.7 ])) answer as
+        on the worker. Omitted - a worker user's home is empty (the head's own user keeps the head's home).
+    type: dict
+    default: {}
   head_host:
     description: Name of the head in the result (default this node's hostname).
     type: str
@@ -135,7 +143,7 @@ def _env(launcher, env_text):
 def present(params, check_mode):
     """The result of adding the forwards; raises EditRefused / LaunchError (nothing written)."""
     kw = dict(home=params["home"], head=params["head_host"] or socket.gethostname().split(".")[0],
-              timeout=params["timeout"])
+              timeout=params["timeout"], worker_homes=params.get("worker_homes") or {})
     values = dict((k, "" if v is None else "%s" % v) for k, v in (params["forward"] or {}).items())
     env = _env(params["launcher"], params["env_text"])
     via = params["via"]
@@ -175,6 +183,7 @@ def main():
             state=dict(type="str", choices=["present", "rollback"], default="present"),
             backup=dict(type="path"),
             home=dict(type="path"),
+            worker_homes=dict(type="dict", default={}),
             head_host=dict(type="str"),
             timeout=dict(type="int", default=60),
         ),

@@ -100,6 +100,14 @@ options:
   home:
     description: Home directory of the head user (default the module user's).
     type: path
+  worker_homes:
+    description:
+      - What was read beforehand in each worker user's home, by user name (the C(launch_sandbox) role's
+        C(launch_sandbox_worker_homes)) - relative paths, directories ending in C(/). A worker's command string
+        then sees those names (empty files) in its home, so its own tests (C([ -d ~/nccl-2.30.7 ])) answer as
+        on the worker. Omitted - a worker user's home is empty (the head's own user keeps the head's home).
+    type: dict
+    default: {}
   head_host:
     description: Name of the head in the result (default this node's hostname).
     type: str
@@ -235,7 +243,7 @@ def _probe(worker_files):
 
 def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=False, fail_on_unforwarded=True,
              env_text=None, api_key=None, worker_files=None, home=None, head_host=None, timeout=60,
-             env_path=None, remove_keys=()):
+             env_path=None, remove_keys=(), worker_homes=None):
     """The module result (without ``changed``); raises LaunchError when the launcher cannot be evaluated."""
     base = {"launcher": launcher, "settings": L.mask_settings(settings), "forward_lists": {"head": [], "worker": []},
             "unforwarded": {"head": [], "worker": []}, "forwarding_gaps": [], "no_effect": [], "overridden": [],
@@ -250,7 +258,8 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
     if env_text is None:        # the one writer takes the API key apart from the settings
         env_text = proposed_env(settings, env_path, api_key or L.norm_value(settings.get("API_KEY")), remove_keys)
     text = env_text
-    kw = dict(home=home, head=head_host or socket.gethostname().split(".")[0], timeout=timeout)
+    kw = dict(home=home, head=head_host or socket.gethostname().split(".")[0], timeout=timeout,
+              worker_homes=worker_homes or {})
     launch = effective_launch(launcher, env_text=text, **kw)
     try:
         env_values = L.parse_env(text, {"HOME": home})
@@ -290,6 +299,7 @@ def run_module():
             fail_on_unforwarded=dict(type="bool", default=True),
             worker_files=dict(type="dict", default={}),
             home=dict(type="path"),
+            worker_homes=dict(type="dict", default={}),
             head_host=dict(type="str"),
             timeout=dict(type="int", default=60),
             host_label=dict(type="str"),
@@ -311,7 +321,7 @@ def run_module():
     try:
         result = evaluate(settings, p["launcher"], p["tp_size"], p["validated"], p["packed"], p["timing"],
                           p["fail_on_unforwarded"], p["env_text"], p["api_key"], p["worker_files"], p["home"],
-                          p["head_host"], p["timeout"], p["env_path"], p["remove_keys"])
+                          p["head_host"], p["timeout"], p["env_path"], p["remove_keys"], p["worker_homes"])
     except (LaunchError, L.EnvError) as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False)
     result["changed"] = False

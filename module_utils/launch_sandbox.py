@@ -30,8 +30,9 @@ leaves no process behind (the pid namespace dies with the evaluation). Inside:
 
 The scratch directory is removed afterwards. Limits, said plainly: a redirection (``> $HOME/x``) to a
 place outside the sandbox's writable ones fails as on a read-only disk; worker-side read-only questions
-(``ip addr``, ``hostname -I`` in a worker command) are answered by the head, and a worker's files are
-the head's (same user, same layout: the fleet's nodes are set up alike).
+(``ip addr``, ``hostname -I`` in a worker command) are answered by the head. A worker's home is what was
+read there beforehand (``worker_homes``: names only, empty files), or, for the head's own user, the head's
+home; anything else a worker command reads is the head's.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -58,6 +59,11 @@ SKIP_DIRS = frozenset([".git", "logs", "__pycache__", ".venv", "node_modules"])
 SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STUB_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin", "/snap/bin")
 SCRATCH = ("/tmp", "/var/tmp", "/run", "/dev/shm")
+HOMES = "/home"                           # other users' homes: read-only; a worker user's missing one is made
+# Devices launchers test for (``test -d /dev/infiniband``, ``ls /dev/nvidia*``) that bwrap's fresh /dev lacks:
+# shown as /dev/null (a character device that reaches nothing), never the real device.
+DEVICE_DIRS = ("/dev/infiniband",)
+DEVICE_PREFIXES = ("/dev/nvidia",)
 PROC_FRESH = {}                           # bwrap path -> False when this host cannot mount a fresh /proc
 BWRAP_HINT = ("install the package bubblewrap (the launch_sandbox role does); on Ubuntu 24.04 the packaged "
               "bwrap carries the AppArmor profile that allows its user namespaces")
@@ -137,7 +143,7 @@ class Sandbox(object):
     """One scratch tree; :meth:`run` evaluates the launcher in it, :meth:`close` removes it."""
 
     def __init__(self, checkout, home, user, head, head_hostname=None, ports=(8888,), max_calls=DEFAULT_MAX_CALLS,
-                 docker_client=None, query_cache=None):
+                 docker_client=None, query_cache=None, worker_homes=None):
         self.checkout = os.path.abspath(checkout)
         self.home = os.path.abspath(home).rstrip("/") or "/"
         self.user = user
@@ -156,6 +162,7 @@ class Sandbox(object):
         for d in ("bin", "lib", "calls", "hosts"):
             os.mkdir(os.path.join(self.root, d))
         self.skipped = _copy_checkout(self.checkout, self.sco)
+        self._skeletons(worker_homes or {})
         self._tools(ports, max_calls)
         self.broker = Broker(os.path.join(self.root, "query.sock"), docker_client, query_cache)
 
@@ -181,16 +188,39 @@ class Sandbox(object):
             if not found and not name.startswith("__"):
                 self.missing.append(name)
         self._local_bin()
-        # places a writer may write, longest first; the head user's home is read-only unless the checkout
-        places = [(self.checkout, True), (INSIDE, True), (self.home, False)] + [(p, True) for p in SCRATCH]
         config = {"head": self.head, "head_hostname": self.hostname, "ports": [str(p) for p in ports],
                   "max_calls": int(max_calls), "real": dict((k, v) for k, v in real.items() if v),
                   "guarded": list(GUARDED), "recorded": list(RECORDED), "home": self.home, "user": self.user,
-                  "bash": self.bash, "places": sorted(places, key=lambda p: -len(p[0]))}
+                  "bash": self.bash, "bwrap": self.bwrap,
+                  "proc_fresh": PROC_FRESH.get(self.bwrap, True)}
         with open(os.path.join(self.root, "config.json"), "w") as fh:
             json.dump(config, fh)
         with open(os.path.join(self.root, "lib", "bash_env.sh"), "w") as fh:
             fh.write(BASH_ENV.replace("@INSIDE@", INSIDE))
+
+    def _skeletons(self, worker_homes):
+        """What was read beforehand in each worker user's home ({user: ["NewModels/", "nccl-2.30.7/",
+        ".ssh/authorized_keys", ...]}, directories with a trailing slash): a tree of empty directories and
+        empty files the ssh stand-in lays out as that user's home, so a worker's own tests
+        (``[ -d ~/nccl-2.30.7 ]``) see what the worker has. Paths that leave the home are ignored."""
+        base = os.path.join(self.root, "homes")
+        os.mkdir(base)
+        for user, entries in sorted(worker_homes.items()):
+            if not user or "/" in user or user in (".", ".."):
+                continue
+            top = os.path.join(base, user)
+            os.mkdir(top)
+            for entry in entries or []:
+                rel = os.path.normpath(str(entry).lstrip("/"))
+                if rel.startswith("..") or rel == ".":
+                    continue
+                path = os.path.join(top, rel)
+                if str(entry).endswith("/"):
+                    os.makedirs(path, exist_ok=True)
+                else:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    if not os.path.exists(path):
+                        open(path, "w").close()
 
     def _local_bin(self):
         """A view of ``/usr/local/bin`` that also holds the stand-ins this host lacks (``docker`` on a host
@@ -241,6 +271,15 @@ class Sandbox(object):
         for place in SCRATCH:
             if os.path.isdir(place) and not os.path.islink(place):
                 args += ["--tmpfs", place]
+        args += self._device_views()
+        if os.path.isdir(HOMES) and not os.path.islink(HOMES):
+            # an empty /home where the ssh stand-in makes a worker user's home (sshd's cwd, writable and gone
+            # with the sandbox); every home that exists on the head is shown again, read-only
+            args += ["--tmpfs", HOMES]
+            for name in sorted(os.listdir(HOMES)):
+                path = os.path.join(HOMES, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    args += ["--ro-bind", path, path]
         if os.path.isdir(self.home):
             args += ["--ro-bind", self.home, self.home]      # again, when the home lies under a scratch place
         args += ["--bind", self.root, INSIDE, "--bind", self.sco, self.checkout]
@@ -252,10 +291,37 @@ class Sandbox(object):
         args += ["--chdir", self.checkout, "--"]
         return args + list(argv)
 
+    @staticmethod
+    def _device_views(root="/dev"):
+        """bwrap arguments showing the head's InfiniBand and GPU device names as /dev/null."""
+        args = []
+        for d in DEVICE_DIRS:
+            path = os.path.join(root, os.path.relpath(d, "/dev"))
+            if os.path.isdir(path):
+                args += ["--dir", d]
+                for name in sorted(os.listdir(path)):
+                    args += ["--ro-bind", "/dev/null", os.path.join(d, name)]
+        for prefix in DEVICE_PREFIXES:
+            base = os.path.basename(prefix)
+            try:
+                names = os.listdir(root)
+            except OSError:
+                names = []
+            for name in sorted(n for n in names if n.startswith(base)):
+                if not os.path.isdir(os.path.join(root, name)):
+                    args += ["--ro-bind", "/dev/null", os.path.join("/dev", name)]
+        return args
+
     def run(self, script, args, timeout):
         record = self._run(script, args, timeout)
         if record.get("no_proc"):
             PROC_FRESH[self.bwrap] = False
+            path = os.path.join(self.root, "config.json")
+            with open(path) as fh:
+                config = json.load(fh)
+            config["proc_fresh"] = False
+            with open(path, "w") as fh:
+                json.dump(config, fh)
             record = self._run(script, args, timeout)
         return record
 
@@ -320,14 +386,15 @@ class Sandbox(object):
 
 def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=None, user=None, head="head",
              head_hostname=None, ports=(8888,), timeout=DEFAULT_TIMEOUT, max_calls=DEFAULT_MAX_CALLS,
-             script_text=None, docker_client=None, query_cache=None):
+             script_text=None, docker_client=None, query_cache=None, worker_homes=None):
     """Run ``launcher command`` in the sandbox; the raw record (calls, output, path map).
 
     ``env_text``: a proposed ``.env`` written into the scratch copy instead of the checkout's;
     ``script_text``: a proposed launcher, likewise (the checkout itself is never written);
     ``docker_client``: the docker client that answers the read-only queries from the head's daemon (default
     the one on ``PATH``; ``False``: the daemon is never asked); ``query_cache``: a dict shared by several
-    evaluations so the daemon is asked each question once. Raises :class:`LaunchError` when the launcher
+    evaluations so the daemon is asked each question once; ``worker_homes``: what was read in each worker
+    user's home beforehand ({user: [relative paths, directories ending in /]}). Raises :class:`LaunchError` when the launcher
     cannot be evaluated: missing, no isolation on this host, a loop, the timeout, a question the sandbox
     cannot answer faithfully.
     """
@@ -338,7 +405,7 @@ def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=Non
     home = home or entry.pw_dir
     user = user or entry.pw_name
     box = Sandbox(os.path.dirname(launcher), home, user, head, head_hostname, ports, max_calls, docker_client,
-                  query_cache)
+                  query_cache, worker_homes)
     try:
         if env_text is not None:
             box.write_env(env_name, env_text)

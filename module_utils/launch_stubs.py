@@ -36,7 +36,7 @@ GUARDED = ("chmod", "chown", "cp", "install", "ln", "mkdir", "mktemp", "mv", "rm
 RECORDED = ("python3", "python")
 ANSWERED = ("docker", "ssh", "scp", "rsync", "sudo", "curl", "wget", "nvidia-smi", "sleep", "hostname", "ip",
             "systemctl", "exportfs", "showmount", "mount", "umount", "ping", "nc", "logger", "flock", "git",
-            "ibdev2netdev", "ibstat", "nmcli", "ethtool", "lsof", "podman", "hf", "huggingface-cli",
+            "ibdev2netdev", "ibstat", "nmcli", "ethtool", "lsof", "podman", "hf", "huggingface-cli", "rpcinfo",
             "__unknown", "__record")
 
 BASH_ENV = r'''# launch sandbox: read by every bash it starts (BASH_ENV); unknown commands are recorded
@@ -118,14 +118,17 @@ def record(kind, name=NAME, args=ARGS, extra=None):
 
 
 def inside(path):
-    """True when the sandbox can write ``path`` (the longest matching place decides)."""
+    """True when the sandbox can write ``path``: its nearest existing directory lies on a writable mount here
+    (the sandbox's scratch places, the checkout's copy, a worker's own home), read from the mount itself."""
     if path in ("/dev/null", "/dev/stdout", "/dev/stderr", "-"):
         return True
     full = os.path.realpath(os.path.join(os.getcwd(), path))
-    for place, writable in CONF["places"]:
-        if full == place or full.startswith(place.rstrip("/") + "/"):
-            return writable
-    return False
+    while full != "/" and not os.path.isdir(full):
+        full = os.path.dirname(full)
+    try:
+        return not os.statvfs(full).f_flag & os.ST_RDONLY and os.access(full, os.W_OK)
+    except OSError:
+        return False
 
 
 def run_real(name=NAME, args=ARGS):
@@ -210,14 +213,68 @@ def remote(target, user, command):
         home, shell = entry.pw_dir, entry.pw_shell or "/bin/sh"
     except (KeyError, ImportError):
         home, shell = ("/home/" + user if user != "root" else "/root"), CONF["bash"]
+    if user == CONF["user"]:
+        home = CONF["home"]              # the head's own user: the same home path on every node
     if os.path.basename(shell) in ("nologin", "false", ""):
         shell = CONF["bash"]
     with open(os.path.join(ROOT, "hosts", str(_pid())), "w") as fh:
         fh.write(target or "worker")
+    if not os.path.isdir(home) and os.path.dirname(home) == "/home":
+        try:
+            os.makedirs(home, 0o755)     # the worker user's own home, in the sandbox's empty /home
+            skeleton = os.path.join(ROOT, "homes", user)
+            for base, dirs, files in os.walk(skeleton):  # what was read there beforehand (names only)
+                rel = os.path.relpath(base, skeleton)
+                for d in dirs:
+                    os.makedirs(os.path.join(home, rel, d), exist_ok=True)
+                for f in files:
+                    open(os.path.join(home, rel, f), "a").close()
+        except OSError:
+            pass
     env = {"HOME": home, "USER": user, "LOGNAME": user, "SHELL": shell, "LANG": "C.UTF-8",
            "PATH": os.path.join(ROOT, "bin") + ":/usr/local/bin:/usr/bin:/bin:/usr/games",
            "BASH_ENV": os.path.join(ROOT, "lib", "bash_env.sh"), "SSH_CONNECTION": "head 22 worker 22"}
-    return subprocess.call([shell, "-c", command], env=env, cwd=home if os.path.isdir(home) else "/")
+    argv = [shell, "-c", command]
+    if os.path.isdir(home) and not inside(home) and CONF.get("proc_fresh"):
+        argv = own_home(home) + argv
+    return subprocess.call(argv, env=env, cwd=home if os.path.isdir(home) else "/")
+
+
+def own_home(home):
+    """A worker whose home is a read-only path here (the head user's, when the fleet's nodes share a user):
+    a nested mount namespace gives it a writable home of its own, holding the head's entries read-only, as
+    the same user's home on another node would (writes gone with the sandbox). Needs a fresh /proc (a
+    nested bwrap reads its own namespaces there); without one the worker keeps the read-only home."""
+    argv = [CONF["bwrap"], "--dev-bind", "/", "/", "--tmpfs", home]
+    for name in sorted(os.listdir(home)):
+        path = os.path.join(home, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            argv += ["--ro-bind", path, path]
+        elif os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isfile(path):
+            argv += ["--ro-bind", path, path]
+    return argv + ["--die-with-parent", "--chdir", home, "--"]
+
+
+def rpcinfo():
+    """The NFS readiness check (``rpcinfo -t HOST nfs 4``): answered yes when the sandbox started an NFS
+    exporter container (its name or image says nfs) on that host, as the real server would then answer."""
+    record("stub")
+    words = [a for a in ARGS if not a.startswith("-")]
+    target = words[0] if words else "localhost"
+    host = HOST if target in ("127.0.0.1", "localhost", "::1", CONF["head_hostname"]) else target
+    try:
+        with open(os.path.join(ROOT, "docker-state.json")) as fh:
+            state = json.load(fh)
+    except (IOError, OSError, ValueError):
+        state = {}
+    ctns = ((state.get(host) or {}).get("ctn") or {}).values()
+    if any("nfs" in (c.get("name", "") + " " + c.get("image", "")).lower() and c.get("state") == "running"
+           for c in ctns):
+        return 0
+    sys.stderr.write("rpcinfo: RPC: Program not registered\n")
+    return 1
 
 
 def hostname():
@@ -333,6 +390,8 @@ def main():
         return hostname()
     if NAME == "ip":
         return ip()
+    if NAME == "rpcinfo":
+        return rpcinfo()
     record("stub")
     return 0
 

@@ -15,6 +15,10 @@ What it creates (SPEC sections 1 and 5):
              the serving container record (dsv41-head / dsv41-worker, exited; the launcher's
              ``serve`` replaces it with a running one); the launcher start.sh in the checkout (the
              variant of --launcher-variant, default explicit; recorded in /etc/dsv41-lab/launcher.variant)
+  all hosts  variant family only: the checkout's scripts/remote.py (its ssh helper) and the launcher's
+             $HOME defaults in the login user's home: NewModels -> /srv/models (a symlink:
+             $HOME/NewModels/DeepSeek-V4.1-Flash is the lab's checkpoint) and nccl-2.30.7/ (empty; mounted at /nccl,
+             on a worker from the worker's own home: its login shell expands \$HOME)
   all hosts  the checkout's adapter/ (lab/seed/adapters: the seven local adapters + sitecustomize.py,
              0644, login user; written only when absent); the engine image dsv41-sglang:tp3 built
              from that checkout (/var/lib/lab-docker/images/<id>/rootfs/sgl-workspace/adapter/)
@@ -71,8 +75,14 @@ LOCAL_ADAPTERS = ("engram_prefetch", "draft_head_fp8", "draft_tau", "block_verif
 MODEL_PATH = "/srv/models/DeepSeek-V4.1-Flash"
 # Launcher variants (lab/README.md, "Launcher variants"): the stand-in file installed as start.sh.
 LAUNCHER_VARIANTS = {"explicit": "start.sh", "extra_env": "start-extra_env.sh", "printf_array": "start-printf_array.sh",
-                     "indirect": "start-indirect.sh", "legacy": "legacy/start.sh"}
-DEFAULT_VARIANT = "explicit"
+                     "indirect": "start-indirect.sh", "family": "start-family.sh", "legacy": "legacy/start.sh"}
+# Files a variant needs beside start.sh: {stand-in file: path in the checkout}, installed with it (0755).
+LAUNCHER_HELPERS = {"family": {"scripts/remote.py": "scripts/remote.py"}}
+# The family launcher's defaults under $HOME (MODEL_PATH=$HOME/NewModels/DeepSeek-V4.1-Flash, NCCL mounted
+# from $HOME/nccl-2.30.7): NewModels is a symlink to the lab's model directory, the NCCL directory is empty.
+FAMILY_MODELS_LINK = ("NewModels", os.path.dirname(MODEL_PATH))
+FAMILY_NCCL_DIR = "nccl-2.30.7"
+DEFAULT_VARIANT = "family"     # the fleet's own launcher family (SPEC section 3); the others stay as variants
 VARIANT_FILE = "/etc/dsv41-lab/launcher.variant"
 ENGRAM_ROWS = {1: 384006168, 14: 384016684}
 MAGIC = 0x31344E4531565344  # b"DSV41EN1" little-endian
@@ -364,9 +374,43 @@ class Seeder:
             return
         self.mkdir(base)
         self.write(base / "start.sh", starter.read_bytes(), mode=0o755)
+        for name, dest in sorted(LAUNCHER_HELPERS.get(self.variant, {}).items()):
+            helper = self.find_standin(name)
+            if helper is None:
+                raise SystemExit("host_seed: %s (launcher variant %s) not found beside the stand-ins"
+                                 % (name, self.variant))
+            self.mkdir((base / dest).parent)
+            self.write(base / dest, helper.read_bytes(), mode=0o755)
+            self.log("installed launcher helper %s" % (base / dest))
+        if self.variant == "family":
+            self.family_home_paths()
         self.mkdir("/etc/dsv41-lab", owner=False)
         self.write(VARIANT_FILE, self.variant + "\n", mode=0o644, owner=False)
         self.log("installed launcher %s (variant %s)" % (base / "start.sh", self.variant))
+
+    def family_home_paths(self):
+        """The family launcher's $HOME defaults, made to resolve on this host, in the login user's home:
+        <home>/NewModels is a symlink to the lab's model directory (docker resolves a bind source through
+        it, so the container sees the checkpoint); <home>/nccl-2.30.7 is an empty directory (a worker mounts
+        its own: the worker's login shell expands \$HOME). A NewModels that is not a symlink is left alone."""
+        link_name, target = FAMILY_MODELS_LINK
+        for home in [self.home]:
+            own = True
+            if not self.p(home).is_dir():
+                self.mkdir(home, owner=own)
+            link = self.p(home / link_name)
+            if os.path.islink(link) and os.readlink(link) == target:
+                pass
+            elif os.path.lexists(link) and not os.path.islink(link):
+                self.log("%s exists and is not a symlink: left alone" % (home / link_name))
+            else:
+                if os.path.lexists(link):
+                    os.unlink(link)
+                os.symlink(target, link)
+                if own and not self.test_root:
+                    os.lchown(link, self.uid, self.gid)
+            self.mkdir(home / FAMILY_NCCL_DIR, owner=own)
+            self.log("family launcher paths: %s -> %s, %s/" % (home / link_name, target, home / FAMILY_NCCL_DIR))
 
     def lab_knobs(self):
         """/etc/dsv41-lab/launcher.env on the head: the launcher stand-in polls for Ready every second

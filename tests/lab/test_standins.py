@@ -339,6 +339,18 @@ def test_docker_image_inspect(dk):
     assert json.loads(dk("image", "inspect", "redis:7.4-alpine").stdout)[0]["Config"]["Labels"] == {}
     p = dk("image", "inspect", "dsv41-sglang:tp2", check=False)
     assert p.returncode == 1 and "Error: No such image: dsv41-sglang:tp2" in p.stderr
+    # the architecture, as docker's -f/--format prints it (the family launcher's check): the host's, arm64,
+    # one line per image; an image record may name another (pulled for the wrong platform)
+    assert im["Architecture"] == "arm64" and im["Os"] == "linux"
+    assert dk("image", "inspect", "-f", "{{.Architecture}}", "dsv41-sglang:tp3").stdout == "arm64\n"
+    assert dk("image", "inspect", "--format={{.Architecture}}", "dsv41-sglang:tp3", "redis:7.4-alpine").stdout == \
+        "arm64\narm64\n"
+    assert dk("inspect", "--format", "{{.Os}}/{{.Architecture}}", "dsv41-sglang:tp3").stdout == "linux/arm64\n"
+    assert "OS/Arch:          linux/arm64" in dk("version").stdout
+    images = json.loads((dk.state / "images.json").read_text())
+    next(r for r in images if r["Repository"] == "redis")["Architecture"] = "amd64"
+    (dk.state / "images.json").write_text(json.dumps(images))
+    assert dk("image", "inspect", "-f", "{{.Architecture}}", "redis:7.4-alpine").stdout == "amd64\n"
     # an images.json written before labels existed still shows the engine labels
     images = json.loads((dk.state / "images.json").read_text())
     for rec in images:
@@ -754,7 +766,8 @@ def test_host_seed_spark1(tmp_path, dk):
 
 
 @pytest.mark.parametrize("variant, source", [("extra_env", "start-extra_env.sh"), ("printf_array", "start-printf_array.sh"),
-                                             ("indirect", "start-indirect.sh"), ("legacy", "legacy/start.sh")])
+                                             ("indirect", "start-indirect.sh"), ("family", "start-family.sh"),
+                                             ("legacy", "legacy/start.sh")])
 def test_host_seed_launcher_variant_only(tmp_path, variant, source):
     root = tmp_path / "spark2"
     subprocess.run([sys.executable, str(SEED), "--host", "spark2", "--root", str(root), "--launcher-only",
@@ -766,6 +779,31 @@ def test_host_seed_launcher_variant_only(tmp_path, variant, source):
     bad = subprocess.run([sys.executable, str(SEED), "--host", "spark2", "--root", str(root), "--launcher-variant",
                           "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
+
+
+@pytest.mark.parametrize("host, user", [("spark1", "mia"), ("spark2", "zurih")])
+def test_host_seed_family_variant_helper_and_home_paths(tmp_path, host, user):
+    """The family launcher's scripts/remote.py beside start.sh, and its $HOME defaults on every host: in the
+    login user's home and at the head user's home path (what the head's launcher gives a worker)."""
+    root = tmp_path / host
+    args = [sys.executable, str(SEED), "--host", host, "--root", str(root), "--launcher-only", "--launcher-variant"]
+    subprocess.run(args + ["family"], check=True, capture_output=True, text=True)
+    helper = root / f"home/{user}/dsv41-3x-spark/scripts/remote.py"
+    assert helper.read_bytes() == (LAB / "standins/scripts/remote.py").read_bytes()
+    assert helper.stat().st_mode & 0o777 == 0o755
+    for home in sorted({f"home/{user}", "home/mia"}):
+        assert os.readlink(root / home / "NewModels") == "/srv/models", "NewModels/DeepSeek-V4.1-Flash is the lab's"
+        nccl = root / home / "nccl-2.30.7"
+        assert nccl.is_dir() and not any(nccl.iterdir())
+    # again: nothing changes; a NewModels that is a real directory is left alone
+    (root / f"home/{user}/NewModels").unlink()
+    (root / f"home/{user}/NewModels").mkdir()
+    out = subprocess.run(args + ["family"], check=True, capture_output=True, text=True).stdout
+    assert (root / f"home/{user}/NewModels").is_dir() and "is not a symlink: left alone" in out
+    # another variant installs no helper and no home paths
+    other = tmp_path / "other"
+    subprocess.run([*args[:5], str(other), *args[6:], "explicit"], check=True, capture_output=True, text=True)
+    assert not (other / f"home/{user}/dsv41-3x-spark/scripts").exists() and not (other / "home/mia/NewModels").exists()
 
 
 def test_host_seed_spark2_tp2_shards(tmp_path):

@@ -30,7 +30,7 @@ def inspect(host):
             [m["Source"] for m in data["Mounts"] if m["Destination"] == "/engram"])
 
 
-VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
+VARIANTS = ("explicit", "extra_env", "printf_array", "indirect", "family")
 
 
 

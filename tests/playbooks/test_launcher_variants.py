@@ -10,7 +10,7 @@ import pytest
 
 from labhelpers import install_launcher, lab, sh
 
-VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
+VARIANTS = ("explicit", "extra_env", "printf_array", "indirect", "family")
 DIR = "/home/mia/dsv41-3x-spark"
 CONTAINER = {"spark1": "dsv41-head", "spark2": "dsv41-worker", "spark3": "dsv41-worker"}
 ENGRAM = {"spark1": "/home/mia/dsv41-engram", "spark2": "/home/zurih/dsv41-3x-spark/engram",

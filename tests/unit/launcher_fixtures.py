@@ -19,8 +19,14 @@ FIXTURE_VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
 # The lab's launchers (lab/standins/start*.sh, what the lab fleet serves with) take the same shapes in
 # longer scripts (status, logs, build, the lab's wait): every launcher check runs on both.
 LAB_VARIANTS = {"lab-explicit": "start.sh", "lab-extra_env": "start-extra_env.sh",
-                "lab-printf_array": "start-printf_array.sh", "lab-indirect": "start-indirect.sh"}
+                "lab-printf_array": "start-printf_array.sh", "lab-indirect": "start-indirect.sh",
+                "lab-family": "start-family.sh"}
 VARIANTS = FIXTURE_VARIANTS + tuple(LAB_VARIANTS)
+# ``lab-family`` (lab/standins/start-family.sh, the fleet's own family) starts its workers through the
+# checkout's own Python helper (scripts/remote.py, which runs ssh) and checks the image's architecture with
+# ``docker image inspect -f``: a checkout of it gets the helper too (``checkout``).
+LAB_PENDING_VARIANTS = {}
+LAB_HELPERS = {"lab-family": {"scripts/remote.py": "scripts/remote.py"}}
 LAB_START_SH = os.path.join(ROOT, "lab", "standins", "legacy", "start.sh")
 API_KEY = "sk-lab-0000000000000000000000000000"
 
@@ -45,8 +51,8 @@ API_KEY=%s
 def launcher_path(variant):
     if variant == "lab":
         return LAB_START_SH
-    if variant in LAB_VARIANTS:
-        return os.path.join(ROOT, "lab", "standins", LAB_VARIANTS[variant])
+    if variant in LAB_VARIANTS or variant in LAB_PENDING_VARIANTS:
+        return os.path.join(ROOT, "lab", "standins", dict(LAB_VARIANTS, **LAB_PENDING_VARIANTS)[variant])
     return os.path.join(FIXTURES, variant + ".sh")
 
 
@@ -58,9 +64,13 @@ def checkout(tmp_path, variant="explicit", env=BASELINE_ENV, example=None):
     (co / "adapter").mkdir(parents=True)
     (co / "state").mkdir()
     shutil.copy(launcher_path(variant), str(co / "start.sh"))
-    if variant == "lab" or variant in LAB_VARIANTS:  # the lab's launchers take the hosts from the .env
+    for name, dest in LAB_HELPERS.get(variant, {}).items():  # files the launcher needs beside it
+        (co / dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(os.path.join(ROOT, "lab", "standins", name), str(co / dest))
+    lab = variant == "lab" or variant in LAB_VARIANTS or variant in LAB_PENDING_VARIANTS
+    if lab:  # the lab's launchers take the hosts from the .env
         env = (env or "") + "WORKER_HOSTS='spark2 spark3'\nHEAD_HOST=spark1\nLAB_SERVE_POLL_SECONDS=0\n"
-    if variant in LAB_VARIANTS:  # and, like a real fleet's .env, the site keys (addresses, worker names by index)
+    if lab and variant != "lab":  # and, like a real fleet's .env, the site keys (addresses, worker names by index)
         with open(os.path.join(ROOT, "lab", "seed", "launcher.env.site")) as handle:
             env += handle.read()
     if env is not None:

@@ -110,3 +110,77 @@ def test_no_bubblewrap_is_a_clear_refusal(tmp_path, monkeypatch):
     with pytest.raises(S.LaunchError) as err:
         R.effective_launch(script, head="spark1", home=home)
     assert "bwrap is not installed" in str(err.value) and "bubblewrap" in str(err.value)
+
+
+def test_a_workers_own_home_is_writable_and_device_names_exist_as_on_the_head(tmp_path, monkeypatch):
+    # the family's worker ensures ~/.ssh/authorized_keys and tests /dev/infiniband before its docker run
+    fake_dev = tmp_path / "dev"
+    (fake_dev / "infiniband").mkdir(parents=True)
+    (fake_dev / "infiniband" / "uverbs0").write_text("")
+    (fake_dev / "nvidia0").write_text("")
+    views = S.Sandbox._device_views(str(fake_dev))
+    monkeypatch.setattr(S.Sandbox, "_device_views", staticmethod(lambda root="/dev": views))
+    home = tmp_path / "home" / "mia"
+    co = home / "co"
+    co.mkdir(parents=True)
+    (co / "start.sh").write_text(
+        "#!/usr/bin/env bash\nset -e\n"
+        "ssh zurih@spark2 \"bash -lc 'mkdir -p ~/.ssh && touch ~/.ssh/authorized_keys && "
+        "echo key >> ~/.ssh/authorized_keys && test -d /dev/infiniband && test -c /dev/infiniband/uverbs0 && "
+        "test -c /dev/nvidia0 && docker run -d --name w -e NODE_RANK=1 img'\"\n"
+        "docker run -d --name h -e NODE_RANK=0 img\n")
+    existed = os.path.exists("/home/zurih")
+    got = R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home), user="mia", expected_ranks=2)
+    assert [(c["host"], c["name"]) for c in got["containers"]] == [("spark2", "w"), ("spark1", "h")]
+    assert os.path.exists("/home/zurih") == existed       # the worker's home was the sandbox's, gone with it
+
+
+def test_the_nfs_readiness_check_answers_once_the_exporter_runs(tmp_path):
+    home = tmp_path / "home" / "mia"
+    co = home / "co"
+    co.mkdir(parents=True)
+    (co / "start.sh").write_text(
+        "#!/usr/bin/env bash\nset -e\n"
+        "if rpcinfo -t 127.0.0.1 nfs 4 >/dev/null 2>&1; then echo up-before; fi\n"
+        "docker run -d --name dsv41-nfs --privileged erichough/nfs-server:2.2.1\n"
+        "timeout 3 rpcinfo -t 127.0.0.1 nfs 4 >/dev/null && echo up-after\n"
+        "docker run -d --name h -e NODE_RANK=0 img\n")
+    got = R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home), user="mia", expected_ranks=1)
+    assert [w for w in got["stdout"].split() if w.startswith("up-")] == ["up-after"]
+    assert [c["name"] for c in got["auxiliary"]] == ["dsv41-nfs"]
+
+
+def test_a_worker_sharing_the_head_users_home_writes_its_own(tmp_path):
+    # cqingwang's ring profile: the same user on every node, the worker making ~/dsv41-4x-spark/state
+    home = tmp_path / "home" / "spark"
+    co = home / "co"
+    co.mkdir(parents=True)
+    (home / "models").mkdir()
+    (co / "start.sh").write_text(
+        "#!/usr/bin/env bash\nset -e\n"
+        "ssh spark@192.168.1.56 \"bash -lc 'mkdir -p $HOME/dsv41-4x-spark/state && echo e30= | base64 -d > "
+        "$HOME/dsv41-4x-spark/state/t.json && test -d $HOME/models && "
+        "docker run -d --name w -e NODE_RANK=1 -v $HOME/dsv41-4x-spark/state:/state img'\"\n"
+        "docker run -d --name h -e NODE_RANK=0 img\n")
+    before = tree_hash(home)
+    got = R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home), user="spark", expected_ranks=2)
+    assert [(c["host"], c["name"]) for c in got["containers"]] == [("192.168.1.56", "w"), ("spark1", "h")]
+    assert tree_hash(home) == before
+
+
+def test_a_workers_own_tests_see_what_was_read_in_its_home(tmp_path):
+    # the family's worker mounts NCCL only when ~/nccl-2.30.7 exists on that worker
+    home = tmp_path / "home" / "mia"
+    co = home / "co"
+    co.mkdir(parents=True)
+    (co / "start.sh").write_text(
+        "#!/usr/bin/env bash\nset -e\n"
+        "ssh zurih@spark2 \"bash -lc 'n=; [ -d ~/nccl-2.30.7 ] && n=\\\"-v \\$HOME/nccl-2.30.7:/nccl:ro\\\"; "
+        "test -f ~/NewModels/M/config.json && docker run -d --name w -e NODE_RANK=1 \\$n img'\"\n"
+        "docker run -d --name h -e NODE_RANK=0 img\n")
+    read = {"zurih": ["nccl-2.30.7/", "NewModels/M/config.json", "../escape", "/etc/x"]}
+    got = R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home), user="mia", expected_ranks=2,
+                             worker_homes=read)
+    assert [m["source"] for m in got["containers"][0]["mounts"]] == ["/home/zurih/nccl-2.30.7"]
+    with pytest.raises(S.LaunchError):      # nothing read there: the worker's own model check fails, named
+        R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home), user="mia", expected_ranks=2)

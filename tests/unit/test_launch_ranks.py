@@ -60,7 +60,8 @@ HELPERS = {
     # drives ssh with the standard library, as the family's helper does when pexpect is not wanted
     "ssh": "import subprocess, sys\n"
            "sys.exit(subprocess.call(['ssh', '-o', 'BatchMode=yes', sys.argv[1], sys.argv[2]]))\n",
-    "pexpect": "import pexpect  # drives ssh to the worker\n",
+    # a package the head's python3 lacks (the family's helper needs pexpect; any absent name shows the same)
+    "pexpect": "import dsv41_absent_ssh_driver  # drives ssh to the worker\n",
     # a helper that loses the worker: it reaches no ssh and says nothing (a wrong host file, a typo)
     "silent": "import sys\nsys.exit(0)\n",
 }
@@ -114,7 +115,8 @@ def test_a_helper_needing_a_package_the_head_lacks_fails_naming_it(tmp_path):
     script, home = helper_checkout(tmp_path, helper="pexpect")
     with pytest.raises(S.LaunchError) as err:
         R.effective_launch(script, head="spark1", home=home, expected_ranks=3, docker_client=False)
-    assert "the launcher's Python helper cannot import pexpect on this host: install pexpect" in str(err.value)
+    assert ("the launcher's Python helper cannot import dsv41_absent_ssh_driver on this host: install "
+            "dsv41_absent_ssh_driver") in str(err.value)
 
 
 def test_without_a_count_the_engines_own_nnodes_is_the_count(tmp_path):

@@ -228,3 +228,14 @@ def test_the_heads_ready_line_names_the_port_it_was_given(tmp_path):
                                      '  n=$((n + 1)); [ "$n" -gt 3 ] && exit 9; sleep 10; done\n')
     got = R.effective_launch(script, head="spark1", home=home, check_ranks=False)
     assert [c["name"] for c in got["containers"]] == ["dsv41-head"]
+
+
+def test_the_family_launcher_reaches_each_worker_through_its_helper_with_the_workers_home(tmp_path):
+    # scripts/remote.py runs for real and drives ssh; \$HOME in the worker's string is the worker user's home
+    got, script, home = launch(tmp_path, "lab-family", expected_ranks=3)
+    nccl = [(c["host"], [m["source"] for m in c["mounts"] if m["target"] == "/nccl"]) for c in got["containers"]]
+    assert nccl == [("spark2", ["/home/zurih/nccl-2.30.7"]), ("spark3", ["/home/zurih/nccl-2.30.7"]),
+                    ("spark1", [home + "/nccl-2.30.7"])]
+    assert all(c["env"]["LD_LIBRARY_PATH"] == "/nccl" for c in got["containers"])
+    helper = [c for c in got["calls"] if c["command"] == "python3"]
+    assert [c["argv"][1] for c in helper][:2] == ["zurih@spark2", "zurih@spark3"]
