@@ -19,6 +19,7 @@ export ANSIBLE_FILTER_PLUGINS := $(abspath filter_plugins)
 export ANSIBLE_FORCE_COLOR := 0
 
 .PHONY: help setup apt apt-check fresh-check lab-image lab-up lab-ensure lab-down lab-purge lab-status demo status drift lab-suites \
+        unit-launch unit-rest \
         test test-slow test-all lint argspecs unit lab-tests molecule playbook-tests bench lab-reset
 
 help:
@@ -102,6 +103,15 @@ argspecs: setup ## every role's meta/argument_specs.yml matches its defaults
 unit: setup ## pytest: modules, module_utils, filters, stand-ins
 	$(BIN)/pytest -q tests/unit tests/lab
 
+# The same tests in two halves that `make test` runs side by side: the launcher evaluations (each runs a
+# launcher in the bubblewrap sandbox, mostly waiting on processes) and everything else.
+UNIT_LAUNCH := tests/unit/test_launch_*.py tests/unit/test_launcher_*.py tests/unit/test_container_env*.py
+unit-launch: setup ## pytest: the launcher evaluations only (half of `unit`)
+	$(BIN)/pytest -q $(UNIT_LAUNCH)
+
+unit-rest: setup ## pytest: everything in `unit` but the launcher evaluations
+	$(BIN)/pytest -q tests/unit tests/lab $(foreach f,$(UNIT_LAUNCH),--ignore-glob='$(f)')
+
 # The test suite's lab answers chat requests 10x faster than the real-time latency model (lab/labctl.py
 # engine_knobs): benchmarks in molecule and playbook tests measure structure, never speed.
 lab-tests molecule playbook-tests: export DSV41_LAB_ENGINE_KNOBS ?= LAB_ENGINE_SPEED=10
@@ -133,13 +143,13 @@ lab-suites: lab-image ## lab-level jobs of one TIER (fast, slow, all) on several
 # `make test` and `make test-all` run lint and the unit tests beside the lab shares (--with lint unit): they
 # need no lab, and their CPU fills the shares' waits. Each failure is named in the runner's summary.
 test: argspecs lab-image ## the fast suite, at most 10 min warm: lint, unit, testinfra, molecule, smoke playbook tests
-	$(PY) tests/run_lab_suites.py --tier fast --with lint unit
+	$(PY) tests/run_lab_suites.py --tier fast --with lint unit-launch unit-rest
 
 test-slow: lab-image ## every playbook test not in `make test`: stages, experiments, packs, converges run for real
 	$(PY) tests/run_lab_suites.py --tier slow
 
 test-all: argspecs lab-image ## everything (what CI runs): the fast suite and the slow tier in one plan
-	$(PY) tests/run_lab_suites.py --tier all --with lint unit
+	$(PY) tests/run_lab_suites.py --tier all --with lint unit-launch unit-rest
 
 bench: setup ## benchmarks (ratios against a baseline in the same run)
 	$(PY) bench/bench_plan.py

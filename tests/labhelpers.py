@@ -38,6 +38,10 @@ def lab(action):
     subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), action], check=True, cwd=ROOT)
 
 
+# The launcher variant a lab host has unless a test installs another (lab/labctl.py launcher_variant()).
+DEFAULT_LAUNCHER = "family"
+
+
 def install_launcher(variant):
     """Install a lab launcher variant as start.sh on every host (``labctl.py launcher``)."""
     subprocess.run(["python3", str(ROOT / "lab" / "labctl.py"), "launcher"], check=True, cwd=ROOT,

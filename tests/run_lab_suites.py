@@ -193,7 +193,8 @@ def run_job(name, argv, cwd, env, logs, share, results, lock):
 # Jobs that need no lab (--with): the Makefile's own `lint` and `unit` targets, run from the working tree
 # beside the shares, so their CPU fills the shares' waits (lab boots, engine stand-in rounds). `-o setup`:
 # whoever started the runner has set up the venv, and two jobs must not both re-install it.
-LOCAL_JOBS = {name: ["make", "--no-print-directory", "-o", "setup", name] for name in ("lint", "unit")}
+LOCAL_JOBS = {name: ["make", "--no-print-directory", "-o", "setup", name]
+              for name in ("lint", "unit", "unit-launch", "unit-rest")}
 
 
 def run_local(name, work, results, lock):
@@ -235,7 +236,8 @@ def main():
     parser.add_argument("--only", nargs="*", metavar="JOB", help="only these jobs (names as --list prints them)")
     parser.add_argument("--with", dest="local", nargs="+", default=[], choices=sorted(LOCAL_JOBS),
                         help="also run these Makefile targets, which need no lab, beside the shares: lint "
-                             "(yamllint, ansible-lint), unit (pytest tests/unit tests/lab)")
+                             "(yamllint, ansible-lint), unit (pytest tests/unit tests/lab), or unit's two halves "
+                             "side by side: unit-launch (the launcher evaluations) and unit-rest")
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     parser.add_argument("--keep-labs", action="store_true", help="leave the share labs up afterwards")
     args = parser.parse_args()

@@ -701,9 +701,10 @@ def test_host_seed_spark1(tmp_path, dk):
     assert (co / ".env").read_text() == (LAB / "seed/launcher.env").read_text() + site
     assert (co / ".env").stat().st_mode & 0o777 == 0o600
     assert (co / ".env.example").read_text() == (LAB / "seed/launcher.env.example").read_text()
-    # the default launcher variant, recorded for the lab's users
-    assert (co / "start.sh").read_bytes() == (LAB / "standins/start.sh").read_bytes()
-    assert (root / "etc/dsv41-lab/launcher.variant").read_text() == "explicit\n"
+    # the default launcher variant (the fleet's own family, with its helper), recorded for the lab's users
+    assert (co / "start.sh").read_bytes() == (LAB / "standins/start-family.sh").read_bytes()
+    assert (co / "scripts/remote.py").read_bytes() == (LAB / "standins/scripts/remote.py").read_bytes()
+    assert (root / "etc/dsv41-lab/launcher.variant").read_text() == "family\n"
     assert (co / "adapter").is_dir() and (root / "home/mia/dsv41-engram").is_dir()
     assert not any((root / "home/mia/dsv41-engram").iterdir())
     assert (co / "logs/dsv41.log").read_text() == (LAB / "seed/dsv41.log").read_text()
@@ -783,18 +784,20 @@ def test_host_seed_launcher_variant_only(tmp_path, variant, source):
 
 @pytest.mark.parametrize("host, user", [("spark1", "mia"), ("spark2", "zurih")])
 def test_host_seed_family_variant_helper_and_home_paths(tmp_path, host, user):
-    """The family launcher's scripts/remote.py beside start.sh, and its $HOME defaults on every host: in the
-    login user's home and at the head user's home path (what the head's launcher gives a worker)."""
+    """The family launcher's scripts/remote.py beside start.sh, and its $HOME defaults on every host, in the
+    login user's own home only (a worker's string expands \$HOME on the worker: nothing at the head user's path)."""
     root = tmp_path / host
     args = [sys.executable, str(SEED), "--host", host, "--root", str(root), "--launcher-only", "--launcher-variant"]
     subprocess.run(args + ["family"], check=True, capture_output=True, text=True)
     helper = root / f"home/{user}/dsv41-3x-spark/scripts/remote.py"
     assert helper.read_bytes() == (LAB / "standins/scripts/remote.py").read_bytes()
     assert helper.stat().st_mode & 0o777 == 0o755
-    for home in sorted({f"home/{user}", "home/mia"}):
-        assert os.readlink(root / home / "NewModels") == "/srv/models", "NewModels/DeepSeek-V4.1-Flash is the lab's"
-        nccl = root / home / "nccl-2.30.7"
-        assert nccl.is_dir() and not any(nccl.iterdir())
+    home = f"home/{user}"
+    assert os.readlink(root / home / "NewModels") == "/srv/models", "NewModels/DeepSeek-V4.1-Flash is the lab's"
+    nccl = root / home / "nccl-2.30.7"
+    assert nccl.is_dir() and not any(nccl.iterdir())
+    if user != "mia":
+        assert not (root / "home/mia").exists()
     # again: nothing changes; a NewModels that is a real directory is left alone
     (root / f"home/{user}/NewModels").unlink()
     (root / f"home/{user}/NewModels").mkdir()

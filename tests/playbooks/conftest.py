@@ -31,7 +31,7 @@ def fresh_lab(request):
     LAB_LAUNCHER_VARIANT (the launcher variant the reset seeds, lab/README.md; the default one is put back
     after the module) and define lab_cleanup() for the fault knobs it leaves on the hosts, run after the
     module's last test."""
-    from labhelpers import install_launcher, lab
+    from labhelpers import DEFAULT_LAUNCHER, install_launcher, lab
     variant = getattr(request.module, "LAB_LAUNCHER_VARIANT", None)
     if variant:
         os.environ["DSV41_LAB_LAUNCHER_VARIANT"] = variant
@@ -42,6 +42,6 @@ def fresh_lab(request):
         if cleanup:
             cleanup()
     finally:
-        if variant:  # the next module finds the lab's default (explicit) launcher again
+        if variant:  # the next module finds the lab's default launcher again
             os.environ.pop("DSV41_LAB_LAUNCHER_VARIANT", None)
-            install_launcher("explicit")
+            install_launcher(DEFAULT_LAUNCHER)

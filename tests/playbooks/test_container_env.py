@@ -499,7 +499,7 @@ def test_a_value_the_launcher_would_reparse_is_refused():
 
 
 def test_forwarding_gaps_are_reported_by_path_then_fixed_by_the_opt_in_block():
-    install_launcher("explicit")  # the default launcher: launcher_forward edits its builder and heredoc
+    install_launcher("explicit")  # launcher_forward edits the explicit shape's builder and heredoc
     settings = overrides(SGLANG_DSPARK_FOLDED_SAMPLING=1, DSV41_ENGRAM_PREFETCH=1, DSV41_ENGRAM_PREFETCH_CHECK=1)
     before = env_text()
     rc, out = playbook("site.yml", *settings, "-e", "container_env_packed=true")

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from labhelpers import install_launcher, LAB_INVENTORY, ROOT, env, lab, sh, snapshot
+from labhelpers import DEFAULT_LAUNCHER, install_launcher, LAB_INVENTORY, ROOT, env, lab, sh, snapshot
 
 LAUNCHER = "/home/mia/dsv41-3x-spark/start.sh"
 HOSTS = {"spark1": ("dsv41-head", "mia"), "spark2": ("dsv41-worker", "zurih"), "spark3": ("dsv41-worker", "zurih")}
@@ -38,7 +38,7 @@ VARIANTS = ("explicit", "extra_env", "printf_array", "indirect", "family")
 def lab_up():
     lab("reset")   # from the report's state, whatever an earlier module on this lab left
     yield
-    install_launcher("explicit")
+    install_launcher(DEFAULT_LAUNCHER)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from labhelpers import install_launcher, lab, sh
+from labhelpers import DEFAULT_LAUNCHER, install_launcher, lab, sh
 
 VARIANTS = ("explicit", "extra_env", "printf_array", "indirect", "family")
 DIR = "/home/mia/dsv41-3x-spark"
@@ -26,7 +26,7 @@ def lab_up():
     sh("spark1", f"cp -p {DIR}/.env /tmp/variants.env.saved", user="mia")
     yield
     sh("spark1", f"cp -p /tmp/variants.env.saved {DIR}/.env && rm /tmp/variants.env.saved", user="mia")
-    install_launcher("explicit")
+    install_launcher(DEFAULT_LAUNCHER)
 
 
 @pytest.fixture(autouse=True)
