@@ -1488,10 +1488,13 @@ def test_decode_batch_lines_give_tokens_per_step(lab):
     from ansible.module_utils.decode_steps import step_stats
     port, proc = head_with(lab, {})
     try:
-        for _ in range(3):
+        # one request at a time, each one's decode line seen before the next is sent: two requests in flight
+        # at once share a batch line (#running-req: 2), which running=1 leaves out
+        for i in range(3):
             answer(port)
-        proc.wait_for("Decode batch")
-        time.sleep(0.2)
+            end = time.monotonic() + 20
+            while proc.stream("stderr").count("Decode batch") < i + 1 and time.monotonic() < end:
+                time.sleep(0.02)
         stats = step_stats(proc.stream("stderr"), running=1)
     finally:
         assert proc.stop() == 0

@@ -785,7 +785,7 @@ def test_host_seed_launcher_variant_only(tmp_path, variant, source):
 @pytest.mark.parametrize("host, user", [("spark1", "mia"), ("spark2", "zurih")])
 def test_host_seed_family_variant_helper_and_home_paths(tmp_path, host, user):
     """The family launcher's scripts/remote.py beside start.sh, and its $HOME defaults on every host, in the
-    login user's own home only (a worker's string expands \$HOME on the worker: nothing at the head user's path)."""
+    login user's own home only (a worker's string expands $HOME on the worker: nothing at the head user's path)."""
     root = tmp_path / host
     args = [sys.executable, str(SEED), "--host", host, "--root", str(root), "--launcher-only", "--launcher-variant"]
     subprocess.run(args + ["family"], check=True, capture_output=True, text=True)
