@@ -65,9 +65,10 @@ options:
     elements: str
     default: []
   env_name:
-    description: Name of the launcher's C(.env) inside the checkout.
+    description:
+      - Name of the launcher's settings file inside the checkout. Omitted - the name the launcher itself reads
+        (C(source "$ROOT/fleet.env"), C(ENV_FILE="${ENV_FILE:-$ROOT/.env}")), else C(.env).
     type: str
-    default: .env
   home:
     description:
       - Home directory of the head user (default the module user's); C($HOME) in the launcher and its C(.env)
@@ -198,7 +199,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.launch_record import effective_launch, key_effects, masked, summary
-from ansible.module_utils.launch_sandbox import LaunchError
+from ansible.module_utils.launch_sandbox import LaunchError, config_name
 from ansible.module_utils.launcher_env import EnvError, parse_env, proposed_env
 
 
@@ -217,6 +218,7 @@ def base_env_text(launcher, env_text, env_name):
 
 def run(params):
     """The module result (without ``changed``); raises LaunchError (or EnvError for a proposal)."""
+    params = dict(params, env_name=params.get("env_name") or config_name(params["launcher"]))
     if params.get("settings") is not None and params["env_text"] is None:
         checkout = os.path.dirname(os.path.abspath(params["launcher"]))
         params = dict(params, env_text=proposed_env(params["settings"], os.path.join(checkout, params["env_name"]),
@@ -253,7 +255,7 @@ def main():
             settings=dict(type="dict"),
             api_key=dict(type="str", no_log=True),
             remove_keys=dict(type="list", elements="str", default=[], no_log=False),
-            env_name=dict(type="str", default=".env"),
+            env_name=dict(type="str"),
             home=dict(type="path"),
             worker_homes=dict(type="dict", default={}),
             user=dict(type="str"),

@@ -39,6 +39,7 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import stat
@@ -67,6 +68,41 @@ DEVICE_PREFIXES = ("/dev/nvidia",)
 PROC_FRESH = {}                           # bwrap path -> False when this host cannot mount a fresh /proc
 BWRAP_HINT = ("install the package bubblewrap (the launch_sandbox role does); on Ubuntu 24.04 the packaged "
               "bwrap carries the AppArmor profile that allows its user namespaces")
+
+
+_ASSIGN = re.compile(r"""^\s*(?:export\s+|readonly\s+|declare\s+-\w+\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$""")
+_SOURCE = re.compile(r"""^\s*(?:set\s+-a\s*;\s*)?(?:source|\.)\s+(\S+)""")
+_DIR_VAR = re.compile(r"""^["']?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?/([A-Za-z0-9_.-]+)["']?$""")
+
+
+def config_name(launcher):
+    """The name of the settings file the launcher reads from its own directory (``source "$ROOT/fleet.env"``,
+    ``ENV_FILE="${ENV_FILE:-$ROOT/.env}"`` then ``source "$ENV_FILE"``), read from the script itself;
+    ``.env`` when it names none or several."""
+    try:
+        with open(launcher) as fh:
+            lines = fh.read().splitlines()
+    except (IOError, OSError):
+        return ".env"
+    values = {}
+    found = []
+    for line in lines:
+        m = _ASSIGN.match(line)
+        if m:
+            value = m.group(2).strip().strip("\"'")
+            d = re.match(r"^\$\{%s:-(.*)\}$" % re.escape(m.group(1)), value)
+            values[m.group(1)] = d.group(1) if d else value
+        m = _SOURCE.match(line)
+        if not m:
+            continue
+        target = m.group(1).strip("\"'")
+        v = re.match(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$", target)
+        if v:
+            target = values.get(v.group(1), "")
+        d = _DIR_VAR.match(target)
+        if d and d.group(1) not in found and not d.group(1).endswith(".sh"):
+            found.append(d.group(1))
+    return found[0] if len(found) == 1 else ".env"
 
 
 class LaunchError(Exception):
@@ -384,12 +420,13 @@ class Sandbox(object):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=None, user=None, head="head",
+def evaluate(launcher, command="serve", env_text=None, env_name=None, home=None, user=None, head="head",
              head_hostname=None, ports=(8888,), timeout=DEFAULT_TIMEOUT, max_calls=DEFAULT_MAX_CALLS,
              script_text=None, docker_client=None, query_cache=None, worker_homes=None):
     """Run ``launcher command`` in the sandbox; the raw record (calls, output, path map).
 
-    ``env_text``: a proposed ``.env`` written into the scratch copy instead of the checkout's;
+    ``env_text``: a proposed ``.env`` written into the scratch copy instead of the checkout's, under
+    ``env_name`` (default: the name the launcher reads, :func:`config_name`);
     ``script_text``: a proposed launcher, likewise (the checkout itself is never written);
     ``docker_client``: the docker client that answers the read-only queries from the head's daemon (default
     the one on ``PATH``; ``False``: the daemon is never asked); ``query_cache``: a dict shared by several
@@ -408,7 +445,7 @@ def evaluate(launcher, command="serve", env_text=None, env_name=".env", home=Non
                   query_cache, worker_homes)
     try:
         if env_text is not None:
-            box.write_env(env_name, env_text)
+            box.write_env(env_name or config_name(launcher), env_text)
         if script_text is not None:
             box.write_env(os.path.basename(launcher), script_text)
         record = box.run(os.path.basename(launcher), [command] if command else [], timeout)

@@ -2,6 +2,7 @@
 launch_record.py) and the launcher_effective module, on every launcher shape."""
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -239,3 +240,27 @@ def test_the_family_launcher_reaches_each_worker_through_its_helper_with_the_wor
     assert all(c["env"]["LD_LIBRARY_PATH"] == "/nccl" for c in got["containers"])
     helper = [c for c in got["calls"] if c["command"] == "python3"]
     assert [c["argv"][1] for c in helper][:2] == ["zurih@spark2", "zurih@spark3"]
+
+
+@pytest.mark.parametrize("lines,name", [
+    ('ENV_FILE="${ENV_FILE:-$ROOT/.env}"\nset -a\nsource "$ENV_FILE"\n', ".env"),
+    ('CONF="$ROOT/fleet.env"\n. "$CONF"\n', "fleet.env"),
+    ('source "$SCRIPT_DIR/fleet.env"\nsource "$SCRIPT_DIR/lib/common.sh"\n', "fleet.env"),
+    ('source ./lib.sh\n', ".env"),
+    ('source "$ROOT/a.env"\nsource "$ROOT/b.env"\n', ".env"),      # two: not guessed
+])
+def test_the_launchers_own_settings_file_is_found_by_its_name(tmp_path, lines, name):
+    script = tmp_path / "start.sh"
+    script.write_text("#!/usr/bin/env bash\nROOT=$(cd \"$(dirname \"$0\")\" && pwd)\n" + lines)
+    assert S.config_name(str(script)) == name
+
+
+def test_a_launcher_configured_by_fleet_env_arrays_is_evaluated_by_its_own_name(tmp_path):
+    script, home = _custom(tmp_path, 'ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+                                     'source "$ROOT/fleet.env"\nr=0\nfor h in "${WORKERS[@]}"; do r=$((r + 1))\n'
+                                     '  ssh "$h" "docker run -d --name w -e NODE_RANK=$r img"; done\n'
+                                     'docker run -d --name h -e NODE_RANK=0 img\n')
+    Path(script).with_name("fleet.env").write_text("WORKERS=(spark2)\n")
+    got = R.effective_launch(script, head="spark1", home=home, env_text="WORKERS=(spark2 spark3)\n",
+                             expected_ranks=3)
+    assert [(c["host"], c["rank"]) for c in got["containers"]] == [("spark2", 1), ("spark3", 2), ("spark1", 0)]
