@@ -164,16 +164,27 @@ def _desktop(host, desktop, d):
     return out
 
 
-def _launch(host, launch):
-    """The running container against the launch the inventory's settings give (``drift_snapshot.launch_snapshot``)."""
-    if launch.get("error"):
+def _launch(host, launch, prediction):
+    """The running container (``drift_snapshot.launch_snapshot``) against the launch the inventory's settings
+    give (``launcher_effective``'s result, predicted on the head; ``{"error": ...}`` when it could not be),
+    key by key as after a restart (``launch_truth.compare``)."""
+    from ansible.module_utils import launch_truth
+    if prediction is None:
+        return []
+    if prediction.get("error") or not prediction.get("containers"):
         return [finding(host, "launch", "prediction", "the launch predicted from the inventory",
-                        launch["error"], "probe")]
+                        prediction.get("error") or "no container predicted", "probe")]
+    want = next((c for c in prediction["containers"] if str(c.get("rank")) == str(launch.get("rank"))), None)
+    if want is None:
+        return [finding(host, "launch", "rank %s" % launch.get("rank"), "a container started by the launcher",
+                        "the launch predicted none for this rank", "drift")]
+    if not launch.get("container"):
+        return [finding(host, "launch", want.get("name") or "container", "running", "absent", "drift")]
     return [finding(host, "launch", d["key"], d["predicted"], d["actual"], "drift")
-            for d in launch.get("differences") or []]
+            for d in launch_truth.compare(want, launch["container"], launch.get("image"))]
 
 
-def compare_host(host, snap, declared):
+def compare_host(host, snap, declared, prediction=None):
     """Every finding of one host, in a stable order. ``declared`` is the ``declared`` option of
     ``fleet_snapshot`` (manifest, clock, floor, contention names, desktop)."""
     d = declared or {}
@@ -188,7 +199,7 @@ def compare_host(host, snap, declared):
         out += _engine(host, snap["container"], snap.get("boot"), d.get("layers") or [1, 14],
                        d.get("is_head", True))
     if snap.get("launch"):
-        out += _launch(host, snap["launch"])
+        out += _launch(host, snap["launch"], prediction)
     if snap.get("shards"):
         out += _shards(host, snap["shards"])
     if snap.get("memory"):

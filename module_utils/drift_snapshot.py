@@ -190,20 +190,24 @@ def image_snapshot(run, docker, ref, keep=None):
     return {"ref": ref, "id": img.get("Id"), "digests": sorted(img.get("RepoDigests") or [])}
 
 
-def launch_snapshot(declared, raw):
-    """This rank's running container against the launch the inventory's settings give (``declared``: the
-    ``launcher_effective`` prediction for this rank, or ``{"error": ...}`` when it could not be made), key by
-    key as after a restart (``launch_truth.compare``: the image's own environment left aside, secrets masked).
-    None when nothing was declared."""
-    if not declared:
+def launch_snapshot(requested, raw, rank):
+    """What this rank's running container received, for the control node to compare with the launch the
+    inventory's settings give (``drift_compare``; predicted on the head while the snapshots run): its
+    ``docker inspect`` environment (secrets masked), mounts and state, and its image's environment (the
+    launch's is what differs from it). None when not requested."""
+    if not requested:
         return None
-    if declared.get("error") or not declared.get("container"):
-        return {"error": declared.get("error") or "the launch predicted no container for this rank",
-                "differences": []}
-    if not raw.get("container"):
-        return {"error": None, "differences": [], "absent": True}
-    return {"error": None, "differences": launch_truth.compare(declared["container"], raw["container"],
-                                                                raw.get("image"))}
+    c, img = raw.get("container"), raw.get("image")
+    if not c:
+        return {"rank": rank, "container": None, "image": None}
+
+    def env_list(obj):
+        env = launch_truth.env_dict(((obj or {}).get("Config") or {}).get("Env") or [])
+        return ["%s=%s" % kv for kv in launch_truth._masked_env(env).items()]
+    return {"rank": rank,
+            "container": {"Name": c.get("Name"), "State": {"Status": (c.get("State") or {}).get("Status")},
+                          "Config": {"Env": env_list(c)}, "Mounts": c.get("Mounts") or []},
+            "image": {"Config": {"Env": env_list(img)}} if img else None}
 
 
 # -- the engine's latest boot, shards, memory, containers, desktop -------------------------------
@@ -259,7 +263,7 @@ def _image_chain(errors, run, p):
     out = {"container": _probe(errors, "engine", container_snapshot, run, docker, p["container"], keep=raw)}
     ref = (out["container"] or {}).get("image_id") or p["image"]
     out["image"] = _probe(errors, "image", image_snapshot, run, docker, ref, keep=raw)
-    out["launch"] = launch_snapshot((p.get("declared") or {}).get("launch"), raw)
+    out["launch"] = launch_snapshot((p.get("declared") or {}).get("compare_launch"), raw, p["rank"])
     if p["adapters_enabled"] and (out["image"] or {}).get("id"):
         out["image_adapters"] = _probe(errors, "adapters", image_hashes, run, docker, out["image"]["id"],
                                        p["adapters_image_dir"], adapter_files(p))

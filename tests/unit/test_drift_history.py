@@ -183,7 +183,15 @@ def test_runner_reads_snapshots_unreachable_hosts_and_failures_from_events():
         {"event": "runner_on_failed", "event_data": {"host": "spark3", "task": "x", "ignore_errors": True, "res": {}}},
         {"event": "playbook_on_stats", "event_data": {"processed": {"spark1": 1, "spark2": 1, "spark3": 1}}},
     ]
-    snaps, dark, failed, stats = runner.collect(events)
+    prediction = {"event": "runner_on_ok", "event_data": {
+        "host": "spark1", "task": runner.PREDICTION_TASK, "task_action": "ansible.builtin.async_status",
+        "res": {"finished": 1, "containers": [{"rank": 0, "env": {}}]}}}
+    snaps, dark, failed, stats, predicted = runner.collect(events + [prediction])
     assert snaps == {"spark1": ({"host": "spark1"}, {"is_head": True})}
     assert dark == {"spark2": "ssh: connect refused"} and failed == [("spark3", "Snapshot", "boom")]
     assert set(stats["processed"]) == {"spark1", "spark2", "spark3"}
+    assert predicted["containers"] == [{"rank": 0, "env": {}}]
+    # a prediction that failed (async_status keeps going: failed_when false) is its error
+    prediction["event_data"]["res"] = {"finished": 1, "failed": True, "msg": "start.sh serve exited 1\n in the sandbox"}
+    assert runner.collect([prediction])[4] == {"error": "start.sh serve exited 1 in the sandbox"}
+    assert runner.collect(events)[4] is None

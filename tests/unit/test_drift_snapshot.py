@@ -141,24 +141,25 @@ def test_logic_helpers():
 
 
 def test_the_running_container_is_compared_with_the_launch_the_inventory_gives(host, monkeypatch, capsys):
-    # the prediction (launcher_effective's container for this rank, secrets masked) against docker inspect
-    want = {"name": "dsv41-head", "rank": 0, "env": {"API_KEY": "***", "DSV41_CACHE_GIB": "0"}, "mounts": [
-        {"source": str(host["engram"]), "target": "/engram", "type": "bind", "read_only": False}]}
-    args = dict(host["args"], declared=dict(host["args"]["declared"], launch={"error": None, "container": want}))
+    # the host returns what its container received (secrets masked); the control node compares it with the
+    # prediction (launcher_effective's result for the fleet, secrets masked), key by key
+    args = dict(host["args"], declared=dict(host["args"]["declared"], compare_launch=True))
     res = run_module(fleet_snapshot.main, args, run_command=fake_commands(host["files"]))
     launch = res["snapshot"]["launch"]
-    assert launch["error"] is None and SECRET not in json.dumps(res)
-    assert [(d["key"], d["predicted"], d["actual"]) for d in launch["differences"]] == [
-        ("env DSV41_CACHE_GIB", "0", "(absent)"), ("mount /engram", str(host["engram"]), "(absent)")]
-    found = [(f["area"], f["item"], f["class"]) for f in drift_compare.compare_host("spark1", res["snapshot"],
-                                                                                     res["declared"])
+    assert launch["rank"] == 0 and launch["container"]["Config"]["Env"] == ["API_KEY=***"]
+    assert SECRET not in json.dumps(res)
+    want = {"name": "dsv41-head", "rank": 0, "env": {"API_KEY": "***", "DSV41_CACHE_GIB": "0"}, "mounts": [
+        {"source": str(host["engram"]), "target": "/engram", "type": "bind", "read_only": False}]}
+    prediction = {"containers": [want, dict(want, rank=1, name="dsv41-worker")]}
+    found = [(f["area"], f["item"], f["expected"], f["actual"], f["class"])
+             for f in drift_compare.compare_host("spark1", res["snapshot"], res["declared"], prediction)
              if f["area"] == "launch"]
-    assert found == [("launch", "env DSV41_CACHE_GIB", "drift"), ("launch", "mount /engram", "drift")]
-    # a launch that could not be predicted is one finding naming why; none declared is no comparison
-    args["declared"]["launch"] = {"error": "start.sh serve exited 1 in the sandbox", "container": None}
-    res = run_module(fleet_snapshot.main, args, run_command=fake_commands(host["files"]))
-    found = [f for f in drift_compare.compare_host("spark1", res["snapshot"], res["declared"]) if f["area"] == "launch"]
-    assert [(f["item"], f["actual"], f["class"]) for f in found] == [
+    assert found == [("launch", "env DSV41_CACHE_GIB", "0", "(absent)", "drift"),
+                     ("launch", "mount /engram", str(host["engram"]), "(absent)", "drift")]
+    # a launch that could not be predicted is one finding naming why; no prediction asked, no comparison
+    failed = drift_compare.compare_host("spark1", res["snapshot"], res["declared"],
+                                        {"error": "start.sh serve exited 1 in the sandbox"})
+    assert [(f["item"], f["actual"], f["class"]) for f in failed if f["area"] == "launch"] == [
         ("prediction", "start.sh serve exited 1 in the sandbox", "probe")]
     res = run_module(fleet_snapshot.main, host["args"], run_command=fake_commands(host["files"]))
     assert res["snapshot"]["launch"] is None
