@@ -99,10 +99,13 @@ MAX_HOME_ENTRIES = 20000
 
 def dsv41_worker_homes(results, hostvars):
     """``{user: [relative paths, directories ending in /]}`` from the registered loop of ``ansible.builtin.find``
-    over each worker's home (``paths: ~``; the home is the parent of its shallowest entry), one list per login
+    over each worker's home, or from ``{host: its find result}`` (``paths: ~``; the home is the parent of its
+    shallowest entry), one list per login
     user: the names every worker of that user has (a name only some have is left out, so a worker's test is
     never answered yes for a worker that lacks it). At most MAX_HOME_ENTRIES names per user."""
     import os
+    if isinstance(results, dict) and "results" not in results:     # {host: find result}, one task per host
+        results = {"results": [dict(r or {}, item=h) for h, r in sorted(results.items())]}
     by_user = {}
     for res in (results or {}).get("results", []):
         if res.get("skipped") or res.get("failed") or not isinstance(res.get("files"), list):

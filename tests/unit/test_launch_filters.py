@@ -53,3 +53,11 @@ def test_worker_homes_keep_what_every_worker_of_a_user_has():
     assert dsv41_worker_homes(found, hostvars) == {"zurih": [
         ".ssh/", ".ssh/authorized_keys", "NewModels/DeepSeek-V4.1-Flash/config.json"]}
     assert dsv41_worker_homes({"results": []}, hostvars) == {}
+
+
+def test_worker_homes_from_one_find_per_host():
+    from launch import dsv41_worker_homes
+    per_host = {"spark2": {"files": [{"path": "/home/zurih/nccl-2.30.7", "isdir": True}]},
+                "spark3": {"files": [{"path": "/home/zurih/nccl-2.30.7", "isdir": True}]}}
+    hostvars = {"spark2": {"ansible_user": "zurih"}, "spark3": {"ansible_user": "zurih"}}
+    assert dsv41_worker_homes(per_host, hostvars) == {"zurih": ["nccl-2.30.7/"]}
