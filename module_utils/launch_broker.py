@@ -108,6 +108,9 @@ class Broker(object):
                 continue
             except OSError:
                 return
+            if self.stopping:           # close()'s own wake-up call
+                conn.close()
+                return
             try:
                 conn.settimeout(self.timeout + 5)
                 data = b""
@@ -179,6 +182,13 @@ class Broker(object):
 
     def close(self):
         self.stopping = True
+        try:    # wake the accept loop now instead of at its next 0.2 s timeout (one per evaluation)
+            wake = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            wake.settimeout(1)
+            wake.connect(self.path)
+            wake.close()
+        except OSError:
+            pass
         self.thread.join(2)
         self.sock.close()
         try:
