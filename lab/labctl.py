@@ -60,8 +60,31 @@ PACKAGES = ["systemd", "systemd-sysv", "dbus", "openssh-server", "openssh-client
 PODMAN_RUN = ["podman", "--runtime", "runc"]
 
 GIB = 1 << 30
+PAGE = os.sysconf("SC_PAGE_SIZE")  # a tmpfs block (f_frsize), as the lab hosts see it
+
+
+def _tp2_shard_sizes():
+    """{name: bytes} of spark2's old TP2 shards, from the seeder that writes them (one source)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("dsv41_lab_host_seed", LAB / "seed" / "host_seed.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.tp2_shard_sizes()
+
+
+# spark2's Engram destination and its old TP2 shards share one filesystem, as on the fleet: one tmpfs (the
+# "volume" below) whose two subdirectories are bind-mounted at /home/zurih/dsv41-3x-spark/engram and
+# /home/zurih/dsv41-engram. The TP2 stand-ins are sparse; the lab allocation model
+# (lab/standins/dsv41_lab_allocation.py) counts them at their full size, so the volume is the report's free
+# space plus those shards rounded to blocks: Python on spark2 sees 64,906,600,448 bytes free at the
+# destination, and 101,379,024,656 (rounded to blocks) more once the shards leave the filesystem.
+SPARK2_REPORT_FREE = 64_906_600_448
+SPARK2_ENGRAM_VOLUME = SPARK2_REPORT_FREE + sum(-(-n // PAGE) * PAGE for n in _tp2_shard_sizes().values())
+
 # Per host: login user, the tmpfs volumes whose size is the free space the report saw (or a lab
 # choice where the report is silent), and the meminfo figures (kB) for MemAvailable 3.07/7.55/4.13 GiB.
+# "volume": a tmpfs mounted at a lab path, whose subdirectories are bind-mounted where the fleet has them
+# (same filesystem, same st_dev), before the host is seeded.
 HOSTS = {
     "spark1": {
         "ip": f"172.29.{33 + INSTANCE}.11", "user": "mia", "models": "rw",
@@ -70,12 +93,22 @@ HOSTS = {
     },
     "spark2": {
         "ip": f"172.29.{33 + INSTANCE}.12", "user": "zurih", "models": "ro",
-        "tmpfs": {"/home/zurih/dsv41-3x-spark/engram": 64_906_600_448, "/data": 256 * GIB},
+        "tmpfs": {"/data": 256 * GIB},
+        "volume": {"mount": "/var/lib/dsv41-lab/volumes/zurih-home", "size": SPARK2_ENGRAM_VOLUME,
+                   "binds": {"dsv41-3x-spark-engram": "/home/zurih/dsv41-3x-spark/engram",
+                             "dsv41-engram": "/home/zurih/dsv41-engram"}},
         "mem_available_kb": round(7.55 * 1024 * 1024),
     },
+    # spark3's Engram destination and the archive directory a relocation of foreign shards moves them into
+    # (engram_pack_archive_dir: ~/dsv41-engram-archive) share one filesystem too, as the fleet's home does:
+    # spark3's ~448 GiB free is what both draw on (the archive exists, empty, owned by the login user).
     "spark3": {
         "ip": f"172.29.{33 + INSTANCE}.13", "user": "zurih", "models": "ro",
-        "tmpfs": {"/home/zurih/dsv41-3x-spark/engram": 448 * GIB},
+        "tmpfs": {},
+        "volume": {"mount": "/var/lib/dsv41-lab/volumes/zurih-home", "size": 448 * GIB,
+                   "binds": {"dsv41-3x-spark-engram": "/home/zurih/dsv41-3x-spark/engram",
+                             "dsv41-engram-archive": "/home/zurih/dsv41-engram-archive"},
+                   "owned": ["dsv41-engram-archive"]},
         "mem_available_kb": round(4.13 * 1024 * 1024),
     },
 }
@@ -283,11 +316,29 @@ def start_host(host, spec, ref):
         args += ["--add-host", f"{other}:{ospec['ip']}"]
     for path, size in spec["tmpfs"].items():
         args += ["--tmpfs", f"{path}:rw,size={size},mode=0755"]
+    if spec.get("volume"):
+        args += ["--tmpfs", f"{spec['volume']['mount']}:rw,size={spec['volume']['size']},mode=0755"]
     run(args + [ref], stdout=subprocess.DEVNULL)
 
 
-def pexec(host, *cmd, user=None, check=True, capture=False):
-    args = ["podman", "exec"]
+def mount_volume(host, spec):
+    """Bind the subdirectories of the host's shared tmpfs where the fleet has them (same filesystem). The
+    hosts run without CAP_SYS_ADMIN; this one exec has it. Idempotent: a bound target is left alone."""
+    vol = spec.get("volume")
+    if not vol:
+        return
+    lines = ["set -e"]
+    for sub, target in vol["binds"].items():
+        source = f"{vol['mount']}/{sub}"
+        lines.append(f"mkdir -p '{source}' '{target}'")
+        lines.append(f"mountpoint -q '{target}' || mount --bind '{source}' '{target}'")
+        if sub in vol.get("owned", ()):     # the login user's own directory (uid/gid 1000, as setup_users makes it)
+            lines.append(f"chown 1000:1000 '{source}'")
+    pexec(host, "bash", "-c", "\n".join(lines), privileged=True)
+
+
+def pexec(host, *cmd, user=None, check=True, capture=False, privileged=False):
+    args = ["podman", "exec"] + (["--privileged"] if privileged else [])
     if user:
         args += ["--user", user, "--workdir", f"/home/{user}"]
     return run(args + [container(host), *cmd], check=check, capture=capture)
@@ -412,6 +463,7 @@ def up(skip_serve=False):
         start_host(host, spec, ref)
     for host, spec in HOSTS.items():
         wait_running(host)
+        mount_volume(host, spec)  # before the user: its home exists already, as under the other hosts' tmpfs
         setup_users(host, spec)
         port = write_connection(host, spec, key)
         wait_ssh(host, spec, port, key)
@@ -424,8 +476,9 @@ def up(skip_serve=False):
 
 # Everything the roles, the stand-ins and the tests change on a lab host, wiped so that the seeder
 # (which only fills in what is missing) writes the report state again. Mount points (the tmpfs
-# Engram directories, /data) are emptied, never removed; spark2's sparse TP2 shards are kept (the
-# seeder checks their headers and sizes and rewrites them only when they differ). Users, ssh keys,
+# Engram directories, spark2's two bind mounts of its Engram volume, /data) are emptied, never
+# removed; spark2's sparse TP2 shards are kept (the seeder checks their headers and sizes and
+# rewrites them only when they differ). Users, ssh keys,
 # sudoers, the journal and /srv/models are left alone: nothing under test changes them (the
 # checkpoints are checked by ensure_models).
 RESET_SCRIPT = r"""
@@ -454,7 +507,7 @@ if has launcher && [ -d "$home/dsv41-3x-spark" ]; then
 fi
 # engram: every shard destination (tmpfs mount points are emptied, never removed)
 if has engram; then
-  for d in "$home/dsv41-3x-spark/engram" /data; do
+  for d in "$home/dsv41-3x-spark/engram" /data "$home/dsv41-engram-archive"; do
     [ -d "$d" ] && find "$d" -mindepth 1 -delete
   done
   if [ "$user" = mia ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seed one LAB host with the fleet state of the 2026-09-24 report (run as root inside the host).
+r"""Seed one LAB host with the fleet state of the 2026-09-24 report (run as root inside the host).
 
     python3 /usr/local/lib/dsv41-lab/seed/host_seed.py --host spark2
 
@@ -22,12 +22,15 @@ What it creates (SPEC sections 1 and 5):
   all hosts  the checkout's adapter/ (lab/seed/adapters: the seven local adapters + sitecustomize.py,
              0644, login user; written only when absent); the engine image dsv41-sglang:tp3 built
              from that checkout (/var/lib/lab-docker/images/<id>/rootfs/sgl-workspace/adapter/)
+  all hosts  /etc/dsv41-lab/allocated.roots: the roots (/home, /data) where the lab allocation model
+             (lab/standins/dsv41_lab_allocation.py) finds the files it counts as fully allocated
   spark1     /home/mia/dsv41-3x-spark/{.env (0600: launcher.env + launcher.env.site, the keys the
              inventory does not declare), .env.example, adapter/, logs/dsv41.log (saved boot log)},
              /etc/dsv41-lab/launcher.env (LAB_SERVE_POLL_SECONDS=1: the launcher polls every second),
              /home/mia/dsv41-engram (empty), one non-serving container; default multi-user.target
   spark2     /home/zurih/dsv41-3x-spark/{adapter/, engram/}, old TP2 shards
-             /home/zurih/dsv41-engram/engram-l{1,14}-r1of2.bin (sparse, 101,379,024,656 bytes in all),
+             /home/zurih/dsv41-engram/engram-l{1,14}-r1of2.bin (sparse, 101,379,024,656 bytes in all;
+             on the Engram destination's filesystem, counted at full size by the allocation model),
              /data/dsv41-engram, one non-serving container; default multi-user.target
   spark3     worker checkout, 19 non-serving running containers (12 with an ``owner`` label),
              gdm.service stand-in (display-manager alias) active, default graphical.target,
@@ -90,9 +93,25 @@ ROW_BYTES = 264
 HEADER_BYTES = 4096
 FLASHINFER = "0.6.18"
 SM = "sm121"
+
+
+def tp2_shard_sizes():
+    """{name: bytes} of spark2's old TP2 rank-1 shards: 4096-byte header + its half of the layer's rows
+    (101,379,024,656 bytes in all). lab/labctl.py sizes spark2's Engram volume from them."""
+    return {"engram-l%d-r1of2.bin" % layer: HEADER_BYTES + (n - n // 2) * ROW_BYTES
+            for layer, n in sorted(ENGRAM_ROWS.items())}
+
+
 # Hash of the tuned settings, as the engine stand-in names its autotune cache directory (see
 # autotune_paths in dsv41_engine.py); the saved boot log (dsv41.log) names the same directory.
 AUTOTUNE_HASH = hashlib.sha256(b"block=3;mrr=4;chunk=1024;tp=3").hexdigest()[:16]  # the engine stand-in's key
+# The lab allocation model's roots (lab/standins/dsv41_lab_allocation.py: "PATH DEPTH" lines; the model's
+# built-in default is the same list, so a reset that removes /etc/dsv41-lab changes nothing).
+ALLOCATED_ROOTS_FILE = "/etc/dsv41-lab/allocated.roots"
+ALLOCATED_ROOTS_TEXT = ("# Lab allocation model (lab/standins/dsv41_lab_allocation.py): where it looks for\n"
+                        "# the files it counts as fully allocated (engram-l<L>-r<r>of<n>.bin, n != 3).\n"
+                        "# PATH DEPTH (levels below PATH); written by lab/seed/host_seed.py\n"
+                        "/home 4\n/data 4\n")
 NVRM_MESSAGE = ("NVRM: _memdescAllocInternal: Out of memory: graphics context allocation failed "
                 "[NV_ERR_NO_MEMORY] (0x00000051) at 01:33:54")
 
@@ -389,7 +408,7 @@ class Seeder:
         self.log("installed launcher %s (variant %s)" % (base / "start.sh", self.variant))
 
     def family_home_paths(self):
-        """The family launcher's $HOME defaults, made to resolve on this host, in the login user's home:
+        r"""The family launcher's $HOME defaults, made to resolve on this host, in the login user's home:
         <home>/NewModels is a symlink to the lab's model directory (docker resolves a bind source through
         it, so the container sees the checkpoint); <home>/nccl-2.30.7 is an empty directory (a worker mounts
         its own: the worker's login shell expands \$HOME). A NewModels that is not a symlink is left alone."""
@@ -439,14 +458,24 @@ class Seeder:
             written.append(name)
         self.log("adapter/: %s" % (("wrote " + ", ".join(written)) if written else "present, left alone"))
 
+    def allocation_roots(self):
+        """/etc/dsv41-lab/allocated.roots: where the lab allocation model (lab/standins/dsv41_lab_allocation.py)
+        looks for the files it counts as fully allocated (the TP2 stand-ins). Every host gets the same roots:
+        a relocation may put the stand-ins on any host's /home or /data, and bring them back."""
+        self.mkdir("/etc/dsv41-lab", owner=False)
+        self.write(ALLOCATED_ROOTS_FILE, ALLOCATED_ROOTS_TEXT, mode=0o644, owner=False)
+        self.log("allocation model roots: %s" % ALLOCATED_ROOTS_FILE)
+
     def tp2_shards(self):
-        """spark2's old TP2 rank-1 shards (sparse), outside its /engram source."""
+        """spark2's old TP2 rank-1 shards (sparse), outside its /engram source; on the filesystem of the
+        Engram destination (lab/labctl.py binds both directories from one tmpfs), where the allocation model
+        counts them at their full size."""
         d = self.mkdir(self.home / "dsv41-engram")
         total = 0
         for layer, n in sorted(ENGRAM_ROWS.items()):
             lo, hi = n * 1 // 2, n * 2 // 2
             header = struct.pack("<6Q", MAGIC, layer, lo, hi, n, ROW_BYTES).ljust(HEADER_BYTES, b"\0")
-            size = HEADER_BYTES + (hi - lo) * ROW_BYTES
+            size = tp2_shard_sizes()["engram-l%d-r1of2.bin" % layer]
             total += size
             path = d / ("engram-l%d-r1of2.bin" % layer)
             if path.is_file() and path.stat().st_size == size:
@@ -634,6 +663,7 @@ class Seeder:
         self.nvidia_state()
         self.checkout()
         self.lab_knobs()
+        self.allocation_roots()
         if self.host == "spark2":
             self.tp2_shards()
         self.autotune_cache()
