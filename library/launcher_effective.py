@@ -201,6 +201,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.launch_record import effective_launch, key_effects, masked, summary
 from ansible.module_utils.launch_sandbox import LaunchError, config_name
 from ansible.module_utils.launcher_env import EnvError, parse_env, proposed_env
+from ansible.module_utils.secret_rule import secret_values
 
 
 def base_env_text(launcher, env_text, env_name):
@@ -269,6 +270,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    # the settings' secrets (by name or by shape) never come back in the echo of the arguments
+    module.no_log_values.update(secret_values(p["settings"] or {}))
     if p["timeout"] < 1 or p["max_calls"] < 1:
         module.fail_json(msg="launcher_effective: timeout and max_calls must be positive (got %d, %d)"
                          % (p["timeout"], p["max_calls"]), changed=False)

@@ -179,7 +179,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import host_label
 from ansible.module_utils import launcher_env as E
-from ansible.module_utils.secret_rule import MIN_SECRET_CHARS, is_secret_name
+from ansible.module_utils.secret_rule import secret_values
 
 
 def run_module():
@@ -202,9 +202,8 @@ def run_module():
     p = module.params
     who = host_label(p["host_label"])
     # Values of secret names must not come back through Ansible's echo of the arguments either.
-    for key, value in (p["settings"] or {}).items():
-        if is_secret_name(key) and value is not None and len("%s" % (value,)) >= MIN_SECRET_CHARS:
-            module.no_log_values.add("%s" % (value,))
+    # (secret by name, or shaped like a secret under any name: the one rule's secret_values)
+    module.no_log_values.update(secret_values(p["settings"] or {}))
     try:
         mode = int(p["mode"], 8)
         if not 0 <= mode <= 0o7777:

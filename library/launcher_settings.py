@@ -228,7 +228,7 @@ from ansible.module_utils import launcher as L
 from ansible.module_utils.launch_record import effective_launch, key_effects, summary
 from ansible.module_utils.launch_sandbox import LaunchError
 from ansible.module_utils.launcher_env import proposed_env
-from ansible.module_utils.secret_rule import MIN_SECRET_CHARS
+from ansible.module_utils.secret_rule import secret_values
 
 
 def _probe(worker_files):
@@ -309,10 +309,8 @@ def run_module():
     p = module.params
     settings = p["settings"] or {}
     # Secret values must not leak through the module's echo of its arguments either.
-    for key, value in settings.items():
-        v = L.norm_value(value)
-        if L.is_secret(key) and v is not None and len(v) >= MIN_SECRET_CHARS:
-            module.no_log_values.add(v)
+    # (secret by name, or shaped like a secret under any name: the one rule's secret_values)
+    module.no_log_values.update(secret_values(dict((k, L.norm_value(v)) for k, v in settings.items())))
     who = host_label(p["host_label"])
     if p["tp_size"] < 1:
         module.fail_json(msg="%s: tp_size %d is not a positive integer" % (who, p["tp_size"]), changed=False)

@@ -25,8 +25,10 @@ def payload(report):
 
 
 def _clean(text, token):
-    text = " ".join(str(text).split())[-300:]
-    return secret_rule.redact_text(text, [token]) if token else text
+    """One line of a notifier's output for the record: the token and every secret-shaped value masked
+    first, then cut to its last 300 characters (a cut before masking could leave half a token)."""
+    text = secret_rule.redact_text(" ".join(str(text).split()), [token] if token else [])
+    return text if len(text) <= 300 else "..." + text[-300:]
 
 
 def send_command(argv, body, token="", timeout=TIMEOUT):

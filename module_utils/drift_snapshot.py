@@ -16,11 +16,10 @@ also masked (``***``) inside every other returned value.
 """
 from __future__ import absolute_import, division, print_function
 
-import hashlib
 import os
 
 from ansible.module_utils import (clock_lock, contention, docker_ps, engine_log_source, import_hook, launch_truth,
-                                  import_hook_arming, launcher_env, meminfo, pack_plan, secret_rule)
+                                  import_hook_arming, launcher_env, meminfo, pack_plan, probe_read, secret_rule)
 
 SECRET_SAME = "(secret)"
 SECRET_CHANGED = "(secret changed)"
@@ -29,17 +28,9 @@ UNIT_DIR = "/etc/systemd/system"
 
 
 def sha256_file(path):
-    """sha256 of a file, or None when it does not exist (other OS errors propagate)."""
-    try:
-        with open(path, "rb") as handle:
-            digest = hashlib.sha256()
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-            return digest.hexdigest()
-    except (IOError, OSError) as exc:
-        if getattr(exc, "errno", None) == 2:
-            return None
-        raise
+    """sha256 of a file, or None when it does not exist; a symlink, FIFO or device in its place is refused
+    (probe_read: the probe runs as root over files the login user controls), other OS errors propagate."""
+    return probe_read.sha256(path)
 
 
 def _probe(errors, area, func, *args, **kwargs):
@@ -66,9 +57,8 @@ def clock_snapshot(run, p, unit_dir=None):
     unit_dir = unit_dir or UNIT_DIR
     unit_path = os.path.join(unit_dir, p["clock_unit"])
     text = None
-    if os.path.exists(unit_path):
-        with open(unit_path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
+    if os.path.lexists(unit_path):
+        text = probe_read.read_text(unit_path, errors="replace")
     res = clock_lock.gather(run, "locked", p["clock_unit"], p["clock_min_mhz"], p["clock_max_mhz"],
                             reset_unit=p["clock_reset_unit"], nvidia_smi=p["nvidia_smi"], sample_clock=False)
     state = res.get("unit_state") or {}
@@ -130,9 +120,8 @@ def adapters_snapshot(p):
         problems.append("%s: missing" % hook)
     else:
         expected = dict((str(k), str(v)) for k, v in (p["adapters_enabled"] or {}).items())
-        with open(hook, encoding="utf-8") as handle:
-            text = handle.read()
         try:
+            text = probe_read.read_text(hook)
             parsed = import_hook.read_hook(text, source=hook)
             problems = import_hook_arming.hook_problems(
                 parsed, expected, source=hook, reads_switch=import_hook_arming.adapter_reads(adapter_dir, expected, parsed))
@@ -151,7 +140,8 @@ def image_hashes(run, docker, image, image_dir, files):
         if len(parts) == 2:
             seen[os.path.basename(parts[1])] = parts[0]
     if rc is None or (rc != 0 and not seen):
-        raise RuntimeError("docker run %s sha256sum exited %s: %s" % (image, rc, (err or out or "").strip()[-300:]))
+        raise RuntimeError("docker run %s sha256sum exited %s: %s"
+                           % (image, rc, secret_rule.clip_tail((err or out or "").strip())))
     return dict((f, seen.get(f)) for f in files)
 
 
@@ -161,7 +151,7 @@ def inspect_json(run, args, what):
     if rc == 1 and "No such" in (err or out or ""):
         return None
     if rc != 0:
-        raise RuntimeError("%s exited %s: %s" % (what, rc, (err or out or "").strip()[-300:]))
+        raise RuntimeError("%s exited %s: %s" % (what, rc, secret_rule.clip_tail((err or out or "").strip())))
     import json
     data = json.loads(out or "[]")
     return data[0] if data else None
@@ -245,7 +235,7 @@ def memory_snapshot(path="/proc/meminfo"):
 def containers_snapshot(run, docker, serving_prefix):
     rc, out, err = run([docker, "ps", "-a", "--no-trunc", "--format", docker_ps.DOCKER_FORMAT])
     if rc != 0:
-        raise RuntimeError("%s ps exited %s: %s" % (docker, rc, (err or out or "").strip()[-300:]))
+        raise RuntimeError("%s ps exited %s: %s" % (docker, rc, secret_rule.clip_tail((err or out or "").strip())))
     rows = docker_ps.container_records(docker_ps.parse_ps(out), {}, None, serving_prefix)
     return [{"name": r["name"], "state": r["state"], "serving": r["serving"], "image": r["image"]} for r in rows]
 

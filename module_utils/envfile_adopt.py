@@ -4,7 +4,7 @@
 :func:`adopt_env` reads the file with bash's rules (``envfile_parse``) and sorts every key it sets:
 
 * settings: every key as bash sees it, in file order, for ``dsv41_launcher_settings``;
-* secrets (the one rule, ``secret_rule.is_secret_name``): the value moves to a vault variable
+* secrets (the one rule, ``secret_rule.is_secret``: by name or by the value's shape): the value moves to a vault variable
   (``vault_dsv41_api_key`` for ``API_KEY``, ``vault_dsv41_launcher_<key in lower case>`` for the
   others) and the setting refers to it, so the proposal itself holds no secret;
 * keys the writer cannot declare (the shell's or the loader's own variables, values holding a
@@ -23,7 +23,8 @@ import re
 
 from ansible.module_utils.envfile_lines import parse_statements
 from ansible.module_utils.envfile_render import API_KEY, DEFAULT_HEADER, comment_lines, key_problem, value_problem
-from ansible.module_utils.secret_rule import is_secret_name
+from ansible.module_utils.envfile_shell import EnvError
+from ansible.module_utils.secret_rule import is_secret
 
 __metaclass__ = type
 
@@ -44,15 +45,26 @@ def adopt_env(text, base=None, source=".env", header=DEFAULT_HEADER):
     ``dsv41_api_key``) nor the undeclarable keys. Raises ``EnvSyntaxError`` for a file that is not data.
     """
     env, groups = parse_statements(text, base, source)
+    # Vault variables are named in lower case: HF_TOKEN and Hf_Token would share one, and the converge would
+    # give one key the other's value. Such a file is refused, naming both keys.
+    by_vault = {}
+    for key, value in env.items():
+        if is_secret(key, value):
+            by_vault.setdefault(vault_name(key), []).append(key)
+    clashes = [keys for keys in by_vault.values() if len(keys) > 1]
+    if clashes:
+        raise EnvError("%s: %s differ only in case; their secrets would share the vault variable %s. Rename one "
+                       "of them in the .env (bash treats them as different variables) and adopt again"
+                       % (source, " and ".join(clashes[0]), vault_name(clashes[0][0])))
     settings, secrets, secret_keys, undeclarable = {}, {}, [], []
     api_key_var = None
     for key, value in env.items():
         problem = key_problem(key) or value_problem(key, value)
         if problem:
-            undeclarable.append({"key": key, "reason": problem if not is_secret_name(key) else
+            undeclarable.append({"key": key, "reason": problem if not is_secret(key, value) else
                                  problem.split(":")[0] + ": cannot be written as data"})
             continue
-        if is_secret_name(key):
+        if is_secret(key, value):
             secret_keys.append(key)
             secrets[vault_name(key)] = value
             if key == API_KEY:

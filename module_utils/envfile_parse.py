@@ -286,7 +286,16 @@ def parse_env(text, base=None, source=".env"):
     return _Parser(_text_of(text, source), base, source).parse()
 
 
+# A launcher .env is a few kilobytes; the parser is linear but not fast, and a file far beyond this is not
+# a settings file (20 MB took half a minute). Refused before parsing, naming its size.
+ENV_MAX_BYTES = 1 << 20
+
+
 def _text_of(text, source):
+    size = len(text) if isinstance(text, bytes) else len(str(text).encode("utf-8", "surrogatepass"))
+    if size > ENV_MAX_BYTES:
+        raise EnvSyntaxError("%d bytes, more than the %d a launcher .env may hold; not read (is this the "
+                             "right file?)" % (size, ENV_MAX_BYTES), None, source)
     if isinstance(text, bytes):
         try:
             return text.decode("utf-8")

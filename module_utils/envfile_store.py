@@ -18,6 +18,7 @@ import stat
 import time
 
 from ansible.module_utils.envfile_shell import EnvError
+from ansible.module_utils.envfile_parse import ENV_MAX_BYTES as ENV_TEXT_MAX_BYTES
 
 __metaclass__ = type
 
@@ -25,6 +26,8 @@ BACKUP_INFIX = ".dsv41-backup-"
 REPLACED_INFIX = ".dsv41-replaced-"
 RECORD_SUFFIX = ".dsv41-backups.json"
 RECORD_FORMAT = 1
+RECORD_MAX_BYTES = 4 << 20
+ENV_MAX_BYTES = ENV_TEXT_MAX_BYTES      # the record of a busy year is a few hundred KB
 
 
 def sha256_hex(data):
@@ -55,18 +58,22 @@ def read_env_file(path):
     if not stat.S_ISREG(st.st_mode):
         raise EnvError("%s is not a regular file" % path)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         try:
-            chunks = []
-            while True:
+            chunks, size = [], 0
+            while size <= ENV_MAX_BYTES:    # one byte past the cap is enough to refuse it
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     break
                 chunks.append(chunk)
+                size += len(chunk)
         finally:
             os.close(fd)
     except OSError as exc:
         raise EnvError("%s: cannot read: %s" % (path, exc.strerror))
+    if size > ENV_MAX_BYTES:
+        raise EnvError("%s: %d bytes or more, larger than the %d a launcher .env may hold; not read"
+                       % (path, st.st_size, ENV_MAX_BYTES))
     return b"".join(chunks), st
 
 
@@ -133,12 +140,28 @@ def write_atomic(path, data, mode, uid=None, gid=None):
 def load_record(path):
     """The record of befores kept beside the .env: {"format", "file", "runs": [...]} (empty when absent)."""
     rpath = record_path(path)
-    try:
-        with open(rpath, "rb") as fh:
-            data = json.loads(fh.read().decode("utf-8"))
-    except IOError as exc:
+    try:    # never through a symlink, never a FIFO or device (a hang), never more than RECORD_MAX_BYTES
+        fd = os.open(rpath, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise EnvError("%s is not a regular file; fix or remove it" % rpath)
+            raw = b""
+            while len(raw) <= RECORD_MAX_BYTES:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                raw += chunk
+        finally:
+            os.close(fd)
+        if len(raw) > RECORD_MAX_BYTES:
+            raise EnvError("%s is larger than %d bytes: not a record this tool wrote; fix or remove it"
+                           % (rpath, RECORD_MAX_BYTES))
+        data = json.loads(raw.decode("utf-8"))
+    except (IOError, OSError) as exc:
         if exc.errno == errno.ENOENT:
             return {"format": RECORD_FORMAT, "file": os.path.basename(path), "runs": []}
+        if exc.errno == errno.ELOOP:
+            raise EnvError("%s is a symlink; the record is never read through one (fix or remove it)" % rpath)
         raise EnvError("%s: cannot read: %s" % (rpath, exc.strerror))
     except ValueError as exc:
         raise EnvError("%s is not a valid backup record (%s); fix or remove it" % (rpath, exc))

@@ -17,6 +17,7 @@ import os
 
 from ansible.module_utils.import_hook_conditions import LAUNCHER_VAR, UNKNOWN, GateEnv, all_true, string_constant
 from ansible.module_utils.import_hook_finder import finder_wraps
+from ansible.module_utils.probe_read import read_text as _read_regular
 
 __metaclass__ = type
 
@@ -166,10 +167,11 @@ def adapter_reads(adapter_dir, expected, hook=None):
     for adapter, switch in (expected or {}).items():
         answers = []
         for module in adapter_modules(hook, adapter):
-            try:
-                with open(os.path.join(adapter_dir, module + ".py"), encoding="utf-8") as handle:
-                    answers.append(reads_switch(handle.read(), switch))
+            try:    # never through a symlink, never a FIFO or device (the drift probe runs as root)
+                text = _read_regular(os.path.join(adapter_dir, module + ".py"))
             except (OSError, UnicodeDecodeError):
                 continue
+            if text is not None:
+                answers.append(reads_switch(text, switch))
         out[adapter] = True if True in answers else (answers[0] if answers and None not in answers else None)
     return out

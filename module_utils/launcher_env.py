@@ -239,6 +239,38 @@ def converge_env(path, settings, api_key=None, notes=(), run_id=None, header=DEF
     return result
 
 
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_MODE_RE = re.compile(r"^0?[0-7]{3}$")
+
+
+def _check_entry(path, entry):
+    """Restore only what the writer itself recorded: a backup beside the .env under the writer's own name
+    (``<.env>.dsv41-backup-...``, no directory part), with its size, sha256 and a plain permission mode
+    (no setuid, setgid or sticky bit). A record edited by hand (``../outside``, no sha256, mode 4755) is
+    refused naming the record, the run and the value."""
+    where = "%s (run %s)" % (record_path(path), entry.get("run_id"))
+    name = entry.get("backup")
+    prefix = os.path.basename(path) + BACKUP_INFIX
+    if not isinstance(name, str) or not name:
+        raise EnvError("%s names no backup" % where)
+    if name != os.path.basename(name) or name in (".", "..") or "\0" in name or not name.startswith(prefix):
+        raise EnvError("%s: backup %r is not a backup this tool wrote (a file name %s..., beside the .env); "
+                       "not restoring it" % (where, name[:200], prefix))
+    if not isinstance(entry.get("sha256"), str) or not _SHA256_RE.match(entry["sha256"]):
+        raise EnvError("%s: backup %s has no recorded sha256 (got %r); not restoring it"
+                       % (where, name, str(entry.get("sha256"))[:80]))
+    if not isinstance(entry.get("size"), int) or isinstance(entry.get("size"), bool) or entry["size"] < 0:
+        raise EnvError("%s: backup %s has no recorded size (got %r); not restoring it"
+                       % (where, name, str(entry.get("size"))[:80]))
+    if not isinstance(entry.get("mode"), str) or not _MODE_RE.match(entry["mode"]):
+        raise EnvError("%s: backup %s records mode %r, not a plain permission mode (0000-0777: no setuid, setgid "
+                       "or sticky bit); not restoring it" % (where, name, str(entry.get("mode"))[:20]))
+    for key in ("uid", "gid"):
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise EnvError("%s: backup %s records %s %r; not restoring it" % (where, name, key, str(value)[:20]))
+
+
 def rollback_env(path, run_id=None, base=None, check_mode=False, extra_secrets=()):
     """Restore the recorded "before" of ``run_id`` (default: the latest recorded run) exactly:
     content, mode and owner (or remove the file if it did not exist before that run).
@@ -265,16 +297,15 @@ def rollback_env(path, run_id=None, base=None, check_mode=False, extra_secrets=(
     directory = os.path.dirname(os.path.abspath(path))
     result.update(restored_run=entry["run_id"], backup=entry.get("backup"))
     if entry.get("existed", True):
-        if not entry.get("backup"):
-            raise EnvError("%s: the record of run %s names no backup" % (record_path(path), entry["run_id"]))
+        _check_entry(path, entry)
         bpath = os.path.join(directory, entry["backup"])
         target, _bst = read_env_file(bpath)
         if target is None:
             raise EnvError("%s: the backup %s of run %s is missing" % (path, entry["backup"], entry["run_id"]))
-        if entry.get("sha256") and sha256_hex(target) != entry["sha256"]:
-            raise EnvError("%s: the backup %s changed since it was recorded (sha256 differs); not restoring it"
-                           % (path, entry["backup"]))
-        mode = int(entry.get("mode", "0600"), 8)
+        if len(target) != entry["size"] or sha256_hex(target) != entry["sha256"]:
+            raise EnvError("%s: the backup %s changed since it was recorded (%s differs); not restoring it"
+                           % (path, entry["backup"], "size" if len(target) != entry["size"] else "sha256"))
+        mode = int(entry["mode"], 8)
         uid, gid = entry.get("uid"), entry.get("gid")
     else:
         target, mode, uid, gid = None, None, None, None

@@ -20,6 +20,7 @@ from ansible.module_utils.shard_format import (
 
 
 INDEX_NAME = "model.safetensors.index.json"
+MAX_INDEX_BYTES = 64 << 20      # a large model's index is a few MB
 WEIGHT_DTYPE = "F8_E4M3"
 SCALE_DTYPE = "F8_E8M0"
 
@@ -81,10 +82,7 @@ def read_safetensors_header(path):
         raw = pread_exact(fd, length, 8, path)
     finally:
         os.close(fd)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:  # includes UnicodeDecodeError and JSONDecodeError
-        raise EngramFormatError("%s: safetensors header is not valid JSON: %s" % (path, exc))
+    header = _json(raw, path, "safetensors header")
     if not isinstance(header, dict):
         raise EngramFormatError("%s: safetensors header is a JSON %s, not an object"
                                 % (path, type(header).__name__))
@@ -101,7 +99,30 @@ def read_safetensors_header(path):
             raise EngramFormatError("%s: tensor %s data_offsets %r end at byte %d, past the end of "
                                     "the file (%d bytes)" % (path, name, offsets,
                                                             data_start + offsets[1], size))
+    _refuse_overlaps(path, header)
     return header, data_start
+
+
+def _refuse_overlaps(path, header):
+    """Two tensors may not share bytes: a header whose data_offsets overlap would pack one tensor's bytes as
+    another's rows. Refused naming both (empty tensors take no bytes)."""
+    spans = sorted((info["data_offsets"][0], info["data_offsets"][1], name) for name, info in header.items()
+                   if name != "__metadata__" and info["data_offsets"][1] > info["data_offsets"][0])
+    for (b1, e1, n1), (b2, e2, n2) in zip(spans, spans[1:]):
+        if b2 < e1:
+            raise EngramFormatError("%s: tensors %s [%d, %d) and %s [%d, %d) overlap in the data section: "
+                                    "not a valid safetensors file" % (path, n1, b1, e1, n2, b2, e2))
+
+
+def _json(raw, path, what):
+    """JSON of a checkpoint file, refusing what is not an honest header: bad UTF-8 or JSON, or nesting deep
+    enough to exhaust the parser (a header is two levels deep)."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # includes UnicodeDecodeError and JSONDecodeError
+        raise EngramFormatError("%s: %s is not valid JSON: %s" % (path, what, exc))
+    except RecursionError:
+        raise EngramFormatError("%s: %s is nested too deeply to be a checkpoint's JSON" % (path, what))
 
 
 def _table_rows(path, header, name, dtype, width):
@@ -133,17 +154,18 @@ def _load_index(checkpoint_dir):
             if not stat.S_ISREG(st.st_mode):
                 raise EngramFormatError("%s: checkpoint index is a %s, not a regular file"
                                         % (index_path, file_kind(st)))
+            if st.st_size > MAX_INDEX_BYTES:
+                raise EngramFormatError("%s: checkpoint index is %d bytes, more than the %d an index holds"
+                                        % (index_path, st.st_size, MAX_INDEX_BYTES))
             with os.fdopen(os.dup(fd), "rb") as handle:
-                raw = handle.read()
+                raw = handle.read(MAX_INDEX_BYTES + 1)
         finally:
             os.close(fd)
-        index = json.loads(raw.decode("utf-8"))
+        index = _json(raw, index_path, "checkpoint index")
     except FileNotFoundError:
         raise EngramFormatError("%s: checkpoint index not found" % index_path)
     except OSError as exc:
         raise EngramFormatError("%s: cannot read checkpoint index: %s" % (index_path, exc.strerror))
-    except ValueError as exc:
-        raise EngramFormatError("%s: checkpoint index is not valid JSON: %s" % (index_path, exc))
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise EngramFormatError("%s: checkpoint index has no weight_map object" % index_path)

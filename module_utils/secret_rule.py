@@ -9,8 +9,8 @@ Used by every module that returns or writes settings (``launcher_settings``, ``l
 from splitting the name on anything that is not a letter or digit, on lower-to-upper case changes
 (``apiKey``) and between letters and digits (``DB_PASSWORD2``), compared upper-case, so the rule is
 case-insensitive. A word is secret when it *ends* in KEY, KEYS, TOKEN, SECRET(S), PASSWORD(S), PASSWD,
-PASSPHRASE, CREDENTIAL(S) (``OPENAI_APIKEY``, ``HF_ACCESSTOKEN``) or *is* PAT, PWD, AUTHORIZATION or
-COOKIE (``GITHUB_PAT``, ``DB_PWD``). Not secret: ``*_TOKENS`` (a count: ``MAX_TOTAL_TOKENS``,
+PASSPHRASE, CREDENTIAL(S) (``OPENAI_APIKEY``, ``HF_ACCESSTOKEN``) or *is* PAT, PWD, PASS, AUTH, CREDS,
+DSN, AUTHORIZATION or COOKIE (``GITHUB_PAT``, ``DB_PWD``, ``DB_PASS``, ``OPENAI_AUTH``, ``SENTRY_DSN``). Not secret: ``*_TOKENS`` (a count: ``MAX_TOTAL_TOKENS``,
 ``completion_tokens``), PATH, the shell's own ``PWD``/``OLDPWD`` (a directory), words that merely
 contain a secret word (``TOKENIZER``, ``KEYBOARD``, ``DSV41_AUTOTUNE_KEEP``).
 
@@ -19,6 +19,13 @@ replaced wherever it appears in free text too, including its JSON-escaped form (
 the key inside a JSON string it built itself). Values shorter than :data:`MIN_SECRET_CHARS` are
 masked under their own name but not searched for in other text (a 1-character "secret" would turn
 every such character into ``***``).
+
+**Shapes.** A value is secret by its shape too, whatever its name (``HF_TOKENS=hf_...`` is a count by
+name, a token by shape): OpenAI/Anthropic keys (``sk-...``), Hugging Face (``hf_...``), GitHub
+(``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``, ``github_pat_...``), Slack (``xox[abposr]-...``), AWS access key
+ids (``AKIA...``), JWTs (``eyJ....eyJ....sig``), the credential after ``Bearer``/``Basic``, the password of a
+URL (``scheme://user:pass@host``) and PEM private key blocks. :func:`redact_text` masks every such match in
+any text, before anything cuts the text (:func:`clip`), so half a token never shows.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -32,9 +39,28 @@ MIN_SECRET_CHARS = 4
 
 SECRET_SUFFIXES = ("KEY", "KEYS", "TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD",
                    "PASSPHRASE", "CREDENTIAL", "CREDENTIALS")
-SECRET_WORDS = frozenset(["PAT", "PWD", "AUTHORIZATION", "COOKIE"])
+SECRET_WORDS = frozenset(["PAT", "PWD", "PASS", "AUTH", "CREDS", "DSN", "AUTHORIZATION", "COOKIE"])
 # Names that hold a secret word but are plain shell state: the working directories.
 NOT_SECRET_NAMES = frozenset(["PWD", "OLDPWD"])
+
+# Secret shapes in free text. Each pattern's group "s" is the secret part replaced by ***; what is around it
+# (the scheme and user of a URL, the word Bearer) stays, so the text still says what it was.
+_B = r"(?<![A-Za-z0-9_-])"      # a token starts at a word edge (``task-sk-...`` is not a key)
+SECRET_SHAPES = (
+    ("openai/anthropic key", re.compile(_B + r"(?P<s>sk-[A-Za-z0-9_-]{16,})")),
+    ("hugging face token", re.compile(_B + r"(?P<s>hf_[A-Za-z0-9]{16,})")),
+    ("github token", re.compile(_B + r"(?P<s>(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}))")),
+    ("slack token", re.compile(_B + r"(?P<s>xox[abposr]-[A-Za-z0-9-]{10,})")),
+    ("aws access key id", re.compile(r"(?<![A-Z0-9])(?P<s>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Z0-9])")),
+    ("jwt", re.compile(_B + r"(?P<s>eyJ[A-Za-z0-9_-]{6,}\.eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,})")),
+    # the credential after Bearer/Basic: 12 or more token characters with a digit ("basic arithmetic" is prose)
+    ("authorization header", re.compile(r"(?i)\b(?:bearer|basic)[ \t]+"
+                                        r"(?P<s>(?=[A-Za-z0-9._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{12,})")),
+    ("url password", re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s/:@'\"]*:(?P<s>[^\s/@'\"]+)@")),
+    ("private key", re.compile(r"(?P<s>-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))")),
+)
+# Values in messages are cut to this many characters (after redaction).
+CLIP_CHARS = 200
 
 _WORD_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _ENV_ITEM_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=", re.S)
@@ -56,6 +82,50 @@ def is_secret_name(name):
         if word in SECRET_WORDS or word.endswith(SECRET_SUFFIXES):
             return True
     return False
+
+
+def shaped_secrets(text):
+    """The secret parts of ``text`` by shape (see module doc), longest first."""
+    text = _text(text)
+    if not text:
+        return []
+    found = set()
+    for _name, pattern in SECRET_SHAPES:
+        for match in pattern.finditer(text):
+            found.add(match.group("s"))
+    return sorted(found, key=lambda v: (-len(v), v))
+
+
+def is_secret_value(value):
+    """True when ``value`` holds something shaped like a secret (see module doc), whatever its name."""
+    return bool(shaped_secrets(value))
+
+
+def is_secret(name, value=None):
+    """The one rule: secret by ``name`` or by the shape of ``value``."""
+    return is_secret_name(name) or is_secret_value(value)
+
+
+def _mask_shapes(text):
+    for _name, pattern in SECRET_SHAPES:
+        text = pattern.sub(lambda m: m.group(0)[:m.start("s") - m.start(0)] + SECRET_MASK
+                           + m.group(0)[m.end("s") - m.start(0):], text)
+    return text
+
+
+def clip(text, limit=CLIP_CHARS):
+    """``text`` redacted by shape, then cut to ``limit`` characters (``...`` and the count of the rest):
+    redaction first, so a cut never leaves half a token."""
+    text = _mask_shapes("%s" % (text,))
+    if len(text) <= limit:
+        return text
+    return "%s... (%d more characters)" % (text[:limit], len(text) - limit)
+
+
+def clip_tail(text, limit=300):
+    """The last ``limit`` characters of ``text`` (an error's end says most), redacted by shape first."""
+    text = _mask_shapes("%s" % (text,))
+    return text if len(text) <= limit else "..." + text[-limit:]
 
 
 def _text(value):
@@ -87,6 +157,10 @@ def secret_values(data, extra=()):
             found.add(text)
 
     def walk(node):
+        if isinstance(node, (str, bytes)):
+            for part in shaped_secrets(node):   # a token under an innocent name, hidden elsewhere too
+                add(part)
+            return
         if isinstance(node, dict):
             for key, value in node.items():
                 if is_secret_name(key) and not isinstance(value, (dict, list, tuple)):
@@ -115,13 +189,14 @@ def _forms(value):
 
 
 def redact_text(text, values):
-    """``text`` with every value in ``values`` (and its JSON-escaped form) replaced by ``***``."""
+    """``text`` with every value in ``values`` (and its JSON-escaped form), and everything shaped like a
+    secret, replaced by ``***``."""
     out = "%s" % (text,)
     for value in sorted((v for v in (_text(x) for x in values or ()) if v and len(v) >= MIN_SECRET_CHARS),
                         key=lambda v: (-len(v), v)):
         for form in _forms(value):
             out = out.replace(form, SECRET_MASK)
-    return out
+    return _mask_shapes(out)
 
 
 def redact(data, values=(), collect=True):
@@ -168,11 +243,14 @@ def redact(data, values=(), collect=True):
 
 
 def mask_mapping(mapping):
-    """Copy of a flat mapping with the values of secret names replaced by ``***`` (unset values kept)."""
+    """Copy of a flat mapping with the values of secret names replaced by ``***`` (unset values kept), and
+    the secret-shaped parts of every other string value too."""
     out = {}
     for key, value in (mapping or {}).items():
         if is_secret_name(key) and value is not None and not isinstance(value, bool) and str(value) != "":
             out[key] = SECRET_MASK
+        elif isinstance(value, str) and is_secret_value(value):
+            out[key] = _mask_shapes(value)
         else:
             out[key] = value
     return out

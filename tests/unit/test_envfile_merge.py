@@ -9,6 +9,7 @@ import yaml
 
 from ansible.module_utils import envfile_adopt as A
 from ansible.module_utils import launcher_env as E
+from ansible.module_utils.envfile_shell import EnvError
 
 import launcher_adopt as launcher_adopt_module
 from modrun import run_module
@@ -187,3 +188,25 @@ def test_a_file_without_api_key_gets_none_from_its_proposal():
     assert data["container_env_api_key"] is None and "dsv41_api_key" not in data
     assert E.merge_env("A=1\n", data["dsv41_launcher_settings"], api_key=data["container_env_api_key"],
                        base=BASE)["text"] == HEADER + "A=1\n"
+
+
+def test_adoption_refuses_secret_keys_that_differ_only_in_case_naming_both(monkeypatch, capsys, tmp_path):
+    text = "HF_TOKEN=hf_AAAAaaaaBBBBbbbbCCCC1\nHf_Token=hf_ZZZZzzzzYYYYyyyyXXXX2\n"
+    with pytest.raises(EnvError) as err:
+        A.adopt_env(text, BASE, "/x/.env")
+    assert "/x/.env: HF_TOKEN and Hf_Token differ only in case" in str(err.value)
+    assert "vault_dsv41_launcher_hf_token" in str(err.value)
+    env = tmp_path / ".env"
+    env.write_text(text)
+    os.chmod(str(env), 0o600)
+    res = run_module(launcher_adopt_module.main, {"path": str(env), "host_label": "spark1"})
+    assert res["failed"] and "HF_TOKEN and Hf_Token differ only in case" in res["msg"]
+    assert "hf_AAAA" not in json.dumps(res) and "hf_ZZZZ" not in json.dumps(res)
+
+
+def test_adoption_moves_a_secret_shaped_value_under_an_innocent_name_to_the_vault():
+    adopted = A.adopt_env("DATABASE_URL=postgres://admin:hunter22@db/fleet\nHF_TOKENS=hf_AbCdEfGhIjKlMnOpQrSt\n"
+                          "MAX_TOTAL_TOKENS=750000\n", BASE)
+    assert adopted["secret_keys"] == ["DATABASE_URL", "HF_TOKENS"]
+    proposal = A.proposal_yaml(adopted, "here")
+    assert "hunter22" not in proposal and "hf_AbCd" not in proposal and "750000" in proposal

@@ -272,3 +272,38 @@ def test_only_hooks_the_role_runs_are_accepted():
     assert defn["arms"][0]["requires"]["clocks"] == "locked"
     doc["arms"][0]["hook"] = "image_pin"
     assert refused(doc).startswith("experiments/x.yml: arms[0].hook: ")
+
+
+def _alias_bomb(levels=10, refs=60):
+    """About 2.3 KB of nested anchors under ``description``: expanded, 10 * refs**(levels - 1) strings."""
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels):
+        lines.append("a%d: &a%d [%s]" % (i, i, ",".join(["*a%d" % (i - 1)] * refs)))
+    return "description:\n" + "".join("  " + line + "\n" for line in lines)
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_with_a_short_message():
+    import time
+    text = (ROOT / "experiments" / "stage_c_fence.yml").read_text().replace("description: >-", "old_description: >-")
+    text += _alias_bomb()
+    assert 2000 < len(_alias_bomb()) < 2600
+    started = time.monotonic()
+    with pytest.raises(es.DefinitionError) as err:
+        es.load_text(text, source="bomb.yml")
+    assert time.monotonic() - started < 2 and len(str(err.value)) < 1024
+    assert "YAML alias *a0: anchors and aliases are not accepted here" in str(err.value)
+
+
+@pytest.mark.parametrize("key, kind", [("[a, b]", "list"), ("{a: 1}", "mapping"), ("? [x]\n", "list")])
+def test_a_list_or_mapping_as_a_key_is_refused_by_name(key, kind):
+    text = (ROOT / "experiments" / "stage_c_fence.yml").read_text() + "%s: 1\n" % key
+    with pytest.raises(es.DefinitionError, match="a %s as a key: keys are names" % kind):
+        es.load_text(text, source="k.yml")
+
+
+def test_a_huge_value_is_cut_in_the_refusal():
+    doc = stage_c()
+    doc["stage"] = "Z" * 100000
+    with pytest.raises(es.DefinitionError) as err:
+        es.validate(doc, source="big.yml", stem="stage_c_fence")
+    assert len(str(err.value)) < 1024 and "more characters" in str(err.value)

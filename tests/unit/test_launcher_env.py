@@ -555,3 +555,61 @@ def test_an_override_the_role_wrote_goes_when_no_longer_declared_a_hand_set_key_
     assert env.read_text() == E.render_env({}) + "A=0\nHAND=1\nEDITED=2\n"
     again = E.converge_env(str(env), {"A": "0"}, run_id="again")
     assert not again["changed"] and again["removed_stale"] == []
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("backup", "../outside", "is not a backup this tool wrote"),
+    ("backup", "/etc/shadow", "is not a backup this tool wrote"),
+    ("backup", "other.dsv41-backup-x", "is not a backup this tool wrote"),
+    ("sha256", None, "has no recorded sha256"),
+    ("sha256", "abc", "has no recorded sha256"),
+    ("size", None, "has no recorded size"),
+    ("mode", "4755", "not a plain permission mode"),
+    ("mode", "2644", "not a plain permission mode"),
+    ("uid", -1, "records uid"),
+])
+def test_rollback_restores_only_a_backup_the_writer_recorded_itself(tmp_path, field, value, needle):
+    env = tmp_path / ".env"
+    env.write_text("A=0\n")
+    E.converge_env(str(env), {"A": "1"}, run_id="r1")
+    (tmp_path.parent / "outside").write_text("A=outside\n")
+    rpath = tmp_path / ".env.dsv41-backups.json"
+    record = json.loads(rpath.read_text())
+    if value is None:
+        record["runs"][0].pop(field)
+    else:
+        record["runs"][0][field] = value
+    rpath.write_text(json.dumps(record))
+    before = files(tmp_path), env.read_bytes(), stat.S_IMODE(os.stat(str(env)).st_mode)
+    with pytest.raises(E.EnvError, match=needle) as err:
+        E.rollback_env(str(env))
+    assert str(rpath) in str(err.value) and "run r1" in str(err.value)
+    assert (files(tmp_path), env.read_bytes(), stat.S_IMODE(os.stat(str(env)).st_mode)) == before
+
+
+def test_a_backup_record_that_is_a_symlink_or_huge_is_refused(tmp_path):
+    env = tmp_path / ".env"
+    env.write_text("A=0\n")
+    E.converge_env(str(env), {"A": "1"}, run_id="r1")
+    rpath = tmp_path / ".env.dsv41-backups.json"
+    real = tmp_path / "elsewhere.json"
+    rpath.rename(real)
+    rpath.symlink_to(real)
+    with pytest.raises(E.EnvError, match="is a symlink; the record is never read through one"):
+        E.rollback_env(str(env))
+    rpath.unlink()
+    rpath.write_bytes(b" " * (5 << 20))
+    with pytest.raises(E.EnvError, match="larger than 4194304 bytes"):
+        E.rollback_env(str(env))
+
+
+def test_an_env_over_one_mebibyte_is_refused_before_parsing(tmp_path):
+    import time
+    env = tmp_path / ".env"
+    env.write_bytes(b"A=" + b"x" * (20 << 20) + b"\n")
+    started = time.monotonic()
+    with pytest.raises(E.EnvError, match="larger than the 1048576 a launcher .env may hold"):
+        E.converge_env(str(env), {"A": "1"}, run_id="r1")
+    with pytest.raises(E.EnvError, match="more than the 1048576 a launcher .env may hold"):
+        E.parse_env("A=" + "x" * (2 << 20) + "\n")
+    assert time.monotonic() - started < 2

@@ -102,3 +102,65 @@ def test_adoption_moves_exactly_the_secret_names_to_the_vault():
     proposal = A.proposal_yaml(adopted, "here")
     for name in names:
         assert (("value-of-%s" % name) in proposal) != S.is_secret_name(name)
+
+
+# --------------------------------------------------------------------------- secrets by shape
+
+# (name that says nothing, secret-shaped value, the secret part that must never show)
+SHAPED = [
+    ("OPENAI_AUTH", "sk-proj-4f9aQ2xLmN8bV7cT1zR5", "sk-proj-4f9aQ2xLmN8bV7cT1zR5"),
+    ("ANTHROPIC", "sk-ant-api03-Zq8WvT5yR2uI0oP9", "sk-ant-api03-Zq8WvT5yR2uI0oP9"),
+    ("GH_AUTH", "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
+    ("GH_FINE", "github_pat_11ABCDEFG0abcdefghijkl_mnopq", "github_pat_11ABCDEFG0abcdefghijkl_mnopq"),
+    ("HF_TOKENS", "hf_AbCdEfGhIjKlMnOpQrStUv", "hf_AbCdEfGhIjKlMnOpQrStUv"),
+    ("SLACK", "xoxb-123456789012-abcdefGHIJ", "xoxb-123456789012-abcdefGHIJ"),
+    ("AWS_ID", "AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    ("SESSION", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r", "dBjftJeZ4CVPmB92K27uhbUJU1p1r"),
+    ("NOTIFY_HEADER", "Authorization: Bearer 9f8e7d6c5b4a39281706", "9f8e7d6c5b4a39281706"),
+    ("DATABASE_URL", "postgres://admin:pw@db:5432/fleet", ":pw@"),
+    ("REDIS_URL", "redis://:s3cr3tpass@cache:6379/0", "s3cr3tpass"),
+    ("DEPLOY", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+     "b3BlbnNzaC1rZXktdjEAAAAA"),
+]
+NOT_SHAPED = ["task-sk-lab-runner-0000000000", "basic arithmetic is fine", "MAX_TOTAL_TOKENS=750000",
+              "http://spark1:8888/health", "/home/mia/dsv41-3x-spark/engram", "dsv41-sglang:tp3",
+              "token throughput 17.3 tok/s", "Bearer of news"]
+
+
+@pytest.mark.parametrize("name,value,part", SHAPED, ids=[s[0] for s in SHAPED])
+def test_a_secret_shaped_value_is_masked_whatever_its_name(name, value, part):
+    assert not S.is_secret_name(name) or name in ("OPENAI_AUTH", "GH_AUTH")     # AUTH is a secret word too
+    assert S.is_secret_value(value) and S.is_secret(name, value)
+    assert part not in S.redact_text("%s=%s and again: %s" % (name, value, value), [])
+    assert part not in json.dumps(S.redact({"settings": {name: value}, "log": ["x " + value]}))
+    assert part not in json.dumps(S.mask_mapping({name: value}))
+    if len(part.strip(":@")) >= S.MIN_SECRET_CHARS:     # hidden in other documents too (a 2-character one only by shape)
+        assert any(part in v or v in value for v in S.secret_values({name: value}))
+    # the .env diff and listing (--diff, run records)
+    assert part not in "\n".join(E.env_changes({name: "old"}, {name: value}))
+    assert part not in E.env_listing({name: value})
+
+
+@pytest.mark.parametrize("text", NOT_SHAPED)
+def test_ordinary_fleet_text_is_left_alone(text):
+    assert not S.is_secret_value(text) and S.redact_text(text, []) == text
+
+
+def test_a_url_keeps_its_scheme_user_and_host():
+    assert S.redact_text("postgres://admin:pw@db:5432/fleet", []) == "postgres://admin:***@db:5432/fleet"
+
+
+def test_redaction_comes_before_any_cut():
+    token = "hf_" + "A1b2C3d4E5" * 3
+    long_text = "x" * 190 + " " + token + " " + "y" * 50
+    for cut in (S.clip(long_text, 200), S.clip_tail(long_text, 60)):
+        assert token not in cut and token[:10] not in cut and token[-10:] not in cut
+
+
+def test_the_notifier_masks_before_it_keeps_the_last_300_characters():
+    from ansible.module_utils import drift_notify as N
+    token = "9f8e7d6c5b4a3928170655443322110099887766"
+    echoed = "curl: (22) rejected header Authorization: Bearer " + token + " " + "z" * 285
+    kept = N._clean(echoed, "")             # the notifier's own token unknown here: caught by its shape
+    assert token not in kept and token[:8] not in kept and token[-8:] not in kept and len(kept) <= 303
+    assert token not in N._clean("Bearer " + token, token)

@@ -251,3 +251,34 @@ def test_plan_shortfall_is_a_verdict(full_ckpt, dest, monkeypatch):
     assert result["deficit_bytes"] == 67586019080 - 64906600448
     assert result["deficit_gib"] == 2.495
     json.dumps(result)  # module output must be serialisable
+
+
+def _raw_safetensors(path, header, data_bytes):
+    raw = json.dumps(header).encode()
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw + b"\0" * data_bytes)
+
+
+def test_overlapping_tensor_offsets_are_refused_naming_both(tmp_path):
+    path = str(tmp_path / "x.safetensors")
+    _raw_safetensors(path, {"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},
+                            "b": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]}}, 16)
+    with pytest.raises(EngramFormatError, match=r"tensors a \[0, 8\) and b \[4, 12\) overlap in the data section"):
+        read_safetensors_header(path)
+    _raw_safetensors(path, {"b": {"dtype": "U8", "shape": [8], "data_offsets": [8, 16]},        # order in the
+                            "a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]}}, 16)    # JSON is free
+    assert read_safetensors_header(path)[1] > 8
+
+
+def test_a_deeply_nested_header_or_index_is_refused_not_a_traceback(tmp_path):
+    path = str(tmp_path / "x.safetensors")
+    raw = b'{"__metadata__": ' + b"[" * 200000 + b"]" * 200000 + b"}"
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+    with pytest.raises(EngramFormatError, match="safetensors header is nested too deeply"):
+        read_safetensors_header(path)
+    ckpt = tmp_path / "c"
+    ckpt.mkdir()
+    (ckpt / safetensors_index.INDEX_NAME).write_bytes(b'{"weight_map": ' + b"[" * 200000 + b"]" * 200000 + b"}")
+    with pytest.raises(EngramFormatError, match="checkpoint index is nested too deeply"):
+        read_engram_tables(str(ckpt))
