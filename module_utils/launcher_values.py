@@ -12,14 +12,15 @@ import math
 import re
 
 from ansible.module_utils.launcher_env import env_text
-from ansible.module_utils.secret_rule import SECRET_MASK, is_secret_name, mask_mapping
+from ansible.module_utils.secret_rule import SECRET_MASK, is_secret_name, is_secret_value, mask_mapping, redact_text
 
 __metaclass__ = type
 
-def is_secret(key):
+def is_secret(key, value=None):
     """The one secret rule (``module_utils/secret_rule.py``): case-insensitive KEY/TOKEN/SECRET/PASSWORD/
-    PASSWD/CREDENTIAL/PAT words of the name; ``*_TOKENS`` (a count, e.g. MAX_TOTAL_TOKENS) is not."""
-    return is_secret_name(key)
+    PASSWD/CREDENTIAL/PAT/PASS/AUTH/DSN words of the name (``*_TOKENS``, a count such as MAX_TOTAL_TOKENS,
+    is not), or a ``value`` shaped like a secret (``hf_...``, ``sk-...``, a URL's password...)."""
+    return is_secret_name(key) or is_secret_value(value)
 
 
 def norm_value(value):
@@ -50,7 +51,7 @@ def shown(key, value):
     """``KEY='value'`` for messages, the value masked for secret keys."""
     if value is None:
         return "%s (unset)" % key
-    return "%s=%r" % (key, SECRET_MASK if is_secret(key) else value)
+    return "%s=%r" % (key, SECRET_MASK if is_secret_name(key) else redact_text(value, ()))
 
 
 def mask_settings(settings):

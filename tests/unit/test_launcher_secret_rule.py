@@ -166,3 +166,11 @@ def test_the_notifier_masks_before_it_keeps_the_last_300_characters():
     kept = N._clean(echoed, "")             # the notifier's own token unknown here: caught by its shape
     assert token not in kept and token[:8] not in kept and token[-8:] not in kept and len(kept) <= 303
     assert token not in N._clean("Bearer " + token, token)
+
+
+def test_a_rule_message_never_quotes_a_secret_shaped_value():
+    from ansible.module_utils import launcher_values as V
+    assert V.shown("HF_TOKENS", "hf_AbCdEfGhIjKlMnOpQrStUv") == "HF_TOKENS='***'"
+    assert V.shown("DATABASE_URL", "postgres://admin:pw55word@db") == "DATABASE_URL='postgres://admin:***@db'"
+    assert V.shown("MAX_TOTAL_TOKENS", "750000") == "MAX_TOTAL_TOKENS='750000'"
+    assert V.is_secret("HF_TOKENS", "hf_AbCdEfGhIjKlMnOpQrStUv") and not V.is_secret("HF_TOKENS", "4")
