@@ -1,8 +1,20 @@
-"""Filters of the engram_pack role: the fleet's space table, its notes and refusals, the time limit.
+"""Filters of the engram_pack role: the fleet's space table, its notes and refusals, the ways out for a
+rank that is short (relocate or delete foreign shards: module_utils/pack_options.py, pack_choice.py), the
+time limit.
 
 Unit-tested in tests/unit/test_engram_pack_filters.py.
 """
 import math
+import os
+from pathlib import Path
+
+import ansible.module_utils
+if str(Path(__file__).resolve().parent.parent / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
+from ansible.module_utils import pack_choice, pack_options  # noqa: E402  (the repo's module_utils, as Ansible ships them)
+
+# The directory made for relocated shards in each of dsv41_spare_volumes ([/data/zurih] -> /data/zurih/dsv41-engram-archive).
+SPARE_SUBDIR = "dsv41-engram-archive"
 
 
 def _n(value):
@@ -14,18 +26,26 @@ def _who(host, hostvars):
     return "%s (rank %s)" % (host, hostvars[host]["dsv41_rank"])
 
 
+def _outlook(host, hostvars):
+    """This host's verdict with the operator's chosen room making counted (plan.yml sets it), or None."""
+    view = hostvars[host]["engram_pack_outlook"] if "engram_pack_outlook" in hostvars[host] else None
+    return (view or {}).get(host)
+
+
 def dsv41_pack_plan_rows(hosts, hostvars):
-    """One row per host of the play from its ``engram_pack_plan`` (engram_plan) result."""
+    """One row per host of the play from its ``engram_pack_plan`` (engram_plan) result; the verdict counts the
+    chosen relocation or deletion when there is one."""
     rows = []
     for host in hosts:
-        p = hostvars[host]["engram_pack_plan"]
+        p, view = hostvars[host]["engram_pack_plan"], _outlook(host, hostvars)
         rows.append({
             "host": host, "rank": hostvars[host]["dsv41_rank"], "dest": hostvars[host]["engram_pack_destination"],
             "required": "%s (%s GiB)" % (_n(p["required_bytes"]), p["required_gib"]),
             "to_write": _n(p["to_write_bytes"]),
             "free": "%s (%s GiB)" % (_n(p["free_bytes"]), p["free_gib"]),
             "reclaimable": _n(p["reclaimable_bytes"]), "margin": _n(p["margin_bytes"]),
-            "verdict": "fits" if p["fits"] else "SHORT by %s (%s GiB)" % (_n(p["deficit_bytes"]), p["deficit_gib"]),
+            "verdict": view["verdict"] if view else
+            "fits" if p["fits"] else "SHORT by %s (%s GiB)" % (_n(p["deficit_bytes"]), p["deficit_gib"]),
         })
     return rows
 
@@ -46,14 +66,17 @@ def dsv41_pack_plan_short(hosts, hostvars):
     """One message per rank whose destination cannot hold its shards (empty: every rank fits)."""
     out = []
     for host in hosts:
-        p = hostvars[host]["engram_pack_plan"]
-        if p["fits"]:
+        p, view = hostvars[host]["engram_pack_plan"], _outlook(host, hostvars)
+        if (view["fits_after"] if view else p["fits"]):
             continue
         reclaimable = " + %s reclaimable" % _n(p["reclaimable_bytes"]) if p["reclaimable_bytes"] else ""
-        out.append("%s needs %s bytes (%s GiB) plus a %s-byte margin in %s and has %s free%s: deficit %s bytes (%s GiB)"
+        deficit = view["deficit_after_bytes"] if view else p["deficit_bytes"]
+        changed = view and (view["freed_bytes"] or view["taken_bytes"])
+        out.append("%s needs %s bytes (%s GiB) plus a %s-byte margin in %s and has %s free%s%s: deficit %s bytes (%s GiB)"
                    % (_who(host, hostvars), _n(p["to_write_bytes"]), p["to_write_gib"], _n(p["margin_bytes"]),
                       hostvars[host]["engram_pack_destination"], _n(p["free_bytes"]), reclaimable,
-                      _n(p["deficit_bytes"]), p["deficit_gib"]))
+                      " (%s after the chosen room making)" % _n(view["free_after_bytes"]) if changed else "",
+                      _n(deficit), round(deficit / pack_options.GIB, 3)))
     return out
 
 
@@ -71,6 +94,119 @@ def dsv41_pack_time_limit(plan, layer, layer_timeout, max_mib_s=0):
     return max(int(layer_timeout), capped)
 
 
+def dsv41_pack_rooms(archive_dir, spare_volumes, engram_relocate, host):
+    """The directories whose free space this host's plan measures: its archive directory, an archive directory
+    on each spare volume, and any ``dest_dir`` the operator chose for relocations to this host."""
+    volumes = spare_volumes or []
+    bad = [v for v in volumes if not isinstance(v, str) or not os.path.isabs(v)] if isinstance(volumes, list) else [volumes]
+    if bad:
+        from ansible.errors import AnsibleFilterError
+        raise AnsibleFilterError("%s: dsv41_spare_volumes must be a list of absolute paths; %r is not" % (host, bad[0]))
+    rooms = [archive_dir] + [os.path.join(v, SPARE_SUBDIR) for v in volumes]
+    choice = engram_relocate if isinstance(engram_relocate, dict) else {}
+    chosen = choice.get("dest_dir")
+    if choice.get("to") == host and isinstance(chosen, str) and os.path.isabs(chosen) and chosen not in rooms:
+        rooms.append(chosen)
+    return rooms
+
+
+def _fleet(hosts, hostvars):
+    """The fleet as pack_options and pack_choice read it, from each host's plan and engram_pack_host fact."""
+    fleet = []
+    for host in hosts:
+        hv = hostvars[host]
+        me, plan = hv["engram_pack_host"], hv["engram_pack_plan"]
+        rooms = plan.get("rooms") or []
+        fleet.append({"host": host, "rank": hv["dsv41_rank"], "target": me["target"] or None, "dest": me["dest"],
+                      "plan": plan, "archive": rooms[0] if rooms else {"path": me["archive_dir"], "problem": "not measured"},
+                      "spare": rooms[1:1 + int(me["spare_count"])]})
+    return fleet
+
+
+def dsv41_pack_choice(hosts, hostvars, engram_relocate=None, engram_delete=None):
+    """The operator's chosen relocation and deletion, checked against the fleet (pack_choice.parse_choice)."""
+    return pack_choice.parse_choice(engram_relocate, engram_delete, _fleet(hosts, hostvars))
+
+
+def _checks(results):
+    """{source host: plan} of the registered engram_relocate check-mode loop (items are the choice's moves)."""
+    return {r["item"]["src_host"]: r.get("plan") or {} for r in (results or {}).get("results", [])
+            if isinstance(r.get("item"), dict) and not r.get("skipped")}
+
+
+def dsv41_pack_refusals(*checks):
+    """engram_relocate's messages from registered check-mode loops run with ``failed_when: false`` (which clears
+    ``failed``): every result whose plan is not ok, or that has no plan (an error before planning)."""
+    out = []
+    for registered in checks:
+        for r in (registered or {}).get("results", []):
+            if not r.get("skipped") and not (r.get("plan") or {}).get("ok"):
+                out.append(r.get("msg") or "engram_relocate gave no verdict for %s" % (r.get("item"),))
+    return out
+
+
+def dsv41_pack_outlook(hosts, hostvars, choice, checks=None):
+    """{host: verdict with the choice counted} (pack_choice.outlook)."""
+    return pack_choice.outlook(_fleet(hosts, hostvars), choice, _checks(checks))
+
+
+def dsv41_pack_command(inventory_sources, root):
+    """How the printed commands start: the playbook from the repository root, with this run's inventories."""
+    inventories = []
+    for source in inventory_sources or []:
+        rel = os.path.relpath(source, root)
+        inventories.append(source if rel.startswith("..") else rel)
+    return " ".join(["ansible-playbook stage_a_pack.yml"] + ["-i %s" % i for i in inventories])
+
+
+def _short_after(hosts, hostvars):
+    return [h for h in hosts if not (_outlook(h, hostvars) or {"fits_after": hostvars[h]["engram_pack_plan"]["fits"]})[
+        "fits_after"]]
+
+
+def dsv41_pack_options(hosts, hostvars, prefix):
+    """The ways out (pack_options.options) for each rank still short once the chosen room making is counted."""
+    return pack_options.options(_fleet(hosts, hostvars), prefix, _short_after(hosts, hostvars))
+
+
+def dsv41_pack_option_lines(options, advice=()):
+    return pack_options.option_lines(options, advice)
+
+
+def dsv41_pack_foreign_lines(hosts, hostvars):
+    """One line per foreign Engram file the plans found beside a destination, identified or why not."""
+    out = []
+    for host in hosts:
+        for f in hostvars[host]["engram_pack_plan"].get("foreign") or []:
+            what = ("TP%s rank %s layer %s shard, may be relocated" % (f["tp_size"], f["rank"], f["layer"])
+                    if f["identified"] else "not identified (%s): never offered for moving" % f["reason"])
+            out.append("%s: %s, %s bytes (%s allocated): %s" % (_who(host, hostvars), f["path"], _n(f["size"] or 0),
+                                                                _n(f["allocated_bytes"] or 0), what))
+    return out
+
+
+def dsv41_pack_choice_lines(choice, checks=None, delete_checks=None, check_mode=True):
+    """What the chosen relocation and deletion do (pack_choice.choice_lines); ``checks``/``delete_checks``: the
+    registered engram_relocate check-mode loops."""
+    deletes = {r["item"]["host"]: r.get("plan") or {} for r in (delete_checks or {}).get("results", [])
+               if isinstance(r.get("item"), dict) and not r.get("skipped")}
+    return pack_choice.choice_lines(choice, _checks(checks), deletes, check_mode)
+
+
+def dsv41_pack_restore_groups(manifest, hosts, hostvars):
+    """The rollback's restore runs from the head's manifest, one per source host (pack_choice.restore_groups)."""
+    fleet = [{"host": h, "target": hostvars[h]["engram_pack_host"]["target"] or None,
+              "dest": hostvars[h]["engram_pack_host"]["dest"]} for h in hosts]
+    return pack_choice.restore_groups(manifest, fleet)
+
+
+def dsv41_pack_summary(hosts, hostvars, choice, options, prefix, check_mode):
+    """One line: where stage A stops and the next command, or that every rank fits (make demo prints it)."""
+    fleet = _fleet(hosts, hostvars)
+    view = {f["host"]: _outlook(f["host"], hostvars) or pack_options.after(f["plan"]) for f in fleet}
+    return pack_choice.summary(fleet, view, options, prefix, check_mode, bool(choice["moves"] or choice["deletes"]))
+
+
 class FilterModule:
     """Engram pack filters."""
 
@@ -80,4 +216,15 @@ class FilterModule:
             "dsv41_pack_plan_notes": dsv41_pack_plan_notes,
             "dsv41_pack_plan_short": dsv41_pack_plan_short,
             "dsv41_pack_time_limit": dsv41_pack_time_limit,
+            "dsv41_pack_rooms": dsv41_pack_rooms,
+            "dsv41_pack_choice": dsv41_pack_choice,
+            "dsv41_pack_outlook": dsv41_pack_outlook,
+            "dsv41_pack_refusals": dsv41_pack_refusals,
+            "dsv41_pack_command": dsv41_pack_command,
+            "dsv41_pack_options": dsv41_pack_options,
+            "dsv41_pack_option_lines": dsv41_pack_option_lines,
+            "dsv41_pack_foreign_lines": dsv41_pack_foreign_lines,
+            "dsv41_pack_summary": dsv41_pack_summary,
+            "dsv41_pack_choice_lines": dsv41_pack_choice_lines,
+            "dsv41_pack_restore_groups": dsv41_pack_restore_groups,
         }

@@ -20,6 +20,14 @@ description:
     checkpoint's (C(verified)), otherwise stale.
   - A symlink, directory or FIFO at a shard's, C(.partial)'s or metadata's name fails the plan,
     naming host and path.
+  - With I(foreign_search), also lists the Engram files the project did not write on the destination's
+    filesystem (C(foreign)), that is files named C(engram-*.bin) under those directories (symlinks never
+    followed, other filesystems and I(dest) itself not entered), each identified exactly as M(engram_relocate) does
+    before it moves a file (name, header, exact size, another TP size than I(tp_size)). Removing one frees
+    its allocated bytes where the shards must go. A file named like a shard that is not identified is listed
+    with the reason and is never offered for moving.
+  - With I(rooms), measures the free space of other directories of this host (an archive directory, a spare
+    volume), or of their nearest existing parent when they do not exist yet.
 options:
   checkpoint:
     description: Checkpoint directory holding C(model.safetensors.index.json) and the shards.
@@ -46,6 +54,22 @@ options:
     description: Free space that must remain after packing.
     type: int
     default: 0
+  foreign_search:
+    description:
+      - Directories to search for foreign Engram files on I(dest)'s filesystem (for example the login user's
+        home). None by default.
+    type: list
+    elements: path
+    default: []
+  foreign_depth:
+    description: Directory levels searched below each of I(foreign_search).
+    type: int
+    default: 4
+  rooms:
+    description: Other directories of this host whose free space is reported (C(rooms)).
+    type: list
+    elements: path
+    default: []
 author:
   - DSV41 fleet team
 """
@@ -58,6 +82,17 @@ EXAMPLES = r"""
     rank: "{{ engram_rank }}"
     tp_size: "{{ groups['ranks'] | length }}"
     margin_bytes: "{{ 2 * 1024 ** 3 }}"
+  register: engram_plan
+
+- name: The same, listing old shards of other TP sizes beside the destination and room elsewhere on the host
+  engram_plan:
+    checkpoint: /models/DeepSeek-V4.1-Flash
+    dest: /home/zurih/dsv41-3x-spark/engram
+    rank: 1
+    tp_size: 3
+    margin_bytes: "{{ 2 * 1024 ** 3 }}"
+    foreign_search: ["~"]                                    # the login user's home, 4 levels deep
+    rooms: [~/dsv41-engram-archive, /data/dsv41-engram-archive]
   register: engram_plan
 
 - name: Refuse to pack when it cannot fit
@@ -137,9 +172,39 @@ reclaimable_gib:
   description: reclaimable_bytes in GiB.
   returned: success
   type: float
+foreign:
+  description:
+    - Engram files the project did not write on the destination's filesystem (empty without I(foreign_search)).
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    path: {description: The file., type: str}
+    size: {description: Its size in bytes., type: int}
+    allocated_bytes: {description: Bytes it occupies (what removing it frees)., type: int}
+    data_bytes: {description: Bytes of its data extents (a copy sends these)., type: int}
+    extents: {description: Number of its data extents., type: int}
+    layer: {description: Layer, from its name or header., type: int}
+    rank: {description: Rank, from its name or header., type: int}
+    tp_size: {description: TP size, from its name or header., type: int}
+    identified: {description: Whether it is a packed shard of another TP size that may be moved., type: bool}
+    reason: {description: Why it is not identified (only then)., type: str}
+foreign_search:
+  description: Where the search looked (C(directories) with C(searched)), C(depth), C(max_entries), C(truncated).
+  returned: success
+  type: dict
+rooms:
+  description:
+    - One per I(rooms) entry, in order. C(path), C(exists), C(free_bytes) and C(block) measured at C(measured_at)
+      (the nearest existing parent when it does not exist), C(same_filesystem) as I(dest), C(problem) (why it
+      cannot take files, or null).
+  returned: success
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engram_foreign import survey
 from ansible.module_utils.pack_plan import plan
 from ansible.module_utils.shard_format import ENGRAM_LAYERS, EngramError
 
@@ -153,13 +218,20 @@ def main():
             tp_size=dict(type="int", required=True),
             layers=dict(type="list", elements="int", default=list(ENGRAM_LAYERS)),
             margin_bytes=dict(type="int", default=0),
+            foreign_search=dict(type="list", elements="path", default=[]),
+            foreign_depth=dict(type="int", default=4),
+            rooms=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )
     params = module.params
+    if params["foreign_depth"] < 0:
+        module.fail_json(msg="foreign_depth must be >= 0, got %d" % params["foreign_depth"])
     try:
         result = plan(params["checkpoint"], params["dest"], params["rank"], params["tp_size"],
                       layers=params["layers"], margin_bytes=params["margin_bytes"])
+        result.update(survey(params["dest"], params["tp_size"], params["foreign_search"], params["rooms"],
+                             depth=params["foreign_depth"]))
     except EngramError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)

@@ -58,6 +58,8 @@ options:
   src_host:
     description:
       - ssh target (C(user@host) or C(host)) holding I(files); omitted for the head itself.
+      - For C(action=restore), restores only the files the manifest records as moved from this ssh target
+        (every source host when omitted), so that I(active_dir) is that host's.
     type: str
   dst_host:
     description:
@@ -79,6 +81,11 @@ options:
       - An absolute path as the hosts see it (not expanded on the head).
     type: str
     required: true
+  dst_active_dir:
+    description:
+      - The active Engram directory on I(dst_host), when it differs from I(active_dir) (the head's
+        C(/home/mia/dsv41-engram) beside a worker's). Default I(active_dir). For C(action=move) only.
+    type: str
   tp_size:
     description:
       - Tensor-parallel size of the fleet. Shards named C(of{tp_size}) are never touched. Required for
@@ -116,6 +123,21 @@ options:
   host_label:
     description: Name of I(src_host) in messages (for example C(spark2)); default the ssh target without its user.
     type: str
+  create_dirs:
+    description:
+      - Create I(dest_dir) on I(dst_host) and the directory of I(manifest) on the head when they are missing
+        (mode 0755), once every check has passed. Room, rights and the active directory are then judged on
+        the nearest existing parent; check mode reports the directory as to be created
+        (C(plan.destination.created)) and creates nothing.
+    type: bool
+    default: false
+  bandwidth_limit:
+    description:
+      - Cap on the data each copy sends, in bytes per second (0, the default, means no cap). The data crosses
+        the head's network twice; a cap keeps a relocation from saturating it while the fleet serves. Holes of
+        sparse files are not sent and are not paced.
+    type: int
+    default: 0
 author:
   - DSV41 fleet team
 """
@@ -154,6 +176,8 @@ EXAMPLES = r"""
     margin_bytes: "{{ 70 * 1024 ** 3 }}"
     manifest: /home/mia/dsv41-records/engram-relocate.json
     ssh_options: [-i, /home/mia/.ssh/id_ed25519_shared, -o, BatchMode=yes]
+    create_dirs: true                          # the archive directory and the manifest's, when missing
+    bandwidth_limit: "{{ 200 * 1024 ** 2 }}"   # 200 MiB/s: the head's network keeps room for serving
   delegate_to: spark1
   async: 7200
   poll: 30
@@ -194,8 +218,9 @@ plan:
       C(file), C(src_path), C(dst_path), C(size), C(allocated_bytes), C(verdict) move, restore, delete,
       already_moved, already_restored, already_deleted or refused, C(reason), C(shard), C(need_bytes)),
       C(refusals), C(ok), for move C(destination) (C(free_bytes), C(need_bytes), C(margin_bytes), C(fits),
-      C(deficit_bytes), C(free_after_bytes)) and C(src_filesystems) (C(free_bytes), C(freed_bytes),
-      C(free_after_bytes), what moving or deleting leaves free on each source filesystem), for restore
+      C(deficit_bytes), C(free_after_bytes), C(dev), C(created) (the directory is to be created) and after a real
+      run C(created_dirs)) and C(src_filesystems) (C(dev), C(free_bytes), C(freed_bytes), C(free_after_bytes),
+      what moving or deleting leaves free on each source filesystem), for restore
       C(destinations) and C(not_restorable).
   returned: when the checks ran
   type: dict
@@ -217,7 +242,7 @@ manifest:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engram_packer import stop_signals_unwind
 from ansible.module_utils.engram_relocate import delete_disposable, relocate, restore
-from ansible.module_utils.engram_relocate_plan import plan_delete, plan_move, plan_restore
+from ansible.module_utils.engram_relocate_plan import ANY_HOST, plan_delete, plan_move, plan_restore
 from ansible.module_utils.engram_relocate_runner import Manifest, Runner
 from ansible.module_utils.shard_format import EngramError
 
@@ -248,15 +273,17 @@ def run(module, runner, manifest, items):
     common = dict(runner=runner, active_dir=params["active_dir"])
     if params["action"] == "move":
         args = (params["src_host"], params["dst_host"], params["dest_dir"])
-        extra = dict(common, tp_size=params["tp_size"], margin_bytes=params["margin_bytes"], manifest=manifest)
+        extra = dict(common, tp_size=params["tp_size"], margin_bytes=params["margin_bytes"], manifest=manifest,
+                     create_dest=params["create_dirs"], dst_active_dir=params["dst_active_dir"])
         if check:
             return plan_move(paths, *args, **extra), "move"
-        return relocate(paths, *args, **extra)
+        return relocate(paths, *args, bandwidth_limit=params["bandwidth_limit"], **extra)
     if params["action"] == "restore":
-        extra = dict(common, margin_bytes=params["margin_bytes"], only=paths or None)
+        extra = dict(common, margin_bytes=params["margin_bytes"], only=paths or None,
+                     from_host=params["src_host"] if params["src_host"] else ANY_HOST)
         if check:
             return plan_restore(manifest, **extra), "restore"
-        return restore(manifest, **extra)
+        return restore(manifest, bandwidth_limit=params["bandwidth_limit"], **extra)
     extra = dict(common, tp_size=params["tp_size"], manifest=manifest)
     if check:
         return plan_delete(items, params["src_host"], **extra), "delete"
@@ -272,6 +299,7 @@ def main():
             dst_host=dict(type="str"),
             dest_dir=dict(type="str"),
             active_dir=dict(type="str", required=True),
+            dst_active_dir=dict(type="str"),
             tp_size=dict(type="int"),
             manifest=dict(type="path", required=True),
             margin_bytes=dict(type="int", default=0),
@@ -279,21 +307,24 @@ def main():
             ssh_executable=dict(type="str", default="ssh"),
             remote_python=dict(type="str", default="python3"),
             host_label=dict(type="str"),
+            create_dirs=dict(type="bool", default=False),
+            bandwidth_limit=dict(type="int", default=0),
         ),
         required_if=[("action", "move", ("files", "dest_dir", "tp_size")),
                      ("action", "delete", ("files", "tp_size"))],
         supports_check_mode=True,
     )
     params = module.params
-    if params["margin_bytes"] < 0:
-        module.fail_json(msg="margin_bytes must be >= 0, got %d" % params["margin_bytes"], entries=[])
+    for name in ("margin_bytes", "bandwidth_limit"):
+        if params[name] < 0:
+            module.fail_json(msg="%s must be >= 0, got %d" % (name, params[name]), entries=[])
     try:
         items = file_items(params["files"])
     except ValueError as exc:
         module.fail_json(msg=str(exc), entries=[])
     labels = {params["src_host"]: params["host_label"]} if params["host_label"] else None
     runner = Runner(params["ssh_executable"], params["ssh_options"], params["remote_python"], labels=labels)
-    manifest = Manifest(params["manifest"])
+    manifest = Manifest(params["manifest"], create_dir=params["create_dirs"])
     result = {"action": params["action"], "manifest": params["manifest"], "entries": manifest.recorded}
     try:
         if module.check_mode:

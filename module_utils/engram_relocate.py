@@ -23,7 +23,7 @@ import os
 import subprocess
 import tempfile
 
-from ansible.module_utils.engram_relocate_plan import copy_need, plan_delete, plan_move, plan_restore
+from ansible.module_utils.engram_relocate_plan import ANY_HOST, copy_need, plan_delete, plan_move, plan_restore
 from ansible.module_utils.engram_relocate_runner import RelocateError, parse_report, utc_now
 
 CHUNK_BYTES = 1 << 20      # bytes per data frame of the sender
@@ -81,17 +81,18 @@ def _tail(handle, limit=300):
 
 
 def transfer(runner, src, src_path, size, mtime_ns, dst, dest_dir, name, need, chunk_bytes=CHUNK_BYTES,
-             on_progress=None):
+             on_progress=None, bandwidth_limit=0):
     """Stream ``src_path`` on ``src`` into the temporary name of ``name`` in ``dest_dir`` on ``dst``.
 
     Returns the receiver's report (sha256, size, inode and mtime of the verified temporary copy) once the
     sender's and the receiver's sha256 and sizes agree; otherwise removes the temporary copy and raises
     RelocateError naming hosts, file and values. ``on_progress(bytes, sender, receiver)`` is called before
-    each relayed chunk. Never touches the source or the final name.
+    each relayed chunk. ``bandwidth_limit`` (bytes/s, 0 none) paces the sender's data. Never touches the
+    source or the final name.
     """
     slabel, dlabel = runner.label(src), runner.label(dst)
     with tempfile.TemporaryFile() as s_err, tempfile.TemporaryFile() as r_out, tempfile.TemporaryFile() as r_err:
-        sender = runner.popen(src, "send", [src_path, size, mtime_ns, chunk_bytes], stdin=subprocess.DEVNULL,
+        sender = runner.popen(src, "send", [src_path, size, mtime_ns, chunk_bytes, int(bandwidth_limit or 0)], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=s_err, bufsize=0)
         try:
             receiver = runner.popen(dst, "receive", [dest_dir, name, size, need], stdin=subprocess.PIPE,
@@ -135,7 +136,7 @@ def transfer(runner, src, src_path, size, mtime_ns, dst, dest_dir, name, need, c
 
 
 def move_file(runner, src, src_path, stat, dst, dest_dir, need, expect_sha=None, chunk_bytes=CHUNK_BYTES,
-              on_progress=None):
+              on_progress=None, bandwidth_limit=0):
     """Copy one file and publish it under its own name in ``dest_dir``.
 
     ``stat``: the size and mtime_ns the source must still have (as inspected), and the mode and
@@ -145,7 +146,7 @@ def move_file(runner, src, src_path, stat, dst, dest_dir, need, expect_sha=None,
     """
     name = os.path.basename(src_path)
     got = transfer(runner, src, src_path, stat["size"], stat["mtime_ns"], dst, dest_dir, name, need, chunk_bytes,
-                   on_progress)
+                   on_progress, bandwidth_limit)
     if expect_sha is not None and got["sha256"] != expect_sha:
         raise RelocateError("%s: %s reads as sha256 %s, the manifest records %s; nothing published, %s" % (
             runner.label(src), src_path, got["sha256"], expect_sha, discard_note(runner, dst, dest_dir, name)))
@@ -164,23 +165,27 @@ def _remove(runner, host, path, facts):
 
 
 def relocate(files, src, dst, dest_dir, active_dir, tp_size, runner, manifest, margin_bytes=0, free_space=None,
-             chunk_bytes=CHUNK_BYTES, on_progress=None):
+             chunk_bytes=CHUNK_BYTES, on_progress=None, create_dest=False, bandwidth_limit=0, dst_active_dir=None):
     """Move ``files`` (paths on host ``src``) into ``dest_dir`` on host ``dst``; ``(plan, manifest entries)``.
 
     Nothing moves unless :func:`plan_move` refuses nothing. Each entry (file, src_host, src_path, dst_host,
     dst_path, size, sha256, mode, mtime_ns, moved_at, state) is written to ``manifest`` as soon as the copy
-    is published (``copied``) and again once the source is removed (``moved``).
+    is published (``copied``) and again once the source is removed (``moved``). With ``create_dest`` a
+    missing ``dest_dir`` is created first (only once every check has passed).
     """
-    plan = plan_move(files, src, dst, dest_dir, active_dir, tp_size, runner, margin_bytes, manifest, free_space)
+    plan = plan_move(files, src, dst, dest_dir, active_dir, tp_size, runner, margin_bytes, manifest, free_space,
+                     create_dest, dst_active_dir)
     if not plan["ok"]:
         raise RelocateError("; ".join(plan["refusals"]) + "; nothing was moved")
+    if plan["destination"]["created"] and any(i["verdict"] == "move" for i in plan["files"]):
+        plan["destination"]["created_dirs"] = runner.call(dst, "mkdir", [dest_dir])["created"]
     entries = []
     for item in plan["files"]:
         if item["verdict"] != "move":
             continue
         # The receiver re-checks its room, margin included, when it starts.
         got, done = move_file(runner, src, item["src_path"], item, dst, dest_dir, item["need_bytes"] + margin_bytes,
-                              chunk_bytes=chunk_bytes, on_progress=on_progress)
+                              chunk_bytes=chunk_bytes, on_progress=on_progress, bandwidth_limit=bandwidth_limit)
         entry = {"file": item["file"], "src_host": src, "src_path": item["src_path"], "dst_host": dst,
                  "dst_path": done["path"], "size": got["size"], "sha256": got["sha256"], "mode": item["mode"],
                  "mtime_ns": item["mtime_ns"], "moved_at": utc_now(), "state": "copied", "action": "move",
@@ -198,10 +203,10 @@ def relocate(files, src, dst, dest_dir, active_dir, tp_size, runner, manifest, m
 
 
 def restore(manifest, runner, active_dir, margin_bytes=0, only=None, free_space=None, chunk_bytes=CHUNK_BYTES,
-            on_progress=None):
-    """Move the manifest's moved files (or those in ``only``) back where they came from, byte-identical by
-    the manifest's sha256, with their mode and mtime; ``(plan, entries restored)``."""
-    plan = plan_restore(manifest, runner, active_dir, margin_bytes, only, free_space)
+            on_progress=None, bandwidth_limit=0, from_host=ANY_HOST):
+    """Move the manifest's moved files (or those in ``only``, or moved from ``from_host``) back where they came
+    from, byte-identical by the manifest's sha256, with their mode and mtime; ``(plan, entries restored)``."""
+    plan = plan_restore(manifest, runner, active_dir, margin_bytes, only, free_space, from_host)
     if not plan["ok"]:
         raise RelocateError("; ".join(plan["refusals"]) + "; nothing was restored")
     restored = []
@@ -213,7 +218,7 @@ def restore(manifest, runner, active_dir, margin_bytes=0, only=None, free_space=
                 "publish_mtime_ns": entry.get("mtime_ns", copy["mtime_ns"])}
         move_file(runner, item["src_host"], item["src_path"], stat, item["dst_host"], os.path.dirname(item["dst_path"]),
                   copy_need(copy, item["dest_block"]) + margin_bytes, expect_sha=entry["sha256"],
-                  chunk_bytes=chunk_bytes, on_progress=on_progress)
+                  chunk_bytes=chunk_bytes, on_progress=on_progress, bandwidth_limit=bandwidth_limit)
         entry.update(state="restored", restored_at=utc_now())
         manifest.record(entry)
         restored.append(entry)

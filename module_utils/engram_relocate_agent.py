@@ -5,11 +5,16 @@
 it is on the head), so a worker needs nothing installed. Its operations:
 
 - ``inspect JSON``: read-only facts (lstat, shard header, data extents, free space, the active Engram
-  directory resolved on that host, /etc/machine-id); the head decides from them.
-- ``send PATH SIZE MTIME_NS CHUNK``: streams PATH on stdout as frames, hole-aware (SEEK_DATA/SEEK_HOLE),
+  directory resolved on that host, /etc/machine-id; for a destination or ``rooms`` directory that does
+  not exist yet, its nearest existing ancestor); the head decides from them. ``engram_plan`` runs it
+  on the host itself (no ssh) to identify foreign shards exactly as a relocation will.
+- ``mkdir DIR``: creates DIR and its missing parents (0755), fsyncing each parent.
+- ``send PATH SIZE MTIME_NS CHUNK [RATE]``: streams PATH on stdout as frames, hole-aware (SEEK_DATA/SEEK_HOLE),
   ``S`` (size, mtime_ns), ``D`` (offset, length) + bytes, ``E`` (size, data bytes) + the 32-byte sha256
   of the logical content (holes hash as zeros); refuses a file whose size or mtime is not the one
-  inspected, or that changes while it is read. Its report goes to stderr (stdout is the stream).
+  inspected, or that changes while it is read. With RATE (bytes/s, 0 none) the data frames are paced to
+  it, so a copy does not saturate the head's network while the fleet serves. Its report goes to stderr
+  (stdout is the stream).
 - ``receive DIR NAME SIZE NEED``: refuses unless DIR is a real directory (not a symlink) with NEED
   bytes free; writes ``.NAME.dsv41-relocate.partial`` (O_EXCL, O_NOFOLLOW, 0600, flock held while
   writing) with pwrite so holes stay holes, truncates to SIZE, fsyncs, re-reads it and checks its
@@ -31,6 +36,8 @@ cache as it goes (host RAM is GPU memory on a DGX Spark).
 """
 from __future__ import annotations
 
+from ansible.module_utils.engram_relocate_stream import AGENT_STREAM
+
 MARK = "DSV41-RELOCATE "
 TEMP_SUFFIX = ".dsv41-relocate.partial"
 
@@ -40,8 +47,9 @@ def temp_name(name):
     return "." + name + TEMP_SUFFIX
 
 
-AGENT = r'''
-import errno, fcntl, hashlib, json, os, signal, stat, struct, sys
+# The common part: imports, helpers, file facts, inspect; then the streaming part; then the rest and main.
+_AGENT_BASE = r'''
+import errno, fcntl, hashlib, json, os, signal, stat, struct, sys, time
 
 MARK = "DSV41-RELOCATE "
 FRAME = struct.Struct("<cQQ")
@@ -186,6 +194,34 @@ def file_facts(path, active):
         os.close(fd)
     return facts
 
+def nearest_dir(d):
+    """The nearest existing ancestor of a missing directory: where creating it takes room and rights."""
+    up = os.path.dirname(d)
+    while lstat(up) is None:
+        up = os.path.dirname(up)
+    out = {"path": up, "is_dir": os.path.isdir(up)}
+    if out["is_dir"]:
+        out.update(dev=os.stat(up).st_dev, writable=os.access(up, os.W_OK | os.X_OK))
+        out["free"], out["block"] = free_bytes(up)
+    return out
+
+def dest_facts(d, active, names):
+    st = lstat(d)
+    dest = {"path": d, "kind": None if st is None else kind(st), "realpath": os.path.realpath(d)}
+    dest["in_active"] = bool(active) and under(dest["realpath"], active)
+    if st is None:
+        dest["ancestor"] = nearest_dir(d)
+    if dest["kind"] == "directory":
+        dest.update(dev=st.st_dev, writable=os.access(d, os.W_OK | os.X_OK))
+        dest["free"], dest["block"] = free_bytes(d)
+        dest["names"] = {}
+        for name in names:
+            final, temp = lstat(os.path.join(d, name)), lstat(os.path.join(d, "." + name + TEMP_SUFFIX))
+            dest["names"][name] = {"final": None if final is None else kind(final),
+                                   "final_size": None if final is None else final.st_size,
+                                   "temp": None if temp is None else kind(temp)}
+    return dest
+
 def op_inspect(args):
     spec = json.loads(args[0])
     active = os.path.realpath(spec["active_dir"]) if spec.get("active_dir") else None
@@ -196,200 +232,13 @@ def op_inspect(args):
             out["machine_id"] = handle.read().strip()
     except OSError:
         out["machine_id"] = None
-    d = spec.get("dest_dir")
-    if d:
-        st = lstat(d)
-        dest = {"path": d, "kind": None if st is None else kind(st), "realpath": os.path.realpath(d)}
-        dest["in_active"] = bool(active) and under(dest["realpath"], active)
-        if dest["kind"] == "directory":
-            dest.update(dev=st.st_dev, writable=os.access(d, os.W_OK | os.X_OK))
-            dest["free"], dest["block"] = free_bytes(d)
-            dest["names"] = {}
-            for name in spec.get("names", []):
-                final, temp = lstat(os.path.join(d, name)), lstat(os.path.join(d, "." + name + TEMP_SUFFIX))
-                dest["names"][name] = {"final": None if final is None else kind(final),
-                                       "final_size": None if final is None else final.st_size,
-                                       "temp": None if temp is None else kind(temp)}
-        out["dest"] = dest
+    if spec.get("dest_dir"):
+        out["dest"] = dest_facts(spec["dest_dir"], active, spec.get("names", []))
+    out["rooms"] = [dest_facts(d, active, []) for d in spec.get("rooms", [])]
     report(sys.stdout, ok=True, **out)
+'''
 
-def op_send(args):
-    path, size, mtime, chunk = args[0], int(args[1]), int(args[2]), int(args[3])
-    fd = open_regular(path)
-    try:
-        st = os.fstat(fd)
-        if (st.st_size, st.st_mtime_ns) != (size, mtime):
-            raise Fail("%s changed since it was inspected: size %d mtime_ns %d, expected size %d mtime_ns %d"
-                       % (path, st.st_size, st.st_mtime_ns, size, mtime))
-        out = sys.stdout.buffer
-        out.write(FRAME.pack(b"S", size, mtime))
-        h = hashlib.sha256()
-        sent = [0]
-
-        def data(off, buf):
-            h.update(buf)
-            out.write(FRAME.pack(b"D", off, len(buf)))
-            out.write(buf)
-            sent[0] += len(buf)
-        walk(fd, size, chunk, data, lambda n: hash_zeros(h, n))
-        now, again = os.fstat(fd), lstat(path)
-        if (now.st_size, now.st_mtime_ns) != (size, mtime) or again is None or again.st_ino != st.st_ino:
-            raise Fail("%s changed while it was being sent; nothing was kept" % path)
-        out.write(FRAME.pack(b"E", size, sent[0]))
-        out.write(h.digest())
-        out.flush()
-    finally:
-        os.close(fd)
-    report(sys.stderr, ok=True, sha256=h.hexdigest(), size=size, data_bytes=sent[0], mtime_ns=mtime)
-
-def read_exact(inp, n):
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = inp.readinto(view[got:])
-        if not k:
-            raise Fail("the stream ended early: the sender stopped before the end")
-        got += k
-    return buf
-
-def take_stale_temp(temp):
-    """Remove a temporary file a dead receiver left (a live one holds its flock)."""
-    st = lstat(temp)
-    if st is None:
-        return False
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        raise Fail("%s is a %s owned by uid %d, not a temporary file of ours; move it away" % (
-            temp, kind(st), st.st_uid))
-    fd = os.open(temp, os.O_RDONLY | SAFE)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise Fail("%s is being written by another relocation still running" % temp)
-        if os.fstat(fd).st_ino == st.st_ino:
-            os.unlink(temp)
-    finally:
-        os.close(fd)
-    return True
-
-def op_receive(args):
-    d, name, size, need = args[0], args[1], int(args[2]), int(args[3])
-    st = lstat(d)
-    if st is None or not stat.S_ISDIR(st.st_mode):
-        raise Fail("destination %s %s" % (d, "does not exist" if st is None else "is a %s, not a directory"
-                                          % kind(st)))
-    free = free_bytes(d)[0]
-    if free < need:
-        raise Fail("no room in %s: %d bytes free, needs %d" % (d, free, need))
-    temp = os.path.join(d, "." + name + TEMP_SUFFIX)
-    take_stale_temp(temp)
-    # A stop signal waits while the file is created and its inode noted, so the cleanup below always knows it.
-    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-    fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | SAFE, 0o600)
-    ino = os.fstat(fd).st_ino
-    try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        inp = sys.stdin.buffer
-        typ, a, b = FRAME.unpack(read_exact(inp, FRAME.size))
-        if typ != b"S" or a != size:
-            raise Fail("the stream does not start with this file (frame %r, size %d, expected %d)" % (typ, a, size))
-        pos = dirty = 0
-        while True:
-            typ, a, b = FRAME.unpack(read_exact(inp, FRAME.size))
-            if typ == b"E":
-                if a != size:
-                    raise Fail("the stream ends at size %d, expected %d" % (a, size))
-                digest = bytes(read_exact(inp, 32)).hex()
-                break
-            if typ != b"D" or a < pos or a + b > size:
-                raise Fail("malformed frame %r offset %d length %d (size %d)" % (typ, a, b, size))
-            view = memoryview(read_exact(inp, b))
-            off = a
-            while view:
-                n = os.pwrite(fd, view, off)
-                view, off = view[n:], off + n
-            pos, dirty = off, dirty + b
-            if dirty >= DROP_EVERY:
-                os.fdatasync(fd)
-                drop(fd)
-                dirty = 0
-        if inp.read(1):
-            raise Fail("data after the end of the stream")
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-        drop(fd)
-        mine = logical_sha(fd, size)
-        if mine != digest:
-            raise Fail("the copy reads back as sha256 %s, the sender read %s" % (mine, digest))
-        st = os.fstat(fd)
-        report(sys.stdout, ok=True, temp=temp, sha256=mine, sender_sha256=digest, size=st.st_size, ino=st.st_ino,
-               dev=st.st_dev, mtime_ns=st.st_mtime_ns, blocks=st.st_blocks)
-    except BaseException:
-        gone = lstat(temp)
-        if gone is not None and gone.st_ino == ino:
-            os.unlink(temp)
-        raise
-    finally:
-        os.close(fd)
-
-def op_commit(args):
-    d, name, sha = args[0], args[1], args[2]
-    size, ino, mtime, mode, src_mtime = (int(x) for x in args[3:8])
-    temp, final = os.path.join(d, "." + name + TEMP_SUFFIX), os.path.join(d, name)
-    st = lstat(temp)
-    if st is None or not stat.S_ISREG(st.st_mode) or (st.st_ino, st.st_size, st.st_mtime_ns) != (ino, size, mtime):
-        raise Fail("the verified temporary copy %s is gone or changed; nothing published" % temp)
-    fd = open_regular(temp)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise Fail("%s is held by another process; nothing published" % temp)
-        fst = lstat(final)
-        if fst is not None:
-            if not stat.S_ISREG(fst.st_mode):
-                raise Fail("%s exists and is a %s; nothing published" % (final, kind(fst)))
-            ffd = open_regular(final)
-            try:
-                have = logical_sha(ffd, os.fstat(ffd).st_size)
-            finally:
-                os.close(ffd)
-            if have != sha:
-                raise Fail("%s already exists with different content (sha256 %s, size %d); nothing published"
-                           % (final, have, fst.st_size))
-            os.unlink(temp)
-            fsync_dir(d)
-            report(sys.stdout, ok=True, path=final, state="already_present")
-            return
-        os.fchmod(fd, mode)
-        os.utime(fd, ns=(src_mtime, src_mtime))
-        os.fsync(fd)
-        # Publishing is not cut short by a stop signal: the temporary name is never left beside the final one.
-        signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
-        try:
-            os.link(temp, final)
-            os.unlink(temp)
-        except FileExistsError:
-            raise Fail("%s appeared while publishing; nothing published" % final)
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
-                raise
-            if lstat(final) is not None:
-                raise Fail("%s appeared while publishing; nothing published" % final)
-            os.rename(temp, final)
-        fsync_dir(d)
-    finally:
-        os.close(fd)
-    report(sys.stdout, ok=True, path=final, state="committed")
-
-def op_discard(args):
-    temp = os.path.join(args[0], "." + args[1] + TEMP_SUFFIX)
-    removed = take_stale_temp(temp)
-    if removed:
-        fsync_dir(args[0])
-    report(sys.stdout, ok=True, temp=temp, removed=removed)
+_AGENT_REST = r'''
 
 def op_hash(args):
     fd = open_regular(args[0])
@@ -418,8 +267,23 @@ def op_remove(args):
     fsync_dir(os.path.dirname(path) or ".")
     report(sys.stdout, ok=True, path=path, freed=min(st.st_size, st.st_blocks * 512))
 
+def op_mkdir(args):
+    d, made, missing = args[0], [], []
+    up = d
+    while lstat(up) is None:
+        missing.append(up)
+        up = os.path.dirname(up)
+    for path in reversed(missing):
+        os.mkdir(path, 0o755)
+        fsync_dir(os.path.dirname(path))
+        made.append(path)
+    st = lstat(d)
+    if not stat.S_ISDIR(st.st_mode):
+        raise Fail("%s is a %s, not a directory" % (d, kind(st)))
+    report(sys.stdout, ok=True, path=d, created=made)
+
 OPS = {"inspect": op_inspect, "send": op_send, "receive": op_receive, "commit": op_commit,
-       "discard": op_discard, "hash": op_hash, "remove": op_remove}
+       "discard": op_discard, "hash": op_hash, "remove": op_remove, "mkdir": op_mkdir}
 
 def main():
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -438,3 +302,5 @@ def main():
 
 main()
 '''
+
+AGENT = _AGENT_BASE + AGENT_STREAM + _AGENT_REST

@@ -65,10 +65,12 @@ def shard_verdict(facts, tp_size):
 
 def copy_need(facts, block):
     """Bytes a hole-aware copy may allocate at the destination: each data extent rounded out to whole blocks,
-    at most the whole file in blocks, plus 1/1024 of the data for the filesystem's block maps. For a file
-    without holes (a real shard) that is its size plus 0.1%."""
+    and at least what the source occupies (its allocated blocks: a filesystem that allocates holes counts
+    them at the destination too), at most the whole file in blocks, plus 1/1024 of the data for the
+    filesystem's block maps. For a file without holes (a real shard) that is its size plus 0.1%."""
     whole = -(-facts["size"] // block) * block
-    return min(whole, facts["data_bytes"] + 2 * block * facts["extents"]) + facts["data_bytes"] // 1024
+    extents = max(facts["data_bytes"] + 2 * block * facts["extents"], facts.get("allocated") or 0)
+    return min(whole, extents) + facts["data_bytes"] // 1024
 
 
 def check_path(what, path):
@@ -86,8 +88,17 @@ def check_files(paths):
                                            "%s named more than once (one destination name each)" % ", ".join(dups)))
 
 
-def dest_refusal(dest, label):
-    """Why the destination directory cannot take files, or None."""
+def dest_refusal(dest, label, create=False):
+    """Why the destination directory cannot take files (or, with ``create``, be created), or None."""
+    if dest["kind"] is None and create:
+        anc = dest["ancestor"]
+        if dest["in_active"]:
+            return "%s: destination %s would lie in the active Engram directory; relocated shards never go there" % (
+                label, dest["path"])
+        if not anc["is_dir"] or not anc["writable"]:
+            return "%s: destination %s does not exist and cannot be created: %s is %s" % (
+                label, dest["path"], anc["path"], "not a directory" if not anc["is_dir"] else "not writable by this user")
+        return None
     if dest["kind"] != "directory":
         return "%s: destination %s %s" % (label, dest["path"], "does not exist" if dest["kind"] is None else
                                           "is a %s, not a directory" % dest["kind"])
@@ -99,17 +110,27 @@ def dest_refusal(dest, label):
     return None
 
 
+def usable_dest(dest):
+    """The destination as the copies will find it: itself, or for one still to be created (``kind`` None),
+    its nearest existing ancestor's filesystem (free space, block size, device) with no names taken."""
+    if dest["kind"] is not None:
+        return dest
+    anc = dest["ancestor"]
+    return dict(dest, dev=anc.get("dev"), free=anc.get("free"), block=anc.get("block"), names={}, created=True)
+
+
 def room(label, dest, need, margin_bytes, free_space=None):
     """Room verdict of one destination directory; ``free_space(label, dir, reported)`` replaces its free bytes."""
     free = dest["free"] if free_space is None else free_space(label, dest["path"], dest["free"])
     deficit = max(0, need + margin_bytes - free)
     verdict = {"host": label, "dest_dir": dest["path"], "free_bytes": free, "need_bytes": need,
                "margin_bytes": margin_bytes, "fits": deficit == 0, "deficit_bytes": deficit,
-               "free_after_bytes": free - need}
+               "free_after_bytes": free - need, "dev": dest.get("dev"), "created": bool(dest.get("created"))}
     why = None
     if deficit:
-        why = "%s: no room in %s: %d bytes free, the copies need %d + margin %d; short by %d bytes" % (
-            label, dest["path"], free, need, margin_bytes, deficit)
+        why = "%s: no room in %s: %s bytes free, the copies need %s + margin %s; short by %s bytes" % (
+            label, dest["path"], "{:,}".format(free), "{:,}".format(need), "{:,}".format(margin_bytes),
+            "{:,}".format(deficit))
     return verdict, why
 
 
@@ -119,7 +140,8 @@ def src_filesystems(items, facts_list, verdict):
     for item, facts in zip(items, facts_list):
         if facts.get("kind") != "regular":
             continue
-        fs = by_dev.setdefault(facts["dev"], {"free_bytes": facts["free"], "freed_bytes": 0, "files": []})
+        fs = by_dev.setdefault(facts["dev"], {"dev": facts["dev"], "free_bytes": facts["free"], "freed_bytes": 0,
+                                              "files": []})
         if item["verdict"] == verdict:
             fs["freed_bytes"] += facts["allocated"]
             fs["files"].append(item["src_path"])
@@ -146,23 +168,27 @@ def _target_refusal(target, facts, dst_path, dest_dir):
 
 
 def plan_move(files, src, dst, dest_dir, active_dir, tp_size, runner, margin_bytes=0, manifest=None,
-              free_space=None):
+              free_space=None, create_dest=False, dst_active_dir=None):
     """Every verdict of moving ``files`` from host ``src`` into ``dest_dir`` on host ``dst``, read-only.
 
     Refusals are listed in ``refusals`` (each naming host, file and value); ``ok`` is true when there is
     none. A file already gone whose move the manifest records, with its copy in place, is ``already_moved``.
+    With ``create_dest`` a missing ``dest_dir`` is judged on its nearest existing ancestor and the plan says
+    it will be created (``destination.created``). ``dst_active_dir``: the active Engram directory of ``dst``
+    when it differs from the source's (``active_dir``).
     """
     check_files(files)
     check_path("dest_dir", dest_dir)
     check_path("active_dir", active_dir)
+    check_path("dst_active_dir", dst_active_dir or active_dir)
     slabel, dlabel = runner.label(src), runner.label(dst)
     refusals = [manifest.refusal()] if manifest and manifest.refusal() else []
     src_info = _inspect(runner, src, active_dir, refusals, files=list(files))
-    dst_info = _inspect(runner, dst, active_dir, refusals, dest_dir=dest_dir,
+    dst_info = _inspect(runner, dst, dst_active_dir or active_dir, refusals, dest_dir=dest_dir,
                         names=[os.path.basename(f) for f in files])
-    dest = dst_info["dest"]
-    bad_dest = dest_refusal(dest, dlabel)
+    bad_dest = dest_refusal(dst_info["dest"], dlabel, create_dest)
     refusals += [bad_dest] if bad_dest else []
+    dest = usable_dest(dst_info["dest"]) if bad_dest is None else dst_info["dest"]
     same_machine = src_info["machine_id"] == dst_info["machine_id"] if src_info["machine_id"] else src == dst
     items = []
     for facts in src_info["files"]:
@@ -200,14 +226,19 @@ def plan_move(files, src, dst, dest_dir, active_dir, tp_size, runner, margin_byt
     return plan
 
 
-def plan_restore(manifest, runner, active_dir, margin_bytes=0, only=None, free_space=None):
+ANY_HOST = object()
+
+
+def plan_restore(manifest, runner, active_dir, margin_bytes=0, only=None, free_space=None, from_host=ANY_HOST):
     """Verdicts of moving the manifest's ``moved`` files (those named in ``only``, by name or original path, or
-    all) back from their copies to where they came from, read-only."""
+    all; those moved from ``from_host`` only, when given) back from their copies to where they came from,
+    read-only."""
     check_path("active_dir", active_dir)
     refusals = [manifest.refusal()] if manifest.refusal() else []
     wanted = set(only or ())
     chosen = [e for e in manifest.entries if e.get("state") in ("moved", "copied", "restored") and
-              (not wanted or e["file"] in wanted or e["src_path"] in wanted)]
+              (not wanted or e["file"] in wanted or e["src_path"] in wanted) and
+              (from_host is ANY_HOST or e.get("src_host") == from_host)]
     known = set(e["file"] for e in manifest.entries) | set(e["src_path"] for e in manifest.entries)
     for name in sorted(wanted - known):
         refusals.append("%s: %s is not in manifest %s" % (runner.label(None), name, manifest.path))

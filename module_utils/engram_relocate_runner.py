@@ -111,10 +111,11 @@ class Runner(object):
 class Manifest(object):
     """The JSON record on the head of what was moved, restored and deleted; rewritten atomically."""
 
-    def __init__(self, path, entries=None):
+    def __init__(self, path, entries=None, create_dir=False):
         self.path = path
         self.entries = list(entries or [])
         self.recorded = []   # the entries this run added or changed, in order
+        self.create_dir = create_dir  # make the manifest's directory when a real run first needs it
 
     def load(self, must_exist=False):
         """Read the entries from the file (none when there is no file yet); returns self."""
@@ -138,6 +139,14 @@ class Manifest(object):
     def refusal(self):
         """Why the manifest could not be written (checked before anything moves), or None."""
         directory = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(directory) and self.create_dir:
+            up = directory
+            while not os.path.lexists(up):
+                up = os.path.dirname(up)
+            if not os.path.isdir(up) or not os.access(up, os.W_OK | os.X_OK):
+                return "%s: the manifest's directory %s does not exist and cannot be created in %s" % (
+                    hostname(), directory, up)
+            return None
         if not os.path.isdir(directory):
             return "%s: the manifest's directory %s does not exist" % (hostname(), directory)
         if not os.access(directory, os.W_OK | os.X_OK):
@@ -148,8 +157,23 @@ class Manifest(object):
 
     @contextlib.contextmanager
     def locked(self, must_exist=False):
-        """Hold an exclusive flock on ``MANIFEST.lock`` (two runs never interleave their records), then load."""
+        """Hold an exclusive flock on ``MANIFEST.lock`` (two runs never interleave their records), then load.
+
+        A manifest directory made for this run (``create_dir``) is taken away again, lock and all, when the run
+        ends without recording anything (a refusal changes nothing)."""
         lock_path = self.path + ".lock"
+        directory = os.path.dirname(os.path.abspath(self.path))
+        made = []
+        if self.create_dir and not os.path.isdir(directory):
+            up = directory
+            while not os.path.lexists(up):
+                made.insert(0, up)
+                up = os.path.dirname(up)
+            try:
+                for path in made:
+                    os.mkdir(path, 0o755)
+            except OSError as exc:
+                raise RelocateError("%s: cannot create the manifest's directory for %s: %s" % (hostname(), self.path, exc))
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -162,6 +186,11 @@ class Manifest(object):
             yield self.load(must_exist)
         finally:
             os.close(fd)
+            if made and not self.recorded:
+                with contextlib.suppress(OSError):
+                    os.unlink(lock_path)
+                    for path in reversed(made):
+                        os.rmdir(path)
 
     def save(self):
         directory = os.path.dirname(os.path.abspath(self.path))

@@ -101,9 +101,11 @@ def test_required_options(dest):
 
 def test_documentation_matches_interface():
     doc = yaml.safe_load(engram_plan.DOCUMENTATION)
-    assert set(doc["options"]) == {"checkpoint", "dest", "rank", "tp_size", "layers", "margin_bytes"}
+    assert set(doc["options"]) == {"checkpoint", "dest", "rank", "tp_size", "layers", "margin_bytes",
+                                   "foreign_search", "foreign_depth", "rooms"}
     assert doc["options"]["layers"]["default"] == [1, 14]
     yaml.safe_load(engram_plan.EXAMPLES)
     assert set(yaml.safe_load(engram_plan.RETURN)) == {
         "required_bytes", "shards", "to_write_bytes", "reclaimable_bytes", "free_bytes", "margin_bytes",
-        "fits", "deficit_bytes", "required_gib", "to_write_gib", "free_gib", "deficit_gib", "reclaimable_gib"}
+        "fits", "deficit_bytes", "required_gib", "to_write_gib", "free_gib", "deficit_gib", "reclaimable_gib",
+        "foreign", "foreign_search", "rooms"}

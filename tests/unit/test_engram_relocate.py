@@ -328,8 +328,8 @@ def test_no_room_on_destination_is_refused(fleet):
     with pytest.raises(RelocateError) as err:
         move(fleet, free_space=free, margin_bytes=5000)
     need = sum(copy_need_for(fleet, p) for p in fleet["files"])
-    assert "spark3: no room in %s: 10000 bytes free, the copies need %d + margin 5000; short by %d bytes" % (
-        fleet["dest"], need, need + 5000 - 10000) in str(err.value)
+    assert "spark3: no room in %s: 10,000 bytes free, the copies need %s + margin 5,000; short by %s bytes" % (
+        fleet["dest"], "{:,}".format(need), "{:,}".format(need + 5000 - 10000)) in str(err.value)
     assert calls[0][:2] == ("spark3", fleet["dest"]) and snapshot(fleet) == before
 
 
@@ -710,7 +710,7 @@ def test_documentation_matches_interface():
     doc = yaml.safe_load(relocate_module.DOCUMENTATION)
     assert set(doc["options"]) == {"action", "files", "src_host", "dst_host", "dest_dir", "active_dir", "tp_size",
                                    "manifest", "margin_bytes", "ssh_options", "ssh_executable", "remote_python",
-                                   "host_label"}
+                                   "host_label", "create_dirs", "bandwidth_limit", "dst_active_dir"}
     assert doc["options"]["action"]["choices"] == ["move", "restore", "delete"]
     yaml.safe_load(relocate_module.EXAMPLES)
     assert set(yaml.safe_load(relocate_module.RETURN)) == {"changed", "action", "plan", "entries", "manifest"}
