@@ -1,7 +1,14 @@
-"""Filters of the preflight role: the refusal of a run on part of the fleet.
+"""Filters of the preflight role: the refusal of a run on part of the fleet, and the guard against starting
+while an experiment run is unfinished (module_utils/experiment_runs.py reads the record directory).
 
-Unit-tested in tests/unit/test_preflight_filters.py.
+Unit-tested in tests/unit/test_preflight_filters.py and tests/unit/test_experiment_runs.py.
 """
+from pathlib import Path
+
+import ansible.module_utils
+if str(Path(__file__).resolve().parent.parent / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
+from ansible.module_utils import experiment_runs  # noqa: E402
 
 
 def dsv41_partial_fleet_refusal(covered, left_out, hostvars, scope, head, limit="", whole_only_reason=""):
@@ -23,8 +30,36 @@ def dsv41_partial_fleet_refusal(covered, left_out, hostvars, scope, head, limit=
                    "cannot restart a subset of the ranks)." % (head, ", ".join(covered)))
 
 
+def dsv41_unfinished_runs(record_root, fleet=None, hosts=(), inventories=(), repo_root=None):
+    """This fleet's unfinished experiment runs under ``record_root`` (control node), oldest first: each with
+    its run id, where it stopped and the exact command that finishes it."""
+    return experiment_runs.unfinished_runs(record_root, fleet, list(hosts or ()), list(inventories or ()),
+                                           repo_root)
+
+
+def dsv41_unfinished_refusal(runs, fleet=None, refused=True):
+    """The refusal naming every unfinished run and its rollback command (a list of lines); ``refused`` false:
+    the same as a report, for a playbook that goes on."""
+    return experiment_runs.refusal(runs, fleet, refused)
+
+
+def dsv41_rollback_command(run_id, inventories=(), record_root=None, repo_root=None):
+    """The exact command that finishes the experiment run ``run_id`` (typed from the repository root)."""
+    return experiment_runs.rollback_command(run_id, list(inventories or ()), record_root, repo_root)
+
+
+def dsv41_way_back(run_id, kind, inventories=(), repo_root=None):
+    """'Run <id>. If it goes wrong: <command> (<what it undoes>).' for a playbook run that is not an experiment."""
+    command, what = experiment_runs.way_back(kind, run_id, list(inventories or ()), repo_root)
+    return "Run %s. The way back: %s (%s)." % (run_id, command, what)
+
+
 class FilterModule:
     """Preflight filters."""
 
     def filters(self):
-        return {"dsv41_partial_fleet_refusal": dsv41_partial_fleet_refusal}
+        return {"dsv41_partial_fleet_refusal": dsv41_partial_fleet_refusal,
+                "dsv41_unfinished_runs": dsv41_unfinished_runs,
+                "dsv41_unfinished_refusal": dsv41_unfinished_refusal,
+                "dsv41_rollback_command": dsv41_rollback_command,
+                "dsv41_way_back": dsv41_way_back}

@@ -124,6 +124,19 @@ options:
         included, marked as such), i.e. the request body, every stream event or the response, timings.
         Written atomically, also when a request fails.
     type: path
+  progress_file:
+    description:
+      - Path on the worker of a small JSON progress record, rewritten atomically after each request (at
+        most every half second) and after each round; M(decode_bench_wait) reads it to print a line as
+        each repetition of each condition finishes while this module runs as an async job. Not written
+        in check mode.
+    type: path
+  run_id:
+    description: Id written into the progress record, so a follower tells this run's record from an earlier one.
+    type: str
+  label:
+    description: What is measured (the experiment's condition, e.g. C(baseline) or an arm), named in every progress line.
+    type: str
   measured_on:
     description: Free text echoed back (the role labels lab output with it, e.g. C(lab output)).
     type: str
@@ -295,6 +308,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import decode_bench as db
+from ansible.module_utils.decode_bench_progress import BenchProgress
 
 
 def run_module():
@@ -319,6 +333,9 @@ def run_module():
             stream=dict(type="bool", default=db.DEFAULTS["stream"]),
             timeout=dict(type="float", default=db.DEFAULTS["timeout"]),
             raw_output=dict(type="path"),
+            progress_file=dict(type="path"),
+            run_id=dict(type="str"),
+            label=dict(type="str"),
             measured_on=dict(type="str"),
             host_label=dict(type="str"),
         ),
@@ -355,9 +372,16 @@ def run_module():
         workloads = dict((name, db.load_prompts(path)) for name, path in p["prompt_files"].items())
     except db.BenchError as exc:
         module.fail_json(msg="%s: %s" % (label, exc), changed=False, **common)
+    progress = BenchProgress(p["progress_file"], db.plan(workloads, settings), run_id=p["run_id"],
+                             label=p["label"], host=label)
+    try:
+        progress.start()
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="%s: cannot write the progress file %s: %s" % (label, p["progress_file"], exc),
+                         changed=False, **common)
     try:
         result = db.run_benchmark(p["url"], workloads, settings, api_key=p["api_key"], host_label=label,
-                                  raw_output=p["raw_output"], measured_on=p["measured_on"])
+                                  raw_output=p["raw_output"], measured_on=p["measured_on"], progress=progress)
     except db.BenchError as exc:
         msg = str(exc)
         if not msg.startswith(label):

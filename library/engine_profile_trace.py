@@ -19,7 +19,9 @@ description:
     ran for target and draft shapes (stage D). Parsing is C(module_utils/profile_trace.py).
   - A rank whose trace is not yet written has C(traces) empty (the caller retries, as the profiler
     writes asynchronously after C(/stop_profile)); a trace still being written is listed in
-    C(unreadable), never parsed half.
+    C(unreadable), never parsed half. Such a round also returns C(lines) (empty) and C(msg) saying
+    what is awaited and for how long, so the project's action plugin of the same name shows every
+    waiting round; the round that finds the trace is shown as any task's.
 version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
@@ -90,6 +92,17 @@ unreadable:
   returned: always
   type: list
   elements: str
+msg:
+  description: One line naming host and rank, what was found, or what is still awaited and since when.
+  returned: always
+  type: str
+  sample: "14:41:07 UTC spark2 rank 1: no trace in dsv41-worker:/tmp since the profiled window began 35 s ago
+    (written asynchronously after /stop_profile); 1 still being written"
+lines:
+  description: Empty; present only while no trace is found (the action plugin then shows the round).
+  returned: when no trace was found
+  type: list
+  elements: str
 """
 
 import re
@@ -97,7 +110,8 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.probe_runner import make_runner, tail_text
-from ansible.module_utils.profile_trace import LIST_SCRIPT, TraceError, exposed_us, parse_listing, rank_kernels
+from ansible.module_utils.profile_trace import (LIST_SCRIPT, TraceError, exposed_us, parse_listing, rank_kernels,
+                                                wait_report)
 
 
 def read_traces(run, docker, container, directory, since, rank=None, label="host", exposed_pattern=None):
@@ -142,6 +156,7 @@ def run_module():
                               p["rank"], label, p["exposed_pattern"])
     except TraceError as exc:
         module.fail_json(msg=str(exc), changed=False)
+    listing.update(wait_report(listing, label, p["rank"], p["container"], p["directory"], p["since"]))
     module.exit_json(changed=False, **listing)
 
 

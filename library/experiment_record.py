@@ -73,6 +73,12 @@ options:
       facts); the record shows where each was found and the checks it passed before any change.
     type: dict
     default: {}
+  interrupted:
+    description:
+      - The run was interrupted and is recorded by playbooks/rollback.yml from what it kept (C(run.json)),
+        with C(condition) and C(step) where it stopped and C(measured) the conditions it had finished. The
+        record says so first and does not pass.
+    type: dict
   chart:
     description: Draw chart.png (needs matplotlib on the interpreter running the module).
     type: bool
@@ -151,6 +157,7 @@ def run_module():
             started=dict(type="str", default=""),
             not_applicable=dict(type="str"),
             images=dict(type="dict", default={}),
+            interrupted=dict(type="dict"),
             chart=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -181,11 +188,13 @@ def run_module():
         "proposals": proposals, "image_digest": p["image_digest"], "not_applicable": p["not_applicable"],
         "images": p["images"],
     }
+    if p["interrupted"]:
+        record["interrupted"] = p["interrupted"]
     if p["restored"] is not None:
         record["restore"] = es.compare(p["snapshot"], p["restored"])
         record["restored"] = p["restored"]
     passed = bool(verdicts) and all(v["verdict"] == "pass" for v in verdicts) and \
-        record.get("restore", {"equal": True})["equal"]
+        record.get("restore", {"equal": True})["equal"] and not p["interrupted"]
     files = []
     if not module.check_mode:
         try:

@@ -94,8 +94,10 @@ def stream_plan(n_prompts, concurrency, prompts_per_stream=None):
     return [[(i + j) % n_prompts for j in range(per)] for i in range(concurrency)]
 
 
-def run_round(client, prompts, settings, concurrency):
+def run_round(client, prompts, settings, concurrency, on_request=None):
     """One round: ``concurrency`` streams started together. Returns the round dict.
+
+    ``on_request()`` is called from the stream's thread as each request ends (the progress record).
 
     Raises the first :class:`BenchError` of any stream (the others stop after their current request).
     A request that failed on the server's side (error event, abort) is kept in its stream with
@@ -133,6 +135,8 @@ def run_round(client, prompts, settings, concurrency):
             rec["greedy"] = body["temperature"] <= 0
             rec["request"] = body
             st["requests"].append(rec)
+            if on_request:
+                on_request()
         st["end"] = time.monotonic()
 
     threads = [threading.Thread(target=worker, args=(streams[i], assignment[i])) for i in range(concurrency)]
@@ -199,6 +203,8 @@ def run_benchmark(url, workloads, settings, api_key=None, host_label=None, raw_o
     ``workloads``: {name: [prompt, ...]} as returned by :func:`load_prompts`.
     ``raw_output``: path of a JSON file receiving every request and response (written also when a
     request fails, then the error is re-raised).
+    ``progress``: a ``decode_bench_progress.BenchProgress`` told as each round starts, each request
+    ends and each round ends, and how the run ended.
     """
     settings = validate_settings(settings)
     client = Client(url, api_key=api_key, timeout=settings["timeout"], host_label=host_label)
@@ -218,7 +224,11 @@ def run_benchmark(url, workloads, settings, api_key=None, host_label=None, raw_o
                 # failed repetitions are replaced by extra rounds, up to failed_repetition_retries of them
                 while len(measured) < settings["repetitions"] and (
                         failed_measured <= settings["failed_repetition_retries"]):
-                    rd = run_round(client, prompts, settings, c)
+                    if progress:
+                        progress.round_started(name, c, i, settings["warmups"], settings["repetitions"],
+                                               settings.get("prompts_per_stream") or len(prompts))
+                    rd = run_round(client, prompts, settings, c,
+                                   on_request=progress.request_done if progress else None)
                     sent += sum(len(st["requests"]) for st in rd["streams"])
                     is_warm = i < settings["warmups"]
                     kind = "warmup" if is_warm else "measured"
@@ -235,7 +245,7 @@ def run_benchmark(url, workloads, settings, api_key=None, host_label=None, raw_o
                         measured.append(rd)
                     cond["rounds"].append(_raw_round(rd, kind, number))
                     if progress:
-                        progress(name, c, i, is_warm, rd)
+                        progress.round_done(rd)
                     i += 1
                     if failed_measured > settings["failed_repetition_retries"]:
                         break
@@ -246,11 +256,15 @@ def run_benchmark(url, workloads, settings, api_key=None, host_label=None, raw_o
                 results.append(res)
     except BenchError as exc:
         raw["error"] = str(exc)
+        if progress:
+            progress.finish(redact(exc, api_key))
         if raw_output:
             write_raw(raw_output, raw, api_key)
         raise
     raw["finished"] = time.time()
     raw["results"] = results
+    if progress:
+        progress.finish()
     if raw_output:
         write_raw(raw_output, raw, api_key)
     summary = {}

@@ -6,7 +6,7 @@ Runs on the control node (``bin/fleet-drift``); pure functions, no I/O. Each fin
 
 * ``drift``: the fleet differs from the repo (clock-lock unit and applied lock, ``.env`` key by key,
   adapter files, their registration, their hashes inside the image, the image against the last
-  recorded stage run);
+  recorded stage run), or may (an experiment run interrupted before its restore, on the head);
 * ``degradation``: as declared but not healthy (a layer not ``packed=True`` in the latest boot,
   shards missing or stale, a clamped KV pool, autotune disagreement, MemAvailable under the floor,
   the engine not serving);
@@ -225,6 +225,15 @@ def compare_image(host, image, record):
         out.append(finding(host, "image", "image digest", ", ".join(want), ", ".join(image.get("digests") or []) or "none",
                            "drift"))
     return out
+
+
+def unfinished_run(host, status):
+    """An experiment run never proven back at its snapshot (``experiment_runs.unfinished_runs``): the fleet may
+    still be in one of its arms' state; the finding names where it stopped and the command that finishes it."""
+    from ansible.module_utils import experiment_runs
+    return finding(host, "experiment run", status["run"], "finished (the fleet proven equal to its snapshot)",
+                   "unfinished, %s; finish it: %s" % (experiment_runs.where(status), status["rollback_command"]),
+                   "drift")
 
 
 def unreachable(host, message):

@@ -155,6 +155,12 @@ def markdown(record):
                record.get("measured_on") or "-", record.get("started") or "-", record.get("finished") or "-"), ""]
     if record.get("not_applicable"):
         out += ["**Not applicable**: %s" % record["not_applicable"], ""]
+    if record.get("interrupted"):
+        at = record["interrupted"]
+        out += ["**Interrupted** %sat step %s; finished by playbooks/rollback.yml (the fleet restored to its "
+                "snapshot, below). Measured before it stopped: %s; the other conditions were not run." % (
+                    "in condition %s " % at["condition"] if at.get("condition") else "", at.get("step") or "unknown",
+                    ", ".join(at.get("measured") or []) or "nothing"), ""]
     out += ["## Verdicts", ""]
     for v in verdicts:
         out.append("- **%s**: %s%s" % (v["arm"], v["verdict"].upper(),

@@ -14,6 +14,10 @@ from __future__ import absolute_import, division, print_function
 
 import json
 import re
+import time
+
+from ansible.module_utils.decode_bench_progress import clock_text
+from ansible.module_utils.pack_progress import eta_text
 
 __metaclass__ = type
 
@@ -118,3 +122,15 @@ def exposed_us(listing, pattern):
         main = max(streams, key=lambda tid: sum(streams[tid].values()))
         values.append(sum(us for name, us in streams[main].items() if rx.search(name)))
     return round(sum(values) / len(values), 1) if values else None
+
+
+def wait_report(listing, label, rank, container, directory, since, now=None):
+    """``msg`` (and ``lines`` while nothing is found) of one round of waiting for the trace."""
+    now = time.time() if now is None else now
+    who = "%s %s %s" % (clock_text(now), label, "(every rank)" if rank is None else "rank %s" % rank)
+    if listing["traces"]:
+        return {"msg": "%s: %d trace(s), %d kernel names" % (who, len(listing["traces"]), len(listing["kernels"]))}
+    busy = "; %d still being written" % len(listing["unreadable"]) if listing["unreadable"] else ""
+    return {"lines": [], "msg": "%s: no trace in %s:%s since the profiled window began %s ago (written "
+                                   "asynchronously after /stop_profile)%s" % (who, container, directory,
+                                                                            eta_text(now - since), busy)}

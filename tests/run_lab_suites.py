@@ -158,6 +158,7 @@ def job_env(checkout, instance):
         "ANSIBLE_CONFIG": str(checkout / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(checkout / "roles"),
         "ANSIBLE_LIBRARY": str(checkout / "library"), "ANSIBLE_MODULE_UTILS": str(checkout / "module_utils"),
         "ANSIBLE_FILTER_PLUGINS": str(checkout / "filter_plugins"),
+        "ANSIBLE_ACTION_PLUGINS": str(checkout / "action_plugins"),
     })
     # the suites check structure, never speed: the lab engine's request path runs 10x faster
     env.setdefault("DSV41_LAB_ENGINE_KNOBS", "LAB_ENGINE_SPEED=10")

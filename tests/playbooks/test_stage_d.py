@@ -5,6 +5,9 @@ sped up through its knob file on the head; the fault tests add LAB_ENGINE_FAULT 
 copy of the definition (one workload at C1, still five measured repetitions): they judge evidence,
 correctness and the restore, not speed.
 """
+import json
+import re
+
 import pytest
 import yaml
 
@@ -146,7 +149,25 @@ def test_an_arm_that_requires_a_validation_the_ledger_lacks_is_refused(tmp_path)
     assert fleet_state() == before
 
 
-def test_a_run_killed_in_an_arm_is_finished_by_rollback(tmp_path, fast_engine):
+# The lab engine's request path for the killed run: slow enough that the baseline's benchmark (one workload
+# at C1, 1 + 5 rounds of 8 answers of 64 tokens) spans several one-second progress rounds, about 10 s.
+PROGRESS_TEST_SPEED = 15
+# A progress round takes the poll (1 s on the lab inventory) plus one run of the wait module on the worker:
+# on 2 busy cores that run takes up to a few seconds.
+ROUND_SLACK_S = 4
+
+
+def _progress_lines(out):
+    """(status times in seconds of the day, finished-round lines) of the baseline benchmark's progress."""
+    text = flat(out)
+    stamp = r"(\d\d):(\d\d):(\d\d) UTC spark2 benchmark baseline: "
+    status = [int(h) * 3600 + int(m) * 60 + int(s_) for h, m, s_ in re.findall(r"msg: '?" + stamp, text)]
+    done = re.findall(stamp + r"(prose C1 (?:warm-up|repetition) \d of \d) done, ([\d.]+) tok/s", text)
+    return status, [(w, float(rate)) for *_, w, rate in done]
+
+
+def test_a_run_killed_in_an_arm_blocks_the_next_one_until_rollback_finishes_it(tmp_path, fast_engine):
+    fast_engine(LAB_ENGINE_SPEED=PROGRESS_TEST_SPEED)
     before = fleet_state()
     root = tmp_path / "rec"
     killed, out = kill_during("stage_d_wo_a.yml", [*RUN, "-e", lab_definition(tmp_path, "stage_d_wo_a", trim=True),
@@ -154,9 +175,47 @@ def test_a_run_killed_in_an_arm_is_finished_by_rollback(tmp_path, fast_engine):
                               "Note when the engine was up: w8")
     assert killed, out[-3000:]
     (run,) = [p for p in root.iterdir() if p.is_dir()]
-    assert fleet_state() != before, "killed with the w8 settings in place"
+    command = ("ansible-playbook playbooks/rollback.yml -i inventory/lab -e experiment_rollback_run=%s "
+               "-e maintenance_window=true -e experiment_record_root=%s" % (run.name, root))
+    # the way back was printed before the first change
+    said = flat(out).index("If it is interrupted, finish it with: %s" % command)
+    assert said < flat(out).index("changed: ["), "the rollback command comes before any change"
+    # the baseline's benchmark printed each warm-up and repetition once, and a status line every round
+    status, done = _progress_lines(out)
+    assert [w for w, _ in done] == ["prose C1 warm-up 1 of 1"] + ["prose C1 repetition %d of 5" % i for i in range(1, 6)]
+    assert all(rate > 0 for _, rate in done)
+    gaps = [b - a for a, b in zip(status, status[1:])]
+    print("progress rounds: %d, seconds between them: %s" % (len(status), gaps))
+    assert len(status) >= 4 and max(gaps) <= 1 + ROUND_SLACK_S, (status, gaps)
+    killed_state = fleet_state()
+    assert killed_state != before, "killed with the w8 settings in place"
+
+    # the next stage is refused before it touches a host, naming the run and the command; check mode says the same
+    for args in (RUN, ("--check",)):
+        rc, refused = playbook("stage_c_fence.yml", *args, "-e", "experiment_record_root=%s" % root)
+        assert rc != 0
+        text = flat(refused)
+        assert "Refused before touching any host: 1 experiment run(s) on the lab fleet" in text, text[-3000:]
+        assert "run %s (stage_d_wo_a, stopped in condition w8 at step restart): %s" % (run.name, command) in text
+        assert "PLAY [Stage C" not in refused
+    assert fleet_state() == killed_state, "nothing touched"
+
     rc, out = playbook("rollback.yml", *RUN, "-e", "experiment_rollback_run=%s" % run.name,
                        "-e", "experiment_record_root=%s" % root)
     assert rc == 0, out[-4000:]
     assert "The fleet equals run %s's snapshot." % run.name in flat(out)
     assert fleet_state() == before and engine_healthy()
+    # the interrupted run keeps what it measured, marked interrupted with where it stopped
+    rec = json.loads((run / "record.json").read_text())
+    assert rec["interrupted"] == {"condition": "w8", "step": "restart", "measured": ["baseline"]}
+    assert rec["conditions"]["baseline"]["results"][0]["rounds"] == 5
+    assert verdicts(rec)["w8"]["verdict"] == "refused"
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    md = (run / "record.md").read_text()
+    assert "**Interrupted** in condition w8 at step restart; finished by playbooks/rollback.yml" in md
+    assert json.loads((run / "finished.json").read_text())["by"] == "rollback"
+    print(md.split("## Verdicts")[0])
+
+    # finished: the next stage's preflight no longer refuses (its guard runs with every tag)
+    rc, out = playbook("stage_c_fence.yml", "--check", "--tags", "preflight", "-e", "experiment_record_root=%s" % root)
+    assert rc == 0 and "Refused before touching any host" not in out, out[-3000:]

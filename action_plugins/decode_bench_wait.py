@@ -1,0 +1,1 @@
+follow_rounds.py
