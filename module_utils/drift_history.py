@@ -2,17 +2,91 @@
 """History of the drift check across runs: since when each finding persists, what is new, what was
 resolved, whether the set of findings changed (the notifier's trigger), and retention.
 
-Runs on the control node (``bin/fleet-drift``). A run is a directory ``<root>/<UTC time>/`` holding
-``drift.json``; the previous run is the newest other directory with a readable ``drift.json``.
+Runs on the control node (``bin/fleet-drift``). Each fleet (inventory) keeps its own history under
+``<records>/drift/<fleet>/``, so a lab run can never stand for a production one. A run is a directory
+``<root>/<UTC time>[-n]/`` created exclusively, holding the marker :data:`MARKER` this tool wrote and
+``drift.json``; the previous run is the newest other such directory with a readable ``drift.json``.
+Nothing is ever followed through a symlink, and retention removes only directories holding the marker.
 """
 from __future__ import absolute_import, division, print_function
 
+import errno
 import json
 import os
 import re
 import shutil
+import stat
 
-RUN_NAME = re.compile(r"^\d{8}T\d{6}(\.\d+)?Z$")
+RUN_NAME = re.compile(r"^\d{8}T\d{6}(\.\d+)?Z(-\d+)?$")
+MARKER = ".dsv41-drift-run"     # written into each run directory by new_run_dir: what retention may remove
+
+
+class HistoryError(Exception):
+    """The records directory cannot hold the drift history safely (a symlink, a file in the way)."""
+
+
+def fleet_key(inventories, default="lab"):
+    """The history's fleet name: the name of the first inventory's directory (``inventory/production`` ->
+    ``production``; a file: its directory's name). Later inventories only add to it (connection
+    settings), so they do not change whose history it is."""
+    for inv in inventories or ():
+        path = os.path.abspath(str(inv))
+        name = os.path.basename(path) if os.path.isdir(path) else os.path.basename(os.path.dirname(path))
+        return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "inventory"
+    return default
+
+
+def _real_dir(path, what):
+    """Create ``path`` if missing; refuse a symlink or anything but a directory there."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise HistoryError("%s %s: %s" % (what, path, exc.strerror))
+        os.mkdir(path, 0o750)
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise HistoryError("%s %s is a symlink (to %s): the drift history is never kept through one; make it a "
+                           "directory" % (what, path, os.readlink(path)))
+    if not stat.S_ISDIR(st.st_mode):
+        raise HistoryError("%s %s is not a directory; move it away" % (what, path))
+
+
+def history_root(records, fleet):
+    """``<records>/drift/<fleet>``, each level a real directory (created when missing)."""
+    if not os.path.isdir(records):
+        os.makedirs(records, 0o750)
+    drift = os.path.join(records, "drift")
+    _real_dir(drift, "the drift records directory")
+    root = os.path.join(drift, fleet)
+    _real_dir(root, "the drift history of fleet %s" % fleet)
+    return root
+
+
+def new_run_dir(root, name):
+    """Create the run directory ``<root>/<name>`` exclusively (``-2``, ``-3``... when that second is taken) with
+    the marker inside; returns its path."""
+    for n in range(1, 1000):
+        path = os.path.join(root, name if n == 1 else "%s-%d" % (name, n))
+        try:
+            os.mkdir(path, 0o750)
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                continue
+            raise
+        fd = os.open(os.path.join(path, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                     0o640)
+        os.close(fd)
+        return path
+    raise HistoryError("%s: a thousand runs named %s already" % (root, name))
+
+
+def _ours(path):
+    """A real directory (not a symlink) holding this tool's marker as a regular file."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode) and stat.S_ISREG(os.lstat(os.path.join(path, MARKER)).st_mode)
+    except OSError:
+        return False
 
 
 def key(f):
@@ -26,13 +100,22 @@ def run_dirs(root):
         names = os.listdir(root)
     except OSError:
         return []
-    return [os.path.join(root, n) for n in sorted(names) if RUN_NAME.match(n) and os.path.isdir(os.path.join(root, n))]
+    return [os.path.join(root, n) for n in sorted(names, key=_order) if RUN_NAME.match(n) and _ours(os.path.join(root, n))]
+
+
+def _order(name):
+    """Time order of run names: the UTC time, then the -n of a second run in the same second."""
+    base, _, n = name.partition("-")
+    return base, int(n) if n.isdigit() else 1
 
 
 def load_report(run_dir):
     try:
-        with open(os.path.join(run_dir, "drift.json"), encoding="utf-8") as handle:
-            return json.load(handle)
+        fd = os.open(os.path.join(run_dir, "drift.json"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            return json.loads(handle.read(64 << 20).decode("utf-8"))
     except (OSError, ValueError):
         return None
 
@@ -41,7 +124,7 @@ def previous_report(root, current_dir):
     """The newest earlier run's report, or None (first run, or none readable)."""
     current = os.path.abspath(current_dir)
     for d in reversed(run_dirs(root)):
-        if os.path.abspath(d) == current or os.path.basename(d) > os.path.basename(current):
+        if os.path.abspath(d) == current or _order(os.path.basename(d)) > _order(os.path.basename(current)):
             continue
         report = load_report(d)
         if report is not None:
@@ -92,8 +175,8 @@ def carried_signature(open_findings, previous, sent_ok):
 
 
 def prune(root, keep, current_dir):
-    """Remove the oldest run directories so that ``keep`` remain (the current one always stays);
-    returns the removed paths."""
+    """Remove the oldest run directories so that ``keep`` remain (the current one always stays); only
+    directories this tool created (:data:`MARKER`) are counted or removed. Returns the removed paths."""
     keep = max(1, int(keep))
     dirs = run_dirs(root)
     current = os.path.abspath(current_dir)

@@ -17,8 +17,19 @@ COLUMNS = (("host", "host"), ("class", "class"), ("area", "area"), ("item", "ite
            ("actual", "actual"), ("since", "since"))
 
 
+_CONTROL = dict((c, "\\x%02x" % c) for c in list(range(0x20)) + list(range(0x7f, 0xa0)))
+_CONTROL.update({0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t"})
+
+
+def esc(value):
+    """A value as one line of plain text: newlines shown as ``\\n``, every other control character (ESC and
+    the terminal sequences it starts, OSC 52 included) as ``\\xNN``, so a value read from a host can neither
+    add a line to the summary nor drive the operator's terminal."""
+    return str(value).translate(_CONTROL)
+
+
 def _cell(value, width=48):
-    text = " ".join(str(value).split())
+    text = esc(value)
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
@@ -36,26 +47,28 @@ def table(findings, columns=COLUMNS):
 
 
 def host_lines(hosts):
-    return ["%s: %s" % (h, hosts[h]) for h in sorted(hosts)]
+    return ["%s: %s" % (esc(h), esc(hosts[h])) for h in sorted(hosts)]
 
 
 def summary_md(report):
     """What a person reads first: the verdict, what changed since the last run, then the details."""
     code = report["exit_code"]
-    out = ["# Drift check %s" % report["run"], ""]
+    out = ["# Drift check %s" % esc(report["run"]), ""]
     verdict = {0: "**No drift**: the fleet is what the repository declares.",
                2: "**Drift found**: %d open finding(s)." % len(report["findings"]),
                3: "**Incomplete**: a host was unreachable or a probe failed; the other hosts are reported below."}
-    out += [verdict[code], "", "Exit code %d (%s). Inventory: %s." % (code, EXIT_MEANING[code], report["inventory"]), ""]
+    out += [verdict[code], "", "Exit code %d (%s). Inventory: %s." % (code, EXIT_MEANING[code], esc(report["inventory"])), ""]
     out += ["## Hosts", ""] + ["- " + line for line in host_lines(report["hosts"])] + [""]
     new = [f for f in report["findings"] if f.get("new")]
-    out += ["## Since the previous run (%s)" % (report.get("previous_run") or "none"), ""]
+    out += ["## Since the previous run (%s)" % esc(report.get("previous_run") or "none"), ""]
     if not new and not report["resolved"]:
         out.append("Nothing changed.")
     for f in new:
-        out.append("- new: %s %s %s: expected %s, actual %s" % (f["host"], f["area"], f["item"], f["expected"], f["actual"]))
+        out.append("- new: %s %s %s: expected %s, actual %s" % tuple(
+            esc(f.get(k, "")) for k in ("host", "area", "item", "expected", "actual")))
     for f in report["resolved"]:
-        out.append("- resolved: %s %s %s (since %s)" % (f["host"], f["area"], f["item"], f.get("since", "?")))
+        out.append("- resolved: %s %s %s (since %s)" % tuple(
+            esc(f.get(k, "?")) for k in ("host", "area", "item", "since")))
     out.append("")
     if report["findings"]:
         out += ["## Open findings", "", "| " + " | ".join(h for _, h in COLUMNS) + " |",
@@ -65,11 +78,11 @@ def summary_md(report):
         out.append("")
     if report["accepted"]:
         out += ["## Accepted (declared in the inventory, not counted)", ""]
-        out += ["- %s %s %s: %s (%s)" % (f["host"], f["area"], f["item"], f["actual"], f["accepted"])
+        out += ["- %s %s %s: %s (%s)" % tuple(esc(f.get(k, "")) for k in ("host", "area", "item", "actual", "accepted"))
                 for f in report["accepted"]]
         out.append("")
     n = report.get("notification") or {}
-    out += ["## Notification", "", n.get("text", "not configured"), ""]
+    out += ["## Notification", "", esc(n.get("text", "not configured")), ""]
     if report.get("pruned"):
         out += ["Retention removed %d older run(s)." % len(report["pruned"]), ""]
     return "\n".join(out)
@@ -77,13 +90,12 @@ def summary_md(report):
 
 def write_report(run_dir, report, secrets=()):
     """Write drift.json and summary.md into ``run_dir`` (secret values masked as a last guard)."""
-    report = secret_rule.redact(report, list(secrets), collect=False) if secrets else report
+    # the known secret values and anything shaped like a secret (a token echoed in a value or an error)
+    report = secret_rule.redact(report, list(secrets), collect=False)
     with open(os.path.join(run_dir, "drift.json"), "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=2, sort_keys=True)
         handle.write("\n")
-    text = summary_md(report)
-    if secrets:
-        text = secret_rule.redact_text(text, list(secrets))
+    text = secret_rule.redact_text(summary_md(report), list(secrets))
     with open(os.path.join(run_dir, "summary.md"), "w", encoding="utf-8") as handle:
         handle.write(text + "\n")
     return report

@@ -78,7 +78,7 @@ def drift(lab_run, *extra, environ=None):
            "--records", str(lab_run["records"])]
     res = subprocess.run(cmd + list(extra), cwd=ROOT, env=dict(env(), **(environ or {})), text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
-    run_dir = sorted(p for p in (lab_run["records"] / "drift").iterdir() if p.is_dir())[-1]
+    run_dir = sorted(p for p in (lab_run["records"] / "drift" / "lab").iterdir() if p.is_dir())[-1]
     report = json.loads((run_dir / "drift.json").read_text())
     return res.returncode, res.stdout, run_dir, report
 
@@ -197,5 +197,5 @@ def test_unreachable_host_exit_3_and_the_others_reported(lab_run, tmp_path, hook
 
 
 def test_retention_keeps_the_last_runs(lab_run):
-    runs = [p for p in (lab_run["records"] / "drift").iterdir() if p.is_dir()]
+    runs = [p for p in (lab_run["records"] / "drift" / "lab").iterdir() if p.is_dir()]
     assert 1 <= len(runs) <= 6  # drift_retention_runs: 6 in this inventory layer

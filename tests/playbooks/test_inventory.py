@@ -133,6 +133,41 @@ def test_every_playbook_is_reachable_from_the_root_by_its_name():
         assert plays[0]["ansible.builtin.import_playbook"] == f"playbooks/{book}", book
     root_books = sorted(p.name for p in ROOT.glob("*.yml"))
     assert root_books == sorted(FLEET_SCOPE), "a root playbook without a playbooks/ counterpart"
+    # the fleet guard (strategy dsv41_guarded) reads the same scope from the files, through the root wrappers too
+    from ansible.module_utils import fleet_guard
+    for book, scope in FLEET_SCOPE.items():
+        assert fleet_guard.playbook_scope(str(ROOT / book)) == scope == fleet_guard.playbook_scope(
+            str(ROOT / "playbooks" / book)), book
+
+
+@pytest.mark.parametrize("book, args", [
+    ("site.yml", ["--skip-tags", "always"]),
+    ("site.yml", ["--skip-tags", "preflight"]),
+    ("site.yml", ["-e", "preflight_fleet_scope=any"]),
+    ("stage_a_pack.yml", ["--skip-tags", "preflight,always", "-e", "maintenance_window=true"]),
+])
+def test_the_fleet_guard_holds_whatever_the_tags_and_extra_vars_say(book, args):
+    rc, out = playbook(book, "--limit", "spark2", *args)
+    assert rc != 0
+    text = re.sub(r"\s+", " ", out)
+    assert ("Fleet guard: %s acts on the whole fleet" % book) in text or "Refusing to run on part of the fleet" in text
+    assert "leaves out spark1" in text
+    # nothing after the preflight ran, on any host
+    assert all(t.startswith("preflight : ") for t in re.findall(r"TASK \[([^\]]+)\]", out)), out[-2000:]
+    assert "changed=1" not in out and "UNREACHABLE" not in out
+
+
+def test_a_lab_only_control_node_never_reaches_a_host_outside_this_machine(tmp_path):
+    # A copy of the lab inventory with spark2 at an address elsewhere. ssh's ProxyCommand=false means that
+    # even a guard that let it through would send nothing: the refusal must come before any connection.
+    inv = tmp_path / "elsewhere"
+    shutil.copytree(LAB_INVENTORY, inv)
+    (inv / "host_vars" / "spark2" / "zz_elsewhere.yml").write_text(
+        "---\nansible_host: 198.51.100.7\nansible_ssh_common_args: -o ProxyCommand=false\n")
+    rc, out = playbook("site.yml", "--check", "--skip-tags", "always", inventories=(inv,))
+    assert rc != 0
+    assert "spark2 (198.51.100.7) would be reached outside this machine" in re.sub(r"\s+", " ", out)
+    assert "UNREACHABLE" not in out and "TASK [clock_lock" not in out
 
 
 def test_stage_plays_stop_every_host_on_one_failure():

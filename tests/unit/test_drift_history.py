@@ -29,8 +29,8 @@ def report(run, findings, resolved=(), code=None):
 
 
 def write_run(root, name, rep):
-    d = root / name
-    d.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
+    d = Path(dh.new_run_dir(str(root), name))       # as bin/fleet-drift creates it: exclusive, with the marker
     (d / "drift.json").write_text(json.dumps(rep))
     return d
 
@@ -51,9 +51,8 @@ def test_an_unchecked_host_resolves_nothing():
 def test_previous_report_is_the_newest_earlier_readable_run(tmp_path):
     write_run(tmp_path, "20261130T100000Z", report("20261130T100000Z", []))
     write_run(tmp_path, "20261130T110000Z", report("20261130T110000Z", [f("spark1", "A")]))
-    (tmp_path / "20261130T113000Z").mkdir()          # an interrupted run: no drift.json
-    current = tmp_path / "20261130T120000Z"
-    current.mkdir()
+    dh.new_run_dir(str(tmp_path), "20261130T113000Z")          # an interrupted run: no drift.json
+    current = Path(dh.new_run_dir(str(tmp_path), "20261130T120000Z"))
     assert dh.previous_report(str(tmp_path), str(current))["run"] == "20261130T110000Z"
     assert dh.previous_report(str(tmp_path / "none"), str(current)) is None
 
@@ -186,7 +185,7 @@ def test_runner_reads_snapshots_unreachable_hosts_and_failures_from_events():
     prediction = {"event": "runner_on_ok", "event_data": {
         "host": "spark1", "task": runner.PREDICTION_TASK, "task_action": "ansible.builtin.async_status",
         "res": {"finished": 1, "containers": [{"rank": 0, "env": {}}]}}}
-    snaps, dark, failed, stats, predicted = runner.collect(events + [prediction])
+    snaps, dark, failed, stats, predicted, unfinished = runner.collect(events + [prediction])
     assert snaps == {"spark1": ({"host": "spark1"}, {"is_head": True})}
     assert dark == {"spark2": "ssh: connect refused"} and failed == [("spark3", "Snapshot", "boom")]
     assert set(stats["processed"]) == {"spark1", "spark2", "spark3"}
@@ -195,3 +194,77 @@ def test_runner_reads_snapshots_unreachable_hosts_and_failures_from_events():
     prediction["event_data"]["res"] = {"finished": 1, "failed": True, "msg": "start.sh serve exited 1\n in the sandbox"}
     assert runner.collect([prediction])[4] == {"error": "start.sh serve exited 1 in the sandbox"}
     assert runner.collect(events)[4] is None
+    assert unfinished == []
+
+
+def test_runner_turns_the_preflight_s_unfinished_runs_into_findings():
+    runner = load_runner()
+    status = {"run": "20261202T101500Z-stage_d_wo_a", "at": {"condition": "w8", "step": "restart"},
+              "rollback_command": "ansible-playbook playbooks/rollback.yml -e experiment_rollback_run=x"}
+    event = {"event": "runner_on_ok", "event_data": {"host": "spark1", "task": runner.UNFINISHED_TASK,
+                                                     "res": {"ansible_facts": {"preflight_unfinished_runs": [status]}}}}
+    unfinished = runner.collect([event])[5]
+    assert unfinished == [("spark1", status)]
+    (finding,) = [dc.unfinished_run(host, s) for host, s in unfinished]
+    assert finding == {"host": "spark1", "area": "experiment run", "item": "20261202T101500Z-stage_d_wo_a",
+                       "expected": "finished (the fleet proven equal to its snapshot)", "class": "drift",
+                       "actual": "unfinished, stopped in condition w8 at step restart; finish it: "
+                                 "ansible-playbook playbooks/rollback.yml -e experiment_rollback_run=x"}
+    assert dc.exit_code([finding]) == 2
+
+
+# --------------------------------------------------------------------------- records trust nothing
+
+def test_each_fleet_keeps_its_own_history(tmp_path):
+    records = tmp_path / "records"
+    lab = dh.history_root(str(records), dh.fleet_key([str(ROOT / "inventory" / "lab"), "/x/connection.yml"]))
+    prod = dh.history_root(str(records), dh.fleet_key([str(ROOT / "inventory" / "production")]))
+    assert (Path(lab).name, Path(prod).name) == ("lab", "production") and lab != prod
+    write_run(Path(lab), "20261130T100000Z", report("20261130T100000Z", [f("spark1", "A")]))
+    current = dh.new_run_dir(prod, "20261130T110000Z")
+    assert dh.previous_report(prod, current) is None      # the lab's finding is not production's history
+
+
+def test_a_symlinked_or_blocked_drift_directory_is_refused_and_nothing_foreign_is_deleted(tmp_path):
+    records, foreign = tmp_path / "records", tmp_path / "foreign"
+    (foreign / "20200101T000000Z").mkdir(parents=True)
+    (foreign / "20200101T000000Z" / "precious").write_text("x")
+    records.mkdir()
+    (records / "drift").symlink_to(foreign)
+    with pytest.raises(dh.HistoryError, match="drift records directory .* is a symlink .*never kept through one"):
+        dh.history_root(str(records), "lab")
+    (records / "drift").unlink()
+    (records / "drift").write_text("a file")
+    with pytest.raises(dh.HistoryError, match="is not a directory"):
+        dh.history_root(str(records), "lab")
+    (records / "drift").unlink()
+    root = Path(dh.history_root(str(records), "lab"))
+    (root / "20200101T000000Z").symlink_to(foreign / "20200101T000000Z")       # a run name pointing away
+    (root / "20200102T000000Z").mkdir()                                       # a directory this tool did not write
+    runs = [write_run(root, "20261130T1%d0000Z" % i, report("r", [])) for i in range(3)]
+    removed = dh.prune(str(root), 1, str(runs[-1]))
+    assert [Path(p).name for p in removed] == [r.name for r in runs[:2]]
+    assert (foreign / "20200101T000000Z" / "precious").exists() and (root / "20200102T000000Z").is_dir()
+
+
+def test_two_runs_in_one_second_get_two_directories_in_order(tmp_path):
+    first = dh.new_run_dir(str(tmp_path), "20261130T100000Z")
+    second = dh.new_run_dir(str(tmp_path), "20261130T100000Z")
+    assert Path(second).name == "20261130T100000Z-2"
+    assert [Path(p).name for p in dh.run_dirs(str(tmp_path))] == [Path(first).name, Path(second).name]
+
+
+def test_a_value_can_neither_add_a_line_to_the_summary_nor_drive_the_terminal(tmp_path):
+    from ansible.module_utils import drift_report as dr
+    evil = "x\n\n**No drift**: the fleet is what the repository declares.\n\x1b]52;c;ZXZpbA==\x07\x1b[2J"
+    token = "hf_" + "Q1w2E3r4T5y6U7i8O9p0"
+    rep = dict(report("20261130T100000Z", [dict(f("spark2", "MODEL_PATH", actual=evil), new=True,
+                                                 expected="/srv " + token)]), notification={"text": evil})
+    rep["hosts"] = {"spark2": "UNREACHABLE: " + evil}
+    dr.write_report(str(tmp_path), rep)
+    text = (tmp_path / "summary.md").read_text()
+    assert "\x1b" not in text and "\x07" not in text and token not in text
+    assert [line for line in text.splitlines() if line.startswith("**No drift**")] == []
+    assert "x\\n\\n**No drift**" in text and "\\x1b]52;c;" in text
+    assert all("\x1b" not in line and "\n" not in line for line in dr.table(rep["findings"]))
+    assert token not in (tmp_path / "drift.json").read_text()

@@ -30,14 +30,15 @@ def test_runner_is_unprivileged_with_its_own_venv_and_checkout(host):
 
 def test_a_triggered_run_writes_a_report(host):
     with host.sudo():
-        before = set(host.check_output(f"ls -1 {HOME}/records/drift 2>/dev/null || true").split())
+        # each fleet's history apart: the timer checks inventory/lab, so its runs are under records/drift/lab/
+        before = set(host.check_output(f"ls -1 {HOME}/records/drift/lab 2>/dev/null || true").split())
         host.run_test(f"systemctl start {UNIT}.service")  # oneshot: returns when the run ended
-        after = set(host.check_output(f"ls -1 {HOME}/records/drift").split())
+        after = set(host.check_output(f"ls -1 {HOME}/records/drift/lab").split())
         new = sorted(after - before)
         assert len(new) == 1
-        report = json.loads(host.file(f"{HOME}/records/drift/{new[0]}/drift.json").content_string)
+        report = json.loads(host.file(f"{HOME}/records/drift/lab/{new[0]}/drift.json").content_string)
         status = host.check_output(f"systemctl show -p ExecMainStatus --value {UNIT}.service").strip()
-        assert "# Drift check " + new[0] in host.file(f"{HOME}/records/drift/{new[0]}/summary.md").content_string
+        assert "# Drift check " + new[0] in host.file(f"{HOME}/records/drift/lab/{new[0]}/summary.md").content_string
     assert set(report["hosts"]) == {"spark1", "spark2", "spark3"}
     assert all(v == "checked" for v in report["hosts"].values()), report["hosts"]
     assert report["exit_code"] in (0, 2) and int(status) == report["exit_code"]
