@@ -17,6 +17,8 @@ import re
 import shutil
 import stat
 
+from ansible.module_utils import probe_read
+
 RUN_NAME = re.compile(r"^\d{8}T\d{6}(\.\d+)?Z(-\d+)?$")
 MARKER = ".dsv41-drift-run"     # written into each run directory by new_run_dir: what retention may remove
 
@@ -110,12 +112,9 @@ def _order(name):
 
 
 def load_report(run_dir):
-    try:
-        fd = os.open(os.path.join(run_dir, "drift.json"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return None
-            return json.loads(handle.read(64 << 20).decode("utf-8"))
+    try:    # no symlink followed, no FIFO waited on, at most 64 MiB (probe_read)
+        raw = probe_read.read_bytes(os.path.join(run_dir, "drift.json"), 64 << 20)
+        return None if raw is None else json.loads(raw.decode("utf-8"))
     except (OSError, ValueError):
         return None
 

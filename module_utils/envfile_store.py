@@ -17,6 +17,7 @@ import os
 import stat
 import time
 
+from ansible.module_utils import probe_read
 from ansible.module_utils.envfile_shell import EnvError
 from ansible.module_utils.envfile_parse import ENV_MAX_BYTES as ENV_TEXT_MAX_BYTES
 
@@ -141,27 +142,18 @@ def load_record(path):
     """The record of befores kept beside the .env: {"format", "file", "runs": [...]} (empty when absent)."""
     rpath = record_path(path)
     try:    # never through a symlink, never a FIFO or device (a hang), never more than RECORD_MAX_BYTES
-        fd = os.open(rpath, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise EnvError("%s is not a regular file; fix or remove it" % rpath)
-            raw = b""
-            while len(raw) <= RECORD_MAX_BYTES:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                raw += chunk
-        finally:
-            os.close(fd)
-        if len(raw) > RECORD_MAX_BYTES:
-            raise EnvError("%s is larger than %d bytes: not a record this tool wrote; fix or remove it"
-                           % (rpath, RECORD_MAX_BYTES))
-        data = json.loads(raw.decode("utf-8"))
-    except (IOError, OSError) as exc:
-        if exc.errno == errno.ENOENT:
+        raw = probe_read.read_bytes(rpath, RECORD_MAX_BYTES)
+        if raw is None:
             return {"format": RECORD_FORMAT, "file": os.path.basename(path), "runs": []}
+        data = json.loads(raw.decode("utf-8"))
+    except probe_read.ProbeReadError as exc:
         if exc.errno == errno.ELOOP:
             raise EnvError("%s is a symlink; the record is never read through one (fix or remove it)" % rpath)
+        if exc.errno == errno.EFBIG:
+            raise EnvError("%s is larger than %d bytes: not a record this tool wrote; fix or remove it"
+                           % (rpath, RECORD_MAX_BYTES))
+        raise EnvError("%s is not a regular file; fix or remove it" % rpath)
+    except (IOError, OSError) as exc:
         raise EnvError("%s: cannot read: %s" % (rpath, exc.strerror))
     except ValueError as exc:
         raise EnvError("%s is not a valid backup record (%s); fix or remove it" % (rpath, exc))
