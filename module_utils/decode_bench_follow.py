@@ -10,11 +10,10 @@ leaves it at "started" forever).
 """
 from __future__ import annotations
 
-import os
 import time
 
 from ansible.module_utils.decode_bench_progress import read_progress, round_lines, status_line
-from ansible.module_utils.engram_follow import read_async_job, stop_packer, wrapper_failure
+from ansible.module_utils.engram_follow import job_started, read_async_job, stop_packer, wrapper_failure
 from ansible.module_utils.pack_lock import pid_alive
 from ansible.module_utils.pack_progress import eta_text
 
@@ -26,14 +25,6 @@ OVERDUE_GRACE_SECONDS = 60
 REPORT_GRACE_SECONDS = 15
 # How often a round that waits for the benchmark's end looks again (reading two small files).
 WAIT_STEP_SECONDS = 0.2
-
-
-def _job_started(results_file):
-    """When the async job began (its results file is written at the start and again only at the end)."""
-    try:
-        return os.stat(results_file).st_mtime
-    except OSError:
-        return None
 
 
 def _out(state, msg, record=None, now=None, finished=False, failed=False, host_label=None, changed=False):
@@ -93,7 +84,7 @@ def _round(results_file, progress_file, run_id, host_label, time_limit, startup_
         return _out("done", "%s: benchmark done: %s in %s" % (label, total, elapsed), record, now, True,
                     host_label=host_label)
 
-    started = _job_started(results_file)
+    started = job_started(results_file)
     if record is None:
         if job_state == "missing":
             return _out("lost", "%s: the async job file %s is gone and the benchmark left no progress record in %s"

@@ -248,7 +248,7 @@ def follow_pack(results_file, progress_file, layer, rank, run_id=None, host_labe
 
     # The job is running (or its file is missing or mid-replace): the packer's pid decides.
     if record is None:
-        started = _job_started(results_file)
+        started = job_started(results_file)
         if job_state == "missing":
             out.update(finished=True, failed=True, state="lost",
                        msg="%s: the async job file %s is gone and the packer left no progress record in %s; "
@@ -274,7 +274,7 @@ def follow_pack(results_file, progress_file, layer, rank, run_id=None, host_labe
                        msg="%s: the packer failed: %s" % (label, record.get("message")))
             return out
         how = "killed_with_job" if job_state == "running" else "killed"
-        started = _job_started(results_file)
+        started = job_started(results_file)
         if time_limit and job_state == "running" and started is not None and now - started >= time_limit - 2:
             # The wrapper has killed it at the limit and writes "Timeout exceeded" a second later. (Its
             # clock starts just before it writes the results file: hence the two seconds' slack.)
@@ -298,7 +298,7 @@ def follow_pack(results_file, progress_file, layer, rank, run_id=None, host_labe
     return out
 
 
-def _job_started(results_file):
+def job_started(results_file):
     """When the async job began: its results file is written once at the start and again only at the end."""
     try:
         return os.stat(results_file).st_mtime
