@@ -18,6 +18,11 @@ description:
     size and mtime, tensor offsets, 64 sampled rows) and reported C(stale) with the reason when the
     checkpoint changed. A shard without metadata is complete only if its sampled rows equal the
     checkpoint's (C(verified)), otherwise stale.
+  - A complete shard's content is then checked against the SHA-256 of every byte the packer wrote,
+    recorded in its metadata with the file's identity (size, mtime, inode, device). With
+    I(content_check=identity) (the default) an unchanged identity is trusted and the whole file is read
+    only when the identity changed; with I(content_check=full) (stage A's C(verify) tag) every shard is
+    read in full. A difference makes the shard C(stale) (C(content differs)), so the next pack rewrites it.
   - A symlink, directory or FIFO at a shard's, C(.partial)'s or metadata's name fails the plan,
     naming host and path.
   - With I(foreign_search), also lists the Engram files the project did not write on the destination's
@@ -70,6 +75,14 @@ options:
     type: list
     elements: path
     default: []
+  content_check:
+    description:
+      - How a complete shard's content is compared with the hash recorded when it was packed.
+      - C(identity) reads the whole shard only when its size, mtime, inode or device changed since it
+        was packed; C(full) reads every shard whole (about 20 GB per shard on the fleet: minutes).
+    type: str
+    choices: [identity, full]
+    default: identity
 author:
   - DSV41 fleet team
 """
@@ -125,8 +138,19 @@ shards:
         - Why the existing file is unusable (only when stale), for example C(index digest changed),
           C(source size or mtime changed), C(offsets changed), C(sampled rows differ) or a header mismatch.
       type: str
-    verified: {description: C(verified by sampled rows, no metadata) for a complete shard without metadata., type: str}
+    verified:
+      description:
+        - How a complete shard was trusted beyond its metadata, when not the usual way, for example
+          C(verified by sampled rows, no metadata) or C(content hash verified in full) after its mtime or
+          inode changed.
+      type: str
     meta_path: {description: The shard's metadata file., type: str}
+    content:
+      description:
+        - What the content check found (complete shards with metadata) - C(recorded) (the SHA-256 recorded when
+          packed, or null for an older shard), C(identity) (size:mtime_ns:ctime_ns:inode:device now, the key a full check is remembered by), C(hashed)
+          (whether the whole file was read) and C(sha256) (what was read, when it was).
+      type: dict
 to_write_bytes:
   description: Bytes of the shards that are not complete.
   returned: success
@@ -221,6 +245,7 @@ def main():
             foreign_search=dict(type="list", elements="path", default=[]),
             foreign_depth=dict(type="int", default=4),
             rooms=dict(type="list", elements="path", default=[]),
+            content_check=dict(type="str", choices=["identity", "full"], default="identity"),
         ),
         supports_check_mode=True,
     )
@@ -229,7 +254,8 @@ def main():
         module.fail_json(msg="foreign_depth must be >= 0, got %d" % params["foreign_depth"])
     try:
         result = plan(params["checkpoint"], params["dest"], params["rank"], params["tp_size"],
-                      layers=params["layers"], margin_bytes=params["margin_bytes"])
+                      layers=params["layers"], margin_bytes=params["margin_bytes"],
+                      content_check=params["content_check"])
         result.update(survey(params["dest"], params["tp_size"], params["foreign_search"], params["rooms"],
                              depth=params["foreign_depth"]))
     except EngramError as exc:

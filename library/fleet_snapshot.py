@@ -113,6 +113,14 @@ options:
     type: list
     elements: int
     default: [1, 14]
+  shards_verified:
+    description:
+      - Shards whose whole content an earlier drift run already hashed and found equal to the hash recorded
+        when they were packed, as {shard path - identity} (C(shards[].content.identity) of that run, size:mtime:ctime:inode:device). Every
+        complete shard is read in full unless its identity now is the one given here, so a shard is read
+        once per change, not once per run.
+    type: dict
+    default: {}
   meminfo:
     description: The meminfo file.
     type: path
@@ -188,6 +196,7 @@ def main():
             checkpoint=dict(type="path", required=True),
             engram_dir=dict(type="path", required=True),
             layers=dict(type="list", elements="int", default=[1, 14]),
+            shards_verified=dict(type="dict", default={}),
             meminfo=dict(type="path", default="/proc/meminfo"),
             declared=dict(type="dict", default={}),
         ),

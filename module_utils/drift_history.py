@@ -153,6 +153,31 @@ def apply_history(findings, previous, now, checked_hosts):
     return out, resolved
 
 
+def shards_verified(previous, snapshots):
+    """{host: {shard path: identity}} of the shards whose whole content equals the hash recorded when they
+    were packed, as of this run: what the next run passes back (fleet_snapshot ``shards_verified``) so a
+    shard is read in full once per change, not on every scheduled run. ``snapshots``: {host: snapshot} of
+    the hosts this run checked; an unchecked host keeps the previous run's entries."""
+    before = (previous or {}).get("shards_verified")
+    out = {h: dict(v) for h, v in (before.items() if isinstance(before, dict) else ())
+           if isinstance(v, dict) and h not in snapshots}
+    for host, snap in snapshots.items():
+        mine = {}
+        for s in ((snap or {}).get("shards") or {}).get("shards") or []:
+            content = s.get("content") if isinstance(s, dict) else None
+            if s.get("state") != "complete" or not isinstance(content, dict) or not content.get("recorded"):
+                continue
+            if content.get("hashed") and content.get("sha256") != content["recorded"]:
+                continue
+            if not content.get("hashed"):
+                # not read this run: trusted only because the previous run verified this exact identity
+                if ((before or {}).get(host) or {}).get(s.get("path")) != content.get("identity"):
+                    continue
+            mine[s["path"]] = content["identity"]
+        out[host] = mine
+    return out
+
+
 def signature(open_findings):
     """What the notifier watches: the set of open findings (key and class), order-free."""
     return sorted("%s|%s" % (key(f), f["class"]) for f in open_findings)

@@ -222,9 +222,13 @@ def boot_snapshot(run_command, p):
 
 
 def shards_snapshot(p, dest):
-    res = pack_plan.plan(p["checkpoint"], dest, p["rank"], p["tp_size"], layers=p["layers"])
+    """Each shard's state, its content hashed in full unless ``shards_verified`` holds its identity now (the
+    drift history: a shard is read once per change)."""
+    res = pack_plan.plan(p["checkpoint"], dest, p["rank"], p["tp_size"], layers=p["layers"], content_check="full",
+                         verified=p.get("shards_verified") or {})
     return {"dest": dest, "shards": [{"layer": s["layer"], "path": s["path"], "state": s["state"],
-                                      "stale_reason": s.get("stale_reason")} for s in res["shards"]]}
+                                      "stale_reason": s.get("stale_reason"), "content": s.get("content")}
+                                     for s in res["shards"]]}
 
 
 def memory_snapshot(path="/proc/meminfo"):

@@ -11,6 +11,7 @@ stop that removes its ``.partial``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import time
@@ -25,9 +26,13 @@ from ansible.module_utils.shard_format import (
     os_error_text, partial_name, shard_name, write_all,
 )
 from ansible.module_utils.shard_provenance import (
-    NOTE_NO_METADATA, _shard_sample_sha256_fd, describe_shard, remove_own_file, shard_provenance,
-    write_meta,
+    NOTE_IDENTITY_CHANGED, NOTE_NO_CONTENT_HASH, NOTE_NO_METADATA, _shard_sample_sha256_fd, content_identity,
+    content_record, content_sha256, describe_shard, remove_own_file, shard_provenance, write_meta,
 )
+
+# A complete shard whose metadata the pack (re)writes without touching the shard: packed before metadata
+# existed, or before content hashes were recorded, or moved or touched since (its bytes verified in full).
+REFRESH_NOTES = (NOTE_NO_METADATA, NOTE_NO_CONTENT_HASH, NOTE_IDENTITY_CHANGED)
 
 
 DEFAULT_CHUNK_BYTES = 8 * MIB
@@ -95,8 +100,9 @@ def _drop_cache(fd, offset=0, length=0):
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
-def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, limit):
-    """Write header and rows lo..hi-1 into ``out_fd``; return bytes written.
+def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, limit, digest=None):
+    """Write header and rows lo..hi-1 into ``out_fd``; return bytes written. ``digest`` (a hashlib
+    object) is fed every byte written, in order: the shard's content hash without a second read.
 
     Per chunk: the weights are scattered by the kernel straight into their 256-byte slots of the
     row buffer (preadv), the scales are read in one piece and dropped into the 8-byte slot at the
@@ -104,7 +110,10 @@ def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, l
     is written at once. No per-row Python work.
     """
     lo, hi, total = status.lo, status.hi, status.bytes
-    write_all(out_fd, memoryview(encode_shard_header(table.layer, lo, hi, table.rows)))
+    header = encode_shard_header(table.layer, lo, hi, table.rows)
+    write_all(out_fd, memoryview(header))
+    if digest is not None:
+        digest.update(header)
     buf = memoryview(bytearray(chunk_rows * ROW_BYTES))
     words = buf.cast("Q")
     row_words, scale_word = ROW_BYTES // 8, WEIGHT_BYTES // 8
@@ -123,6 +132,8 @@ def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, l
                       table.scale_offset + row * SCALE_BYTES, table.shard_path)
         words[scale_word:n * row_words:row_words] = scale_words[:n]
         write_all(out_fd, buf[:n * ROW_BYTES])
+        if digest is not None:
+            digest.update(buf[:n * ROW_BYTES])
         row += n
         done += n * ROW_BYTES
         if done - synced >= sync_bytes or row == hi:
@@ -148,7 +159,8 @@ def _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, l
 
 def _write_shard(table, status, meta, chunk_rows, sync_bytes, progress, limit):
     """Write the .partial, fsync, rename over the final name, fsync the directory, then publish
-    the metadata ``meta`` beside it the same way.
+    the metadata ``meta`` beside it the same way, with the content hash of every byte written and the
+    published file's identity (``content``).
 
     The .partial is created with O_EXCL|O_NOFOLLOW, so the packer only ever writes a file it has
     just created itself; a left-over one is removed first only if it is a regular file of ours.
@@ -174,7 +186,8 @@ def _write_shard(table, status, meta, chunk_rows, sync_bytes, progress, limit):
         out_fd = os.open(status.partial_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | OPEN_SAFE, 0o644)
         created = True
         in_fd = os.open(table.shard_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        written = _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, limit)
+        digest = hashlib.sha256()
+        written = _copy_rows(table, status, out_fd, in_fd, chunk_rows, sync_bytes, progress, limit, digest)
         if written != status.bytes or os.fstat(out_fd).st_size != status.bytes:
             raise EngramPackError("host %s: %s: wrote %d bytes, expected %d"
                                   % (hostname(), status.partial_path, written, status.bytes))
@@ -185,11 +198,20 @@ def _write_shard(table, status, meta, chunk_rows, sync_bytes, progress, limit):
                                   "those read before writing); nothing was published, rerun the pack"
                                   % (hostname(), table.shard_path, table.layer))
         os.fsync(out_fd)
+        written_as = content_identity(os.fstat(out_fd))
         os.close(out_fd)
         out_fd = None
         os.replace(status.partial_path, status.path)
         created = False
         fsync_dir(dest)
+        # The identity is read again at the final name: the same inode, size and mtime as the descriptor
+        # written means nothing wrote to it in between.
+        content = content_record(status.path, digest.hexdigest())
+        if any(content[k] != written_as[k] for k in written_as):
+            raise EngramPackError("host %s: %s changed between its last write and its publication; its "
+                                  "metadata was not written, the next plan reads it in full"
+                                  % (hostname(), status.path))
+        meta = dict(meta, content=content)
     except BaseException as exc:
         if out_fd is not None:
             os.close(out_fd)
@@ -291,7 +313,8 @@ def _pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes, check_mode
     table = read_engram_tables(checkpoint, (layer,))[layer]
     table_rank_range(table, rank, tp_size)
     before = describe_shard(dest, layer, rank, tp_size, table.rows, table)
-    result = {"changed": before.state != "complete", "path": before.path, "bytes": before.bytes,
+    result = {"changed": before.state != "complete" or before.note in REFRESH_NOTES, "path": before.path,
+              "bytes": before.bytes,
               "rows": before.hi - before.lo, "lo": before.lo, "hi": before.hi, "seconds": 0.0,
               "throughput_mib_s": 0.0, "state_before": before.state, "max_mib_s": max_mib_s,
               "reclaimed_lock": None, "stale_reason": before.reason, "verified": before.note,
@@ -299,7 +322,7 @@ def _pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes, check_mode
     if check_mode:
         return result
     progress.update(path=before.path, partial_path=before.partial_path, total_bytes=before.bytes)
-    if before.state == "complete" and before.note != NOTE_NO_METADATA:
+    if before.state == "complete" and before.note not in REFRESH_NOTES:
         progress.update(state="done", done_bytes=before.bytes, percent=100.0, eta_s=0,
                         message="%s is already complete; nothing written" % before.path)
         return result
@@ -313,10 +336,13 @@ def _pack_layer(checkpoint, dest, layer, rank, tp_size, margin_bytes, check_mode
         status = describe_shard(dest, layer, rank, tp_size, table.rows, table)
         if status.state == "complete":
             message = "%s was completed by another run; nothing written" % status.path
-            if status.note == NOTE_NO_METADATA:
-                # An older packer's shard, verified by sampled rows: record what it was verified against.
+            if status.note in REFRESH_NOTES:
+                # An older packer's shard (verified by sampled rows), or one moved or touched since it was
+                # packed (verified in full): record what it was verified against and its content now.
                 try:
-                    write_meta(status.meta_path, shard_provenance(table, rank, tp_size))
+                    sha = (status.content or {}).get("sha256") or content_sha256(status.path)[0]
+                    write_meta(status.meta_path, dict(shard_provenance(table, rank, tp_size),
+                                                      content=content_record(status.path, sha)))
                 except OSError as exc:
                     raise EngramPackError("host %s: cannot write the metadata %s of %s: %s"
                                           % (hostname(), status.meta_path, status.path, os_error_text(exc)))

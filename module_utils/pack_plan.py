@@ -10,7 +10,7 @@ from ansible.module_utils.safetensors_index import read_engram_tables, table_ran
 from ansible.module_utils.shard_format import (
     ENGRAM_LAYERS, EngramFormatError, EngramPackError, GIB, check_rank, hostname, is_int,
 )
-from ansible.module_utils.shard_provenance import describe_shard
+from ansible.module_utils.shard_provenance import CONTENT_CHECKS, describe_shard
 
 
 def _gib(value):
@@ -37,14 +37,22 @@ def check_pack_params(checkpoint, rank, tp_size, margin_bytes):
         raise EngramFormatError("%s: margin_bytes must be an integer >= 0, got %r" % (checkpoint, margin_bytes))
 
 
-def plan(checkpoint, dest, rank, tp_size, layers=ENGRAM_LAYERS, margin_bytes=0):
+def plan(checkpoint, dest, rank, tp_size, layers=ENGRAM_LAYERS, margin_bytes=0, content_check="identity",
+         verified=None):
     """Read-only space verdict for packing ``layers`` for one rank into ``dest``.
+
+    Each complete shard's content is checked against the hash recorded when it was packed
+    (``content_check``/``verified``: see shard_provenance.content_verdict); what that check found is the
+    shard entry's ``content``.
 
     A shortfall is a verdict (``fits: False``), not an error; malformed input raises
     EngramFormatError and a missing ``dest`` raises EngramPackError.
     """
     check_dest(dest)
     check_pack_params(checkpoint, rank, tp_size, margin_bytes)
+    if content_check not in CONTENT_CHECKS:
+        raise EngramFormatError("%s: content_check must be one of %s, got %r"
+                                % (dest, ", ".join(CONTENT_CHECKS), content_check))
     layers = list(layers)
     if not layers or len(set(layers)) != len(layers):
         raise EngramFormatError("%s: layers must be a non-empty list without duplicates, got %r"
@@ -55,7 +63,7 @@ def plan(checkpoint, dest, rank, tp_size, layers=ENGRAM_LAYERS, margin_bytes=0):
     for layer in layers:
         table = tables[layer]
         table_rank_range(table, rank, tp_size)
-        status = describe_shard(dest, layer, rank, tp_size, table.rows, table)
+        status = describe_shard(dest, layer, rank, tp_size, table.rows, table, content_check, verified)
         entry = {"layer": layer, "path": status.path, "lo": status.lo, "hi": status.hi,
                  "rows": status.hi - status.lo, "bytes": status.bytes, "state": status.state,
                  "meta_path": status.meta_path}
@@ -63,6 +71,8 @@ def plan(checkpoint, dest, rank, tp_size, layers=ENGRAM_LAYERS, margin_bytes=0):
             entry["stale_reason"] = status.reason
         if status.note:
             entry["verified"] = status.note
+        if status.content:
+            entry["content"] = status.content
         shards.append(entry)
         required += status.bytes
         if status.state != "complete":

@@ -34,14 +34,15 @@ GIB = 2 ** 30
 MIB = 2 ** 20
 _SHARD_HEADER = struct.Struct("<6Q")
 ShardStatus = namedtuple(
-    "ShardStatus", "state reason path partial_path lo hi bytes reclaimable_bytes note meta_path",
-    defaults=(None, None))
+    "ShardStatus", "state reason path partial_path lo hi bytes reclaimable_bytes note meta_path content",
+    defaults=(None, None, None))
 
 ShardStatus.__doc__ = """What is on disk for one packed shard. ``state`` is complete, missing,
 partial or stale; ``reason`` explains stale; ``reclaimable_bytes`` is the allocated size of the
 files a pack would replace (a left-over .partial and/or a stale final file). ``note`` says how a
 complete shard was trusted (``verified by sampled rows, no metadata`` for a shard packed before
-metadata existed)."""
+metadata existed); ``content`` is what the full-content check found (see
+shard_provenance.content_verdict), None when it did not run."""
 
 
 class EngramError(Exception):

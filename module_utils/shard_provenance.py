@@ -1,13 +1,18 @@
 # -*- coding: utf-8 -*-
 """Where a packed shard came from: its metadata file and sampled-row digests (standard library only).
 
-Each shard has ``<shard>.meta.json`` naming the checkpoint identity, the rank's rows and the SHA-256 of
-sampled rows; a shard is complete only when that record (or, for a shard packed before metadata
-existed, the sampled rows themselves) matches the checkpoint.
+Each shard has ``<shard>.meta.json`` naming the checkpoint identity, the rank's rows, the SHA-256 of
+sampled rows and the SHA-256 of the shard's whole content (hashed while it was written) with the file's
+identity then (size, mtime, inode, device); a shard is complete only when that record (or, for a shard
+packed before metadata existed, the sampled rows themselves) matches the checkpoint, and its content
+matches the recorded hash: checked cheaply by identity (a write changes the mtime), and read in full when
+the identity changed, or when the caller asks for the full check (stage A's verify tag, the drift
+check, which skips a shard whose identity it already verified).
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -84,6 +89,88 @@ def shard_provenance(table, rank, tp_size, sample_sha256=None):
         "sampled_rows": {"count": len(sample_rows(lo, hi)),
                          "sha256": sample_sha256 or checkpoint_sample_sha256(table, lo, hi)},
     }
+
+
+# How the content of a complete shard is checked against the hash recorded when it was packed:
+# "identity": equal size, mtime, inode and device are trusted (a write changes the mtime), the whole file is
+# read only when one of them changed; "full": the whole file is read, unless ``verified`` already holds this
+# exact verification key for it. The recorded identity leaves ctime out (the pack's own chmod, or an
+# operator's chown, changes it without touching a byte); the key a full check is remembered by has it, so
+# bytes rewritten under a restored mtime (ctime cannot be set back) are read again.
+CONTENT_CHECKS = ("identity", "full")
+IDENTITY_FIELDS = ("size", "mtime_ns", "ino", "dev")
+HASH_CHUNK = 8 * 2 ** 20
+
+NOTE_NO_CONTENT_HASH = "no content hash recorded (packed by an older version): verified by sampled rows"
+NOTE_IDENTITY_CHANGED = "content hash verified in full: the file's mtime or inode changed since it was packed"
+
+
+def content_identity(st):
+    """The cheap identity of a file's content: what a write, a copy or a replacement changes."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "dev": st.st_dev}
+
+
+def verification_key(st):
+    """size:mtime_ns:ctime_ns:inode:device of a stat result: what a full check is remembered by (the drift
+    history); any write, even one that sets the mtime back, changes it."""
+    return "%d:%d:%d:%d:%d" % (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+def content_sha256(path, chunk=HASH_CHUNK):
+    """(sha256 hex, verification key) of a regular file read whole; raises OSError when it changed while read."""
+    fd = open_read(path)
+    try:
+        before = os.fstat(fd)
+        digest, offset = hashlib.sha256(), 0
+        while True:
+            data = os.pread(fd, chunk, offset)
+            if not data:
+                break
+            digest.update(data)
+            offset += len(data)
+            if hasattr(os, "posix_fadvise") and offset % (64 * chunk) == 0:
+                os.posix_fadvise(fd, 0, offset, os.POSIX_FADV_DONTNEED)   # a 20 GB read leaves no page cache
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if offset != before.st_size or verification_key(after) != verification_key(before):
+        raise OSError(errno.EAGAIN, "changed while its content was hashed (read %d of %d bytes)"
+                      % (offset, before.st_size), path)
+    return digest.hexdigest(), verification_key(before)
+
+
+def content_record(path, sha256):
+    """The ``content`` entry of a shard's metadata: its hash and the identity of the file it was taken from."""
+    return dict(content_identity(os.lstat(path)), sha256=sha256)
+
+
+def content_verdict(meta, path, check="identity", verified=None):
+    """(stale reason or None, note or None, content facts) of a shard whose metadata is ``meta``.
+
+    ``verified``: {shard path: verification_key} already hashed in full and found equal (the drift
+    history); such a shard is not read again until its key changes. Content facts: ``recorded`` (the hash
+    at pack time, or None), ``identity`` (its verification key now), ``hashed`` (whether the whole file was
+    read here), ``sha256`` (what it read, when it did)."""
+    if check not in CONTENT_CHECKS:
+        raise ValueError("content check must be one of %s, got %r" % (", ".join(CONTENT_CHECKS), check))
+    recorded = meta.get("content") if isinstance(meta.get("content"), dict) else {}
+    st = os.lstat(path)
+    now = content_identity(st)
+    facts = {"recorded": recorded.get("sha256"), "identity": verification_key(st), "hashed": False, "sha256": None}
+    if not recorded.get("sha256"):
+        return None, NOTE_NO_CONTENT_HASH, facts
+    same = all(recorded.get(k) == now[k] for k in IDENTITY_FIELDS)
+    if same and (check == "identity" or (verified or {}).get(path) == facts["identity"]):
+        return None, None, facts
+    sha, seen = content_sha256(path)
+    facts.update(hashed=True, sha256=sha, identity=seen)
+    if sha != recorded["sha256"]:
+        return ("content differs: the file hashes to sha256 %s..., %s... was recorded when it was packed (%s)"
+                % (_short(sha), _short(recorded["sha256"]),
+                   "same size, mtime and inode" if same else "size, mtime or inode changed since")), None, facts
+    return None, (None if same else NOTE_IDENTITY_CHANGED), facts
 
 
 def _short(digest):
@@ -181,14 +268,15 @@ def remove_own_file(path, what="left-over .partial"):
     return True
 
 
-def describe_shard(dest, layer, rank, tp_size, n_rows, table=None):
+def describe_shard(dest, layer, rank, tp_size, n_rows, table=None, content_check="identity", verified=None):
     """ShardStatus of ``engram-l{L}-r{r}of{tp}`` in directory ``dest``.
 
     complete: the final file is valid for this rank's range; missing: nothing there;
     partial: only a .partial exists (a killed run); stale: the final file exists but is wrong.
     With ``table`` (from :func:`read_engram_tables`) a structurally valid shard is also checked
     against the checkpoint: through its metadata (index digest, source size and mtime, offsets,
-    sampled rows), or, when it has none (packed by an older version), by sampled rows alone.
+    sampled rows, then its content hash: :func:`content_verdict` with ``content_check`` and
+    ``verified``), or, when it has none (packed by an older version), by sampled rows alone.
     Raises EngramPackError when a name the packer uses holds a symlink, directory or FIFO.
     """
     lo, hi = rank_row_range(n_rows, rank, tp_size)
@@ -197,11 +285,12 @@ def describe_shard(dest, layer, rank, tp_size, n_rows, table=None):
     meta_path = os.path.join(dest, meta_name(layer, rank, tp_size))
     partial_exists = check_regular(partial_path, "shard .partial") is not None
     check_regular(meta_path, "shard metadata")
-    note = None
+    note = content = None
     if check_regular(path, "packed shard") is not None:
         reason = shard_stale_reason(path, layer, lo, hi, n_rows)
         if reason is None and table is not None:
-            reason, note = _provenance_verdict(table, rank, tp_size, path, meta_path, lo, hi)
+            reason, note, content = _provenance_verdict(table, rank, tp_size, path, meta_path, lo, hi,
+                                                        content_check, verified)
         state = "complete" if reason is None else "stale"
     else:
         reason = None
@@ -209,28 +298,32 @@ def describe_shard(dest, layer, rank, tp_size, n_rows, table=None):
     reclaimable = 0
     if state != "complete":
         reclaimable = allocated_bytes(partial_path) + (allocated_bytes(path) if state == "stale" else 0)
-    return ShardStatus(state, reason, path, partial_path, lo, hi, shard_bytes(lo, hi), reclaimable, note, meta_path)
+    return ShardStatus(state, reason, path, partial_path, lo, hi, shard_bytes(lo, hi), reclaimable, note, meta_path,
+                       content)
 
 
 NOTE_NO_METADATA = "verified by sampled rows, no metadata"
 
 
-def _provenance_verdict(table, rank, tp_size, path, meta_path, lo, hi):
-    """(stale reason or None, note) of a structurally valid shard against the checkpoint."""
+def _provenance_verdict(table, rank, tp_size, path, meta_path, lo, hi, content_check="identity", verified=None):
+    """(stale reason or None, note, content facts or None) of a structurally valid shard against the
+    checkpoint, then against the content hash recorded when it was packed."""
     meta, problem = read_meta(meta_path)
     try:
         if meta is None and problem is None:
             # Packed before metadata existed: trusted only if its sampled rows equal the checkpoint's.
             if shard_sample_sha256(path, lo, hi) == checkpoint_sample_sha256(table, lo, hi):
-                return None, NOTE_NO_METADATA
+                return None, NOTE_NO_METADATA, None
             return ("sampled rows differ: the shard has no metadata and %d sampled rows differ from the checkpoint"
-                    % len(sample_rows(lo, hi))), None
+                    % len(sample_rows(lo, hi))), None, None
         if problem is not None:
-            return problem, None
+            return problem, None, None
         reasons = provenance_stale_reasons(meta, table, rank, tp_size, path)
+        if reasons:
+            return "; ".join(reasons), None, None
+        return content_verdict(meta, path, content_check, verified)
     except OSError as exc:
-        return "cannot be verified: %s" % os_error_text(exc), None
-    return ("; ".join(reasons) or None), None
+        return "cannot be verified: %s" % os_error_text(exc), None, None
 
 
 def inspect_shard(path, layer, rank, tp_size, n_rows):

@@ -19,7 +19,15 @@ API_KEY = "sk-lab-0000000000000000000000000000"   # the lab inventory's value (n
 NEW_KEY = "sk-by-hand-7d1e2f3a4b5c6d7e8f90"
 TOKEN = "notify-token-5f0c9a7e3d21"
 HEAD_DIR = "/home/mia/dsv41-3x-spark"
-SHARD = "/home/zurih/dsv41-3x-spark/engram/engram-l14-r1of3.bin"
+ENGRAM_DIR = "/home/zurih/dsv41-3x-spark/engram"
+SHARD = f"{ENGRAM_DIR}/engram-l14-r1of3.bin"
+# Rewrites 4 bytes of the shard's second-to-last row (never among the 64 sampled: those are spread from the
+# first row to the last) and sets the mtime back, or restores the saved bytes the same way.
+ROW_TOOL = ("-c 'import os, sys; p, keep, how = sys.argv[1:]; st = os.stat(p); off = st.st_size - 2 * 264 + 9; "
+            "fd = os.open(p, os.O_RDWR); old = os.pread(fd, 4, off) if how == \"flip\" else None; "
+            "open(keep, \"wb\").write(old) if old else None; "
+            "os.pwrite(fd, bytes(b ^ 0xff for b in old) if old else open(keep, \"rb\").read(), off); os.close(fd); "
+            "os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))'")
 
 
 class Hook(object):
@@ -107,6 +115,10 @@ def test_converged_fleet_has_no_drift(lab_run, hook):
     assert report["accepted"] and all(f["accepted"] for f in report["accepted"])  # known, with the reason
     assert hook.calls == []  # nothing changed: nothing to notify
     assert (run_dir / "artifacts" / "playbook" / "job_events").is_dir()  # the runner's private data dir
+    # every shard was read whole once and found as packed: the next run reads none of them until one changes
+    assert {h: sorted(v) for h, v in report["shards_verified"].items()} == {
+        h: sorted(f"{d}/engram-l{layer}-r{r}of3.bin" for layer in (1, 14))
+        for h, d, r in (("spark1", "/home/mia/dsv41-engram", 0), ("spark2", ENGRAM_DIR, 1), ("spark3", ENGRAM_DIR, 2))}
 
 
 def _env_edit():
@@ -139,6 +151,12 @@ CHANGES = [
      lambda: sh("spark2", f"mv {SHARD} /tmp/drift-shard.bin"),
      lambda: sh("spark2", f"mv /tmp/drift-shard.bin {SHARD}"),
      ("spark2", "shards", "layer 14 shard"), "missing"),
+    # bytes rewritten outside the 64 sampled rows with the mtime set back: the packer's content hash, read
+    # again because the file's ctime moved since the last run verified it
+    ("shard bytes under the old mtime",
+     lambda: sh("spark2", "python3 %s %s /tmp/drift-shard-row.bin flip" % (ROW_TOOL, SHARD)),
+     lambda: sh("spark2", "python3 %s %s /tmp/drift-shard-row.bin restore" % (ROW_TOOL, SHARD)),
+     ("spark2", "shards", "layer 14 shard"), None),
     ("unknown container",
      lambda: sh("spark3", "docker run -d --name by-hand busybox:latest sleep 3600"),
      lambda: sh("spark3", "docker rm -f by-hand"),

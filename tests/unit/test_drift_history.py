@@ -268,3 +268,36 @@ def test_a_value_can_neither_add_a_line_to_the_summary_nor_drive_the_terminal(tm
     assert "x\\n\\n**No drift**" in text and "\\x1b]52;c;" in text
     assert all("\x1b" not in line and "\n" not in line for line in dr.table(rep["findings"]))
     assert token not in (tmp_path / "drift.json").read_text()
+
+
+# --------------------------------------------------------------------------- shards read in full once per change
+
+def _shard(path, state="complete", recorded="a" * 64, identity="10:1:2:3", hashed=True, sha256=None):
+    return {"layer": 1, "path": path, "state": state,
+            "content": {"recorded": recorded, "identity": identity, "hashed": hashed,
+                        "sha256": (sha256 or recorded) if hashed else None}}
+
+
+def _snap(*shards):
+    return {"shards": {"dest": "/e", "shards": list(shards)}}
+
+
+def test_shards_verified_keeps_what_was_read_and_equal_and_what_the_last_run_vouched_for():
+    previous = {"shards_verified": {"spark2": {"/e/b": "10:1:2:3"}, "spark3": {"/e/c": "7:7:7:7"}}}
+    snaps = {"spark1": _snap(_shard("/e/a"),                                  # read now, equal: kept
+                             _shard("/e/x", sha256="b" * 64),                  # read now, different: not kept
+                             _shard("/e/s", state="stale"),                    # stale: not kept
+                             _shard("/e/o", recorded=None, hashed=False)),     # no hash recorded: not kept
+             "spark2": _snap(_shard("/e/b", hashed=False),                      # not read, vouched for: kept
+                             _shard("/e/d", hashed=False))}                     # not read, never verified: dropped
+    assert dh.shards_verified(previous, snaps) == {"spark1": {"/e/a": "10:1:2:3"},
+                                                        "spark2": {"/e/b": "10:1:2:3"},
+                                                        "spark3": {"/e/c": "7:7:7:7"}}   # unchecked: carried
+
+
+def test_shards_verified_forgets_an_identity_that_changed_and_survives_odd_history():
+    previous = {"shards_verified": {"spark2": {"/e/b": "10:1:2:3"}}}
+    moved = _snap(_shard("/e/b", identity="10:9:2:3", hashed=False))
+    assert dh.shards_verified(previous, {"spark2": moved}) == {"spark2": {}}
+    for odd in (None, {}, {"shards_verified": "x"}, {"shards_verified": {"spark9": [1]}}):
+        assert dh.shards_verified(odd, {"spark1": {"shards": None}}) == {"spark1": {}}

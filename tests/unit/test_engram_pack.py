@@ -990,6 +990,138 @@ def test_shard_bytes_changed_under_its_metadata_are_stale(ckpt, dest):
     _assert_exact(ckpt, dest, 1, 1, 3)
 
 
+# --------------------------------------------------------------------------- full content hash (issue: a corrupted
+# row outside the 64 sampled rows counted as complete and was never repacked)
+
+def _unsampled_row(lo=1000, hi=2000):
+    return next(r for r in range(lo + 1, hi) if r not in shard_provenance.sample_rows(lo, hi))
+
+
+def _corrupt_row(path, row, lo=1000, keep_mtime=False):
+    st = os.stat(path)
+    with open(path, "r+b") as handle:
+        handle.seek(4096 + (row - lo) * 264 + 17)
+        handle.write(b"\x5a\xa5")
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _plan_entry(ckpt_dir, dest_dir, layer, content_check=None, rank=1, tp=3):
+    args = {"checkpoint": ckpt_dir, "dest": dest_dir, "rank": rank, "tp_size": tp}
+    if content_check:
+        args["content_check"] = content_check
+    result = run_module(engram_plan.main, args)
+    assert result.get("failed") is not True, result
+    return [s for s in result["shards"] if s["layer"] == layer][0]
+
+
+def test_metadata_records_the_hash_of_every_byte_written_and_the_published_identity(ckpt, dest):
+    path = pack_layer(ckpt, dest, 14, 1, 3, chunk_rows=7)["path"]
+    content = _meta(dest, 14, 1, 3)["content"]
+    st = os.stat(path)
+    assert content == {"sha256": _sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+                       "dev": st.st_dev}
+    entry = _plan_entry(ckpt, dest, 14)
+    assert entry["state"] == "complete" and entry["content"]["hashed"] is False   # identity only: nothing read
+    assert entry["content"]["recorded"] == content["sha256"]
+
+
+def test_a_corrupted_row_outside_the_sample_is_stale_and_repacked(ckpt, dest):
+    path = pack_layer(ckpt, dest, 1, 1, 3)["path"]
+    recorded = _meta(dest, 1, 1, 3)["content"]["sha256"]
+    _corrupt_row(path, _unsampled_row())
+    entry = _plan_entry(ckpt, dest, 1)
+    assert entry["state"] == "stale" and entry["content"]["hashed"] is True
+    assert entry["stale_reason"] == ("content differs: the file hashes to sha256 %s..., %s... was recorded when it "
+                                     "was packed (size, mtime or inode changed since)" % (_sha256(path)[:12],
+                                                                                         recorded[:12]))
+    result = pack_layer(ckpt, dest, 1, 1, 3)
+    assert result["changed"] is True and result["state_before"] == "stale"
+    _assert_exact(ckpt, dest, 1, 1, 3)
+    assert _plan_entry(ckpt, dest, 1)["state"] == "complete"
+
+
+def test_bytes_changed_under_the_old_mtime_pass_the_cheap_check_and_fail_the_full_one(ckpt, dest):
+    path = pack_layer(ckpt, dest, 1, 1, 3)["path"]
+    _corrupt_row(path, _unsampled_row(), keep_mtime=True)
+    cheap = _plan_entry(ckpt, dest, 1)
+    assert cheap["state"] == "complete" and cheap["content"]["hashed"] is False
+    full = _plan_entry(ckpt, dest, 1, "full")
+    assert full["state"] == "stale" and full["content"]["hashed"] is True
+    assert full["stale_reason"].endswith("was recorded when it was packed (same size, mtime and inode)")
+
+
+def test_a_touched_shard_is_read_once_then_its_new_identity_recorded_by_the_pack(ckpt, dest):
+    path = pack_layer(ckpt, dest, 1, 1, 3)["path"]
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
+    entry = _plan_entry(ckpt, dest, 1)
+    assert entry["state"] == "complete" and entry["content"]["hashed"] is True
+    assert entry["verified"] == shard_provenance.NOTE_IDENTITY_CHANGED
+    before = ckpt_factory.snapshot(dest)
+    checked = pack_layer(ckpt, dest, 1, 1, 3, check_mode=True)
+    assert checked["changed"] is True and ckpt_factory.snapshot(dest) == before   # check mode: said, not done
+    result = pack_layer(ckpt, dest, 1, 1, 3)
+    assert result["changed"] is True and result["metadata_written"] is True
+    assert _content(path) == ckpt_factory.expected_shard(ckpt, 1, 1, 3) and os.stat(path).st_ino == st.st_ino
+    assert _meta(dest, 1, 1, 3)["content"]["mtime_ns"] == st.st_mtime_ns + 10 ** 9
+    again = _plan_entry(ckpt, dest, 1)
+    assert again["content"]["hashed"] is False and "verified" not in again
+    assert pack_layer(ckpt, dest, 1, 1, 3)["changed"] is False
+
+
+def test_a_shard_packed_before_content_hashes_gets_one_recorded_by_the_next_pack(ckpt, dest):
+    path = pack_layer(ckpt, dest, 1, 1, 3)["path"]
+    meta_path = os.path.join(dest, shard_format.meta_name(1, 1, 3))
+    meta = _meta(dest, 1, 1, 3)
+    del meta["content"]
+    with open(meta_path, "w") as handle:
+        json.dump(meta, handle)
+    entry = _plan_entry(ckpt, dest, 1, "full")
+    assert entry["state"] == "complete" and entry["verified"] == shard_provenance.NOTE_NO_CONTENT_HASH
+    result = pack_layer(ckpt, dest, 1, 1, 3)
+    assert result["changed"] is True and result["metadata_written"] is True
+    assert _meta(dest, 1, 1, 3)["content"]["sha256"] == _sha256(path)
+    assert pack_layer(ckpt, dest, 1, 1, 3)["changed"] is False
+
+
+def test_full_check_skips_a_shard_verified_at_this_identity_only(ckpt, dest, monkeypatch):
+    path = pack_layer(ckpt, dest, 1, 1, 3)["path"]
+    table = safetensors_index.read_engram_tables(ckpt, (1,))[1]
+    identity = shard_provenance.verification_key(os.stat(path))
+    reads = []
+    real = shard_provenance.content_sha256
+    monkeypatch.setattr(shard_provenance, "content_sha256", lambda p, *a: reads.append(p) or real(p, *a))
+    status = shard_provenance.describe_shard(dest, 1, 1, 3, table.rows, table, "full", {path: identity})
+    assert status.state == "complete" and status.content["hashed"] is False and reads == []
+    status = shard_provenance.describe_shard(dest, 1, 1, 3, table.rows, table, "full", {path: "0:0:0:0:0"})
+    assert status.content["hashed"] is True and reads == [path]
+    # bytes rewritten under the old mtime: the identity recorded at pack time still matches, the key a full
+    # check is remembered by does not (ctime moved), so the drift check reads it again and finds it stale
+    _corrupt_row(path, _unsampled_row(), keep_mtime=True)
+    status = shard_provenance.describe_shard(dest, 1, 1, 3, table.rows, table, "full", {path: identity})
+    assert status.state == "stale" and status.content["hashed"] is True and reads == [path, path]
+    with pytest.raises(EngramFormatError, match="content_check must be one of identity, full, got 'sometimes'"):
+        pack_plan.plan(ckpt, dest, 1, 3, content_check="sometimes")
+
+
+def test_content_sha256_refuses_a_file_that_changes_while_read(tmp_path, monkeypatch):
+    path = tmp_path / "shard.bin"
+    path.write_bytes(b"x" * (3 * 4096))
+    real_pread = os.pread
+    calls = []
+
+    def pread(fd, n, off):
+        calls.append(off)
+        if len(calls) == 2:
+            with open(path, "ab") as handle:
+                handle.write(b"y")
+        return real_pread(fd, n, off)
+    monkeypatch.setattr(shard_provenance.os, "pread", pread)
+    with pytest.raises(OSError, match="changed while its content was hashed"):
+        shard_provenance.content_sha256(str(path), chunk=4096)
+
+
 @pytest.mark.parametrize("bad", [b"{not json", b"[]", b'{"version": 99}'])
 def test_unreadable_metadata_is_never_trusted(ckpt, dest, bad):
     pack_layer(ckpt, dest, 1, 1, 3)
@@ -1011,13 +1143,15 @@ def test_shard_without_metadata_is_verified_by_sampled_rows(ckpt, dest):
     assert _shard_state(ckpt, dest, 1) == ("complete", None, "verified by sampled rows, no metadata")
     assert _shard_state(ckpt, dest, 1, check_mode=True)[2] == "verified by sampled rows, no metadata"
     checked = _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 1, "tp_size": 3}, check_mode=True)
-    assert checked["changed"] is False and checked["verified"] == "verified by sampled rows, no metadata"
+    # check mode says what the real run below does (writes the metadata) and writes nothing
+    assert checked["changed"] is True and checked["verified"] == "verified by sampled rows, no metadata"
     assert checked["metadata_written"] is False
     assert ckpt_factory.snapshot(dest) == before
     result = _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 1, "tp_size": 3})
     assert result["changed"] is True and result["metadata_written"] is True and result["state_before"] == "complete"
     assert os.stat(path).st_mtime_ns == before[shard_name(1, 1, 3)][1]  # the shard itself is not rewritten
     assert _meta(dest, 1, 1, 3)["sampled_rows"]["sha256"] == shard_provenance.shard_sample_sha256(path, 1366, 2732)
+    assert _meta(dest, 1, 1, 3)["content"]["sha256"] == _sha256(path)
     assert _shard_state(ckpt, dest, 1) == ("complete", None, None)
     assert _run({"checkpoint": ckpt, "dest": dest, "layer": 1, "rank": 1, "tp_size": 3})["changed"] is False
 
