@@ -79,7 +79,7 @@ options:
     description:
       - How a complete shard's content is compared with the hash recorded when it was packed.
       - C(identity) reads the whole shard only when its size, mtime, inode or device changed since it
-        was packed; C(full) reads every shard whole (about 20 GB per shard on the fleet: minutes).
+        was packed; C(full) reads every shard whole (about 34 GB per shard on the fleet, so minutes per rank).
     type: str
     choices: [identity, full]
     default: identity
