@@ -17,14 +17,16 @@ _secret = _secret_rule()
 
 
 def dsv41_drift_env_split(settings, api_key=None):
-    """{'public': settings whose names are not secret, 'secrets': the secret ones plus API_KEY}.
+    """{'public': the other settings, 'secrets': those secret by name or by the shape of their value (the
+    one rule), plus API_KEY}.
 
-    The secrets go to fleet_snapshot's no_log option: compared on the host, never returned or logged."""
+    The secrets go to fleet_snapshot's no_log option: compared on the host, never returned or logged (a
+    public option is echoed in the module's invocation, which the drift runner keeps in its job events)."""
     public, secrets = {}, {}
     for key, value in (settings or {}).items():
         if value is None:
             continue
-        (secrets if _secret.is_secret_name(key) else public)[key] = value
+        (secrets if _secret.is_secret(key, str(value)) else public)[key] = value
     if api_key not in (None, ""):
         secrets["API_KEY"] = api_key
     return {"public": public, "secrets": secrets}

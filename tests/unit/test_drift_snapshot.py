@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import ckpt_factory
+import drift as drift_filters
 import engine_logs
 import fleet_snapshot
 from ansible.module_utils import drift_compare, drift_snapshot
@@ -163,3 +164,20 @@ def test_the_running_container_is_compared_with_the_launch_the_inventory_gives(h
         ("prediction", "start.sh serve exited 1 in the sandbox", "probe")]
     res = run_module(fleet_snapshot.main, host["args"], run_command=fake_commands(host["files"]))
     assert res["snapshot"]["launch"] is None
+
+
+def test_values_shaped_like_secrets_never_leave_in_clear_whatever_their_name(tmp_path):
+    # issue: names that say nothing (HF_TOKENS, DATABASE_URL, UPSTREAM_HDR) with secret-shaped values went to
+    # the module's public option, which Ansible echoes in the invocation the drift runner keeps in its events
+    shaped = {"HF_TOKENS": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "DATABASE_URL": "postgres://admin:pw9876@db",
+              "UPSTREAM_HDR": "Bearer abcdefghijklmnop1234567890", "SLACK_USER": "xoxp-9999-8888-zyxwvutsrqpo"}
+    env = tmp_path / ".env"
+    env.write_text("".join("%s='%s'\n" % kv for kv in dict(shaped, DATABASE_URL="postgres://admin:other@db").items())
+                   + "TP_SIZE=3\n")
+    split = drift_filters.dsv41_drift_env_split(dict(shaped, TP_SIZE=3), "sk-api-key-0000000000")
+    assert split["public"] == {"TP_SIZE": 3} and set(split["secrets"]) == set(shaped) | {"API_KEY"}
+    snap = drift_snapshot.env_snapshot(str(env), split["public"], split["secrets"])
+    assert snap["actual"]["DATABASE_URL"] == "postgres://admin:***@db" and snap["actual"]["TP_SIZE"] == "3"
+    assert snap["actual"]["UPSTREAM_HDR"] == "Bearer ***"
+    text = json.dumps(snap)
+    assert not [v for v in shaped.values() if v in text] and "other" not in text and "pw9876" not in text

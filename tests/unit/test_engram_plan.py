@@ -102,7 +102,8 @@ def test_required_options(dest):
 def test_documentation_matches_interface():
     doc = yaml.safe_load(engram_plan.DOCUMENTATION)
     assert set(doc["options"]) == {"checkpoint", "dest", "rank", "tp_size", "layers", "margin_bytes",
-                                   "foreign_search", "foreign_depth", "rooms"}
+                                   "foreign_search", "foreign_depth", "rooms", "content_check"}
+    assert doc["options"]["content_check"]["choices"] == ["identity", "full"]
     assert doc["options"]["layers"]["default"] == [1, 14]
     yaml.safe_load(engram_plan.EXAMPLES)
     assert set(yaml.safe_load(engram_plan.RETURN)) == {
