@@ -83,3 +83,31 @@ def test_a_cache_directory_others_may_write_is_not_used(tmp_path):
     (tmp_path / "a").mkdir()
     assert run(payload(tmp_path / "a" / "ansible_ping_payload.zip", 9), cache)[:2] == ["package", "9"]
     assert cached(cache) == []
+
+
+CONTROL = STANDINS.parent / "control_cache"
+
+
+def _started_with(pythonpath, **extra):
+    code = "import sys, os; print(any(h.__name__ == 'CachingZipImporter' for h in sys.path_hooks), os.environ.get('CHAINED'))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in pythonpath), **extra)
+    env.pop("DSV41_LAB_ANSIBALLZ_CACHE", None)
+    env.update(extra)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_the_control_node_loads_the_cache_only_when_the_test_runner_asks(tmp_path):
+    # tests/run_lab_suites.py puts lab/control_cache first on PYTHONPATH and names a cache directory
+    assert _started_with([CONTROL], DSV41_LAB_ANSIBALLZ_CACHE=str(tmp_path / "c")) == ["True", "None"]
+    assert _started_with([CONTROL]) == ["False", "None"]       # no cache directory named: nothing installed
+    assert _started_with([]) == ["False", "None"]
+
+
+def test_the_sitecustomize_it_shadows_still_runs(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['CHAINED'] = 'yes'\n")
+    assert _started_with([CONTROL, other], DSV41_LAB_ANSIBALLZ_CACHE=str(tmp_path / "c")) == ["True", "yes"]
+    assert _started_with([CONTROL, other]) == ["False", "yes"]
