@@ -159,8 +159,8 @@ def shards_verified(previous, snapshots):
     shard is read in full once per change, not on every scheduled run. ``snapshots``: {host: snapshot} of
     the hosts this run checked; an unchecked host keeps the previous run's entries."""
     before = (previous or {}).get("shards_verified")
-    out = {h: dict(v) for h, v in (before.items() if isinstance(before, dict) else ())
-           if isinstance(v, dict) and h not in snapshots}
+    before = dict((h, v) for h, v in before.items() if isinstance(v, dict)) if isinstance(before, dict) else {}
+    out = dict((h, dict(v)) for h, v in before.items() if h not in snapshots)
     for host, snap in snapshots.items():
         mine = {}
         for s in ((snap or {}).get("shards") or {}).get("shards") or []:
@@ -171,7 +171,7 @@ def shards_verified(previous, snapshots):
                 continue
             if not content.get("hashed"):
                 # not read this run: trusted only because the previous run verified this exact identity
-                if ((before or {}).get(host) or {}).get(s.get("path")) != content.get("identity"):
+                if before.get(host, {}).get(s.get("path")) != content.get("identity"):
                     continue
             mine[s["path"]] = content["identity"]
         out[host] = mine
