@@ -87,6 +87,13 @@ options:
     description: The settings are for a timing run (C(DSV41_ENGRAM_PREFETCH_CHECK) is then refused).
     type: bool
     default: false
+  varied:
+    description:
+      - Keys an experiment arm varies deliberately (the keys of its settings). A hold rule leaves such a key to
+        the arm; today one: C(MEM_FRACTION_STATIC), otherwise held at 0.95 on TP3.
+    type: list
+    elements: str
+    default: []
   fail_on_unforwarded:
     description: Fail when a set variable is not forwarded by a launch path (else only report it).
     type: bool
@@ -243,7 +250,7 @@ def _probe(worker_files):
 
 def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=False, fail_on_unforwarded=True,
              env_text=None, api_key=None, worker_files=None, home=None, head_host=None, timeout=60,
-             env_path=None, remove_keys=(), worker_homes=None):
+             env_path=None, remove_keys=(), worker_homes=None, varied=()):
     """The module result (without ``changed``); raises LaunchError when the launcher cannot be evaluated."""
     base = {"launcher": launcher, "settings": L.mask_settings(settings), "forward_lists": {"head": [], "worker": []},
             "unforwarded": {"head": [], "worker": []}, "forwarding_gaps": [], "no_effect": [], "overridden": [],
@@ -269,6 +276,7 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
     fwd = L.forwarding(settings, launch, effects)
     findings, notes = L.check_launch(settings, launch, env_values, tp_size=tp_size,
                                      validated=frozenset(validated or ()), packed=packed, timing=timing,
+                                     varied=frozenset(varied or ()),
                                      path_exists=_probe(worker_files))
     errors = [f["message"] for f in findings if f["level"] == "error"]
     gaps = fwd["gaps"]
@@ -296,6 +304,7 @@ def run_module():
             validated=dict(type="list", elements="str", default=[]),
             packed=dict(type="bool", default=False),
             timing=dict(type="bool", default=False),
+            varied=dict(type="list", elements="str", default=[]),
             fail_on_unforwarded=dict(type="bool", default=True),
             worker_files=dict(type="dict", default={}),
             home=dict(type="path"),
@@ -319,7 +328,8 @@ def run_module():
     try:
         result = evaluate(settings, p["launcher"], p["tp_size"], p["validated"], p["packed"], p["timing"],
                           p["fail_on_unforwarded"], p["env_text"], p["api_key"], p["worker_files"], p["home"],
-                          p["head_host"], p["timeout"], p["env_path"], p["remove_keys"], p["worker_homes"])
+                          p["head_host"], p["timeout"], p["env_path"], p["remove_keys"], p["worker_homes"],
+                          p["varied"])
     except (LaunchError, L.EnvError) as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False)
     result["changed"] = False

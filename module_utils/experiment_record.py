@@ -5,8 +5,9 @@ One subject: what an experiment run leaves for the operator. The verdicts come f
 ``experiment_stats``; the chart is drawn by ``experiment_chart`` (control node only). Promotion is a
 repository change, never a fleet change: a passing arm that the definition allows to promote gets a
 unified diff of the launcher baseline file (``inventory/common/launcher_baseline.yml``) for the
-operator to review and commit, and a passing arm with ``on_pass_validation`` gets the proposed ledger
-entry (validation name, image digest, this record's path) that later stages can require.
+operator to review and commit, and an arm with ``on_pass_validation`` whose evidence and quality checks
+pass (measured, when timed; a speed win is not needed) gets the proposed ledger entry (validation name,
+image digest, this record's path) that later stages can require.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -83,19 +84,24 @@ def baseline_diff(text, changes, path="inventory/common/launcher_baseline.yml"):
 
 
 def proposals(definition, verdicts, baseline_text, image_digest, record_path):
-    """What the operator may commit: one entry per passing arm that proposes something."""
+    """What the operator may commit: one entry per arm that proposes something. Promotion (the baseline
+    diff) needs the arm's whole verdict, speed included; its validation (``on_pass_validation``) needs only
+    its evidence and quality checks, and a timed arm to have been measured (the report's gates: W8 is
+    validated by its checks, k=5 by being measured alone, whatever the speed)."""
     out = []
     by_name = dict((a["name"], a) for a in definition["arms"])
     for v in verdicts:
         arm = by_name[v["arm"]]
-        if v["verdict"] != "pass":
-            continue
         item = {"arm": v["arm"]}
-        if arm["acceptance"].get("promote") and arm["settings"] and arm["timed"]:
+        if v["verdict"] == "pass" and arm["acceptance"].get("promote") and arm["settings"] and arm["timed"]:
             item["inventory_diff"] = baseline_diff(baseline_text, arm["settings"]) if baseline_text else None
-        if arm["acceptance"].get("on_pass_validation"):
+        passed = v.get("checks_passed", v["verdict"] == "pass")
+        if arm["acceptance"].get("on_pass_validation") and passed:
             item["validation"] = {"name": arm["acceptance"]["on_pass_validation"], "image_digest": image_digest,
                                   "record": record_path}
+            if v["verdict"] != "pass":
+                item["validation_note"] = ("validated by its checks and measured; not promoted (%s)"
+                                           % "; ".join(r for r in v.get("reasons", []) if r.startswith("speed:")))
         if len(item) > 1:
             out.append(item)
     return out
@@ -200,6 +206,8 @@ def markdown(record):
             out += ["", "```diff", p["inventory_diff"].rstrip("\n"), "```"]
         if p.get("validation"):
             out += ["", "Ledger entry: `%s`" % json.dumps(p["validation"], sort_keys=True)]
+            if p.get("validation_note"):
+                out += ["", p["validation_note"]]
     if record.get("chart"):
         out += ["", "![chart](%s)" % os.path.basename(record["chart"])]
     return "\n".join(out) + "\n"

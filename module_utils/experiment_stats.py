@@ -133,10 +133,14 @@ def arm_verdict(name, acceptance, evidence_failures=(), correctness_failures=(),
     """
     reasons = []
     if refused:
-        return {"arm": name, "verdict": "refused", "reasons": [refused], "wins": [], "losses": []}
+        return {"arm": name, "verdict": "refused", "reasons": [refused], "wins": [], "losses": [],
+                "checks_passed": False}
     reasons += ["evidence: %s" % f for f in evidence_failures]
     reasons += ["correctness: %s" % f for f in correctness_failures]
     comparisons = comparisons or []
+    # The report's gates: an arm is validated when its evidence and quality checks pass (and, timed, when it was
+    # measured); a speed win decides promotion, never permission to go on (W8 unlocks DROP, k=5 the cap).
+    checks_passed = not reasons and (bool(comparisons) or not timed)
     wins = ["%s C%d %+.1f%%" % (c["workload"], c["concurrency"], 100 * c["gain"]) for c in comparisons
             if c["outcome"] == "win"]
     losses = ["%s C%d %+.1f%%" % (c["workload"], c["concurrency"], 100 * c["gain"]) for c in comparisons
@@ -153,4 +157,4 @@ def arm_verdict(name, acceptance, evidence_failures=(), correctness_failures=(),
             rest = ["%s C%d" % (c["workload"], c["concurrency"]) for c in comparisons if c["outcome"] != "win"]
             reasons.append("speed: a win is required everywhere; not at %s" % ", ".join(rest))
     return {"arm": name, "verdict": "fail" if reasons else "pass", "reasons": reasons, "wins": wins,
-            "losses": losses}
+            "losses": losses, "checks_passed": checks_passed}

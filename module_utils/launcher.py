@@ -203,7 +203,7 @@ def local_path_exists(host, path, is_head):
 
 
 def check_launch(settings, launch, env_values, tp_size=3, validated=frozenset(), packed=False, timing=False,
-                 path_exists=local_path_exists):
+                 path_exists=local_path_exists, varied=frozenset()):
     """``(findings, notes)``: the rules on the declared settings and on what each container receives.
 
     Each container is judged on the declared settings overlaid with its own environment. A finding
@@ -211,7 +211,7 @@ def check_launch(settings, launch, env_values, tp_size=3, validated=frozenset(),
     containers, the value and its origin (:func:`origin`) and asks for it to be set in the ``.env``.
     Findings are dicts (rule, level, key, message, hosts). ``notes``: DSPARK_SPS_TABLE verdicts.
     """
-    kw = dict(tp_size=tp_size, validated=validated, packed=packed, timing=timing)
+    kw = dict(tp_size=tp_size, validated=validated, packed=packed, timing=timing, varied=varied)
     declared = check_settings(settings, sps_table_exists=False, **kw)   # judged per container below
     base = normalize_settings(settings)
     grouped = {}

@@ -44,7 +44,9 @@ VALIDATIONS = {
 LAUNCHER_DEFAULTS = {"TP_SIZE": "3", "EP_SIZE": "3", "DSPARK_BLOCK_SIZE": "3",
                      "MEM_FRACTION_STATIC": "0.95", "MAX_RUNNING_REQUESTS": "4"}
 
-TP3_MIN_FRACTION = 0.944
+# The report: keep memory fraction 0.95 for the initial comparisons. Any other value on TP3 is refused
+# unless an experiment arm varies MEM_FRACTION_STATIC deliberately (its settings name the key).
+TP3_FRACTION = "0.95"
 TP4_FRACTION = 0.80
 TP4_SLOTS = 16
 TP4_POOL = 8000000
@@ -59,8 +61,9 @@ Finding = namedtuple("Finding", "rule level key message")
 
 
 class _Ctx(object):
-    def __init__(self, settings, tp_size, validated, packed, timing, sps_table_exists=None):
+    def __init__(self, settings, tp_size, validated, packed, timing, sps_table_exists=None, varied=()):
         self.raw = dict(settings or {})
+        self.varied = frozenset(varied or ())
         self.s = normalize_settings(settings)
         self.tp_size = int(tp_size)
         self.validated = frozenset(validated or ())
@@ -161,11 +164,14 @@ def _r_tp4_row_cache(c):
                "(0.25/0.5 GiB) once headroom is proven" % shown("DSV41_CACHE_GIB", c.get("DSV41_CACHE_GIB")))
 
 
-def _r_fraction_floor(c):
-    f = _as_float(c.get("MEM_FRACTION_STATIC"))
-    if c.tp3 and f is not None and f < TP3_MIN_FRACTION and abs(f - TP4_FRACTION) >= 1e-9:
-        yield ("MEM_FRACTION_STATIC", "%s is below %.3f, the TP3 floor (keep 0.95)"
-               % (shown("MEM_FRACTION_STATIC", c.get("MEM_FRACTION_STATIC")), TP3_MIN_FRACTION))
+def _r_fraction_hold(c):
+    v = c.get("MEM_FRACTION_STATIC")
+    f = _as_float(v)
+    if (c.tp3 and f is not None and abs(f - float(TP3_FRACTION)) >= 1e-9 and abs(f - TP4_FRACTION) >= 1e-9
+            and "MEM_FRACTION_STATIC" not in c.varied):
+        yield ("MEM_FRACTION_STATIC", "%s on TP3: the fraction is held at %s for the comparisons; only an experiment "
+               "arm that varies MEM_FRACTION_STATIC deliberately (in its settings) may set another value"
+               % (shown("MEM_FRACTION_STATIC", v), TP3_FRACTION))
 
 
 def _r_fraction_value(c):
@@ -333,8 +339,8 @@ RULES = (
     Rule("tp4_kv_pool", "error", "no TP4 8M KV pool on TP3", _r_tp4_pool),
     Rule("tp4_fraction", "error", "no TP4 0.80 memory fraction on TP3", _r_tp4_fraction),
     Rule("tp4_row_cache", "error", "no TP4 4 GiB Engram row cache on TP3", _r_tp4_row_cache),
-    Rule("fraction_floor", "error", "MEM_FRACTION_STATIC not below 0.944 on TP3 (0.80: tp4_fraction)",
-         _r_fraction_floor),
+    Rule("fraction_hold", "error", "MEM_FRACTION_STATIC held at 0.95 on TP3 unless an arm varies it (0.80: "
+         "tp4_fraction)", _r_fraction_hold),
     Rule("fraction_value", "error", "MEM_FRACTION_STATIC is a fraction", _r_fraction_value),
     Rule("wo_a_needs_w8", "error", "DSV41_WO_A_W8_MID / _DROP need DSV41_WO_A_W8", _r_wo_a_needs_w8),
     Rule("wo_a_drop_validated", "error", "DSV41_WO_A_W8_DROP only after W8 is validated", _r_wo_a_drop_validated),
@@ -365,14 +371,16 @@ RULES = (
 RULE_IDS = tuple(r.id for r in RULES)
 
 
-def check_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False, sps_table_exists=None):
+def check_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False, sps_table_exists=None,
+                   varied=frozenset()):
     """Every broken rule as a :class:`Finding` (rule id, level, key, message), in :data:`RULES` order.
 
     ``sps_table_exists``: False when the ``DSPARK_SPS_TABLE`` file is known to be missing where the
     container reads it (the engine then stays on verify-all: no finding), a host path when it is known
-    to exist there, None when unknown (refused: it cannot be shown to be harmless).
+    to exist there, None when unknown (refused: it cannot be shown to be harmless). ``varied``: the keys an
+    experiment arm varies deliberately (its settings), which a hold rule then leaves to the arm.
     """
-    ctx = _Ctx(settings, tp_size, validated, packed, timing, sps_table_exists)
+    ctx = _Ctx(settings, tp_size, validated, packed, timing, sps_table_exists, varied)
     out = []
     for rule in RULES:
         for key, message in rule.check(ctx):
@@ -380,14 +388,14 @@ def check_settings(settings, tp_size=3, validated=frozenset(), packed=False, tim
     return out
 
 
-def validate_settings_full(settings, tp_size=3, validated=frozenset(), packed=False, timing=False):
+def validate_settings_full(settings, tp_size=3, validated=frozenset(), packed=False, timing=False, varied=frozenset()):
     """``(errors, warnings)``: two lists of messages, one per broken rule (and key)."""
-    found = check_settings(settings, tp_size, validated, packed, timing)
+    found = check_settings(settings, tp_size, validated, packed, timing, varied=varied)
     return ([f.message for f in found if f.level == "error"],
             [f.message for f in found if f.level != "error"])
 
 
-def validate_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False):
+def validate_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False, varied=frozenset()):
     """Error messages only (warnings: :func:`validate_settings_full`)."""
-    return validate_settings_full(settings, tp_size, validated, packed, timing)[0]
+    return validate_settings_full(settings, tp_size, validated, packed, timing, varied)[0]
 

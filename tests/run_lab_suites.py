@@ -186,14 +186,61 @@ def run_job(name, argv, cwd, env, logs, share, results, lock):
         handle.flush()
         # stdin from /dev/null: ansible refuses to start on a non-blocking stdin, and a job may
         # leave the runner's inherited one non-blocking for every job that follows.
-        rc = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=handle,
-                            stderr=subprocess.STDOUT).returncode
+        hosts_before = lab_cpu_seconds(share)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=handle,
+                                stderr=subprocess.STDOUT)
+        # wait4: the CPU of the job's whole process tree (each process's waited children included)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)
+        hosts_after = lab_cpu_seconds(share)
     seconds = time.monotonic() - t0
+    cpu = {"control": round(usage.ru_utime + usage.ru_stime, 1)}
+    if hosts_before is not None and hosts_after is not None:
+        cpu["lab_hosts"] = round(max(0.0, hosts_after - hosts_before), 1)
     with lock:
-        results.append({"job": name, "share": share, "rc": rc, "seconds": round(seconds, 1), "log": str(log)})
-        print("[suites] share %s: %-45s %s in %4.0f s" % (share, name, "ok" if rc == 0 else "FAILED (rc %d)" % rc,
-                                                      seconds), flush=True)
+        results.append({"job": name, "share": share, "rc": rc, "seconds": round(seconds, 1), "cpu": cpu,
+                        "log": str(log)})
+        print("[suites] share %s: %-45s %s in %4.0f s (CPU: %s)"
+              % (share, name, "ok" if rc == 0 else "FAILED (rc %d)" % rc, seconds,
+                 ", ".join("%s %.0f s" % kv for kv in cpu.items())), flush=True)
     return rc
+
+
+def machine_busy_seconds():
+    """CPU seconds every CPU of this machine has been busy since boot (/proc/stat: all but idle and iowait)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def lab_cpu_seconds(share):
+    """CPU seconds the lab hosts of one share (lab instance ``share``) have used so far, from their cgroups
+    (cgroup v2 cpu.stat or v1 cpuacct.usage), or None where that cannot be read (a local job, no cgroup
+    access). The lab hosts run the modules and the engine stand-ins a job drives: with the job's own
+    process tree, that is what one job costs a 2-core machine."""
+    if not isinstance(share, int):
+        return None
+    try:
+        ids = subprocess.run(["podman", "ps", "-q", "--no-trunc", "--filter", "label=dsv41-lab-instance=%d" % share],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        total = 0.0
+        for cid in ids:
+            path = subprocess.run(["podman", "inspect", "--format", "{{.State.CgroupPath}}", cid],
+                                  capture_output=True, text=True, timeout=30).stdout.strip().lstrip("/")
+            v2 = Path("/sys/fs/cgroup") / path / "cpu.stat"
+            v1 = Path("/sys/fs/cgroup/cpuacct") / path / "cpuacct.usage"
+            if v2.is_file():
+                usec = [int(line.split()[1]) for line in v2.read_text().splitlines() if line.startswith("usage_usec ")]
+                total += usec[0] / 1e6
+            elif v1.is_file():
+                total += int(v1.read_text()) / 1e9
+            else:
+                return None
+        return total if ids else None
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
 
 
 # Jobs that need no lab (--with): the Makefile's own `lint` and `unit` targets, run from the working tree
@@ -269,14 +316,14 @@ def main():
     for old in (work / "logs").glob("*.log"):
         old.unlink()
     results, lock = [], threading.Lock()
-    t0 = time.monotonic()
+    t0, machine0 = time.monotonic(), machine_busy_seconds()
     threads = [threading.Thread(target=run_share, args=(i, share, work, results, lock)) for i, share in enumerate(plan)]
     threads += [threading.Thread(target=run_local, args=(name, work, results, lock)) for name in args.local]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.monotonic() - t0
+    wall, machine = time.monotonic() - t0, machine_busy_seconds() - machine0
     if not args.keep_labs:  # every share's lab at once
         t_down = time.monotonic()
         checkouts = [(work / ("checkout-%d" % instance), instance) for instance in range(1, shares + 1)]
@@ -297,8 +344,15 @@ def main():
         if r["log"]:
             print("".join(open(r["log"], errors="replace").readlines()[-TAIL_LINES:]))
     busy = sum(r["seconds"] for r in results)
-    print("[suites] %d jobs on %d lab instances: %.0f s wall, %.0f s of jobs; %d failed"
-          % (len(results), shares, wall, busy, len(failed)), flush=True)
+    control = sum(r.get("cpu", {}).get("control", 0) for r in results)
+    hosts = sum(r.get("cpu", {}).get("lab_hosts", 0) for r in results)
+    print("[suites] CPU by job (control node + lab hosts), most first:")
+    for r in sorted(results, key=lambda r: -sum(r.get("cpu", {}).values()))[:25]:
+        print("[suites]   %6.0f s  %s" % (sum(r.get("cpu", {}).values()), r["job"]))
+    print("[suites] %d jobs on %d lab instances: %.0f s wall, %.0f s of jobs, CPU %.0f s on the control node + "
+          "%.0f s on the lab hosts (the machine's CPUs were busy %.0f s of %.0f); %d failed"
+          % (len(results), shares, wall, busy, control, hosts, machine, wall * (os.cpu_count() or 1), len(failed)),
+          flush=True)
     return 1 if failed else 0
 
 

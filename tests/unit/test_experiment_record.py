@@ -81,6 +81,56 @@ def test_proposals_only_for_passing_arms_and_validation_keyed_by_digest():
                                                   "record": "records/x/record.json"}}]
 
 
+def _w8_conditions(w8_rounds):
+    return {"baseline": {"results": [res("prose", 1, BASE)]}, "w8": {"results": [res("prose", 1, w8_rounds)]},
+            "mid": {"results": [res("prose", 1, w8_rounds)]}}
+
+
+def test_w8_is_validated_by_its_checks_without_a_speed_win():
+    """The report: W8 is validated when it passes its evidence and quality checks; a speed win decides
+    promotion only. A W8 that measured no faster fails its speed verdict yet proposes wo_a_w8 (DROP may go on)."""
+    d = definition("stage_d_wo_a")
+    v = er.evaluate(d, _w8_conditions([100.0, 101.0, 99.0, 100.0, 102.0]), {"mid": {"refused": "needs w8"}})
+    w8 = [x for x in v if x["arm"] == "w8"][0]
+    assert w8["verdict"] == "fail" and w8["checks_passed"] is True
+    assert any(r.startswith("speed: no condition where") for r in w8["reasons"])
+    props = er.proposals(d, v, BASELINE_FILE.read_text(), "sha256:abc", "records/x/record.json")
+    assert [p["arm"] for p in props] == ["w8"]
+    assert props[0]["validation"]["name"] == "wo_a_w8" and "inventory_diff" not in props[0]
+    assert props[0]["validation_note"].startswith("validated by its checks and measured; not promoted (speed: ")
+    text = er.markdown({"definition": d, "conditions": _w8_conditions([100.0] * 5), "verdicts": v,
+                        "proposals": props, "measured_on": "lab output"})
+    assert "Ledger entry: `{\"image_digest\": \"sha256:abc\", \"name\": \"wo_a_w8\"" in text
+    assert "not promoted (speed: " in text
+
+
+def test_a_failed_check_or_a_refusal_validates_nothing():
+    d = definition("stage_d_wo_a")
+    for checks in ({"w8": {"evidence_failures": ["spark2 rank 1: w8_armed missing"]}},
+                   {"w8": {"correctness_failures": ["prose-3: answers differ"]}},
+                   {"w8": {"refused": "switch not forwarded"}}):
+        v = er.evaluate(d, _w8_conditions([130.0] * 5), checks)
+        assert [x["checks_passed"] for x in v if x["arm"] == "w8"] == [False], checks
+        assert er.proposals(d, v, BASELINE_FILE.read_text(), "sha256:abc", "r") == []
+    # a timed arm that was never measured is not validated either (nothing shows it ran)
+    v = er.evaluate(d, {"baseline": {"results": [res("prose", 1, BASE)]}}, {})
+    assert er.proposals(d, v, BASELINE_FILE.read_text(), "sha256:abc", "r") == []
+
+
+def test_k5_that_loses_to_k3_still_unlocks_the_cap():
+    """The report: measure k=5 alone; if it does not beat k=3 the cap must still be triable (block5)."""
+    d = definition("stage_g_spec")
+    slower = [80.0, 81.0, 79.0, 80.0, 82.0]
+    conds = {"baseline": {"results": [res("prose", 1, BASE)]}, "k5": {"results": [res("prose", 1, slower)]}}
+    for r in conds["baseline"]["results"] + conds["k5"]["results"]:
+        r["per_stream_tok_s"] = r["aggregate_tok_s"]
+    (k5,) = er.evaluate(d, conds, {})
+    assert k5["verdict"] == "fail" and k5["losses"] and k5["checks_passed"] is True
+    (prop,) = er.proposals(d, [k5], BASELINE_FILE.read_text(), "sha256:abc", "records/g/record.json")
+    assert prop["validation"] == {"name": "block5", "image_digest": "sha256:abc", "record": "records/g/record.json"}
+    assert "inventory_diff" not in prop, "a losing k=5 is never promoted"
+
+
 def test_snapshot_compare_names_every_differing_item():
     before = {"spark1": {"env_sha256": "a" * 64, "adapters": {"wo_a_w8.py": "1"}}, "spark2": {"image_id": "x"}}
     after = {"spark1": {"env_sha256": "b" * 64, "adapters": {"wo_a_w8.py": "1"}}, "spark2": {"image_id": "x"}}
