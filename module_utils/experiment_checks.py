@@ -100,6 +100,10 @@ def evidence_failures(evidence, logs, ranks, profiles=None):
 FORWARD_BY_NAME = {"SGLANG_DSPARK_FOLDED_SAMPLING": "unset is AUTO (the engine decides from the free memory), not off",
                    "DSV41_ENGRAM_DRM_NODE": "a DRM device path; unset is off"}
 
+# The stages that write the stage ledger (dsv41_stages_passed) when they pass, for the refusal to name.
+STAGE_PLAYBOOKS = {"A": "playbooks/stage_a_pack.yml", "B": "playbooks/stage_b_autotune.yml"}
+
+
 def preconditions(requires, facts):
     """What an arm (or the definition) requires, against what the fleet shows. Returns failure messages.
 
@@ -114,8 +118,10 @@ def preconditions(requires, facts):
     have = set(v.get("name") for v in ledger)
     for stage in requires.get("stages_passed", []):
         if "stage_%s" % stage.lower() not in have:
-            out.append("stage %s has not passed on image %s (no stage_%s entry in the validation ledger)"
-                       % (stage, facts.get("image_digest") or "(unknown)", stage.lower()))
+            out.append("stage %s has not passed on image %s (no stage_%s entry in the stage ledger, "
+                       "dsv41_stages_passed: run %s and commit the entry it proposes)"
+                       % (stage, facts.get("image_digest") or "(unknown)", stage.lower(),
+                          STAGE_PLAYBOOKS.get(stage.upper(), "stage %s" % stage)))
     for name in requires.get("validations", []):
         if name not in have:
             out.append("validation %s is not in the ledger for image %s" % (name, facts.get("image_digest") or "(unknown)"))

@@ -48,10 +48,45 @@ def install_launcher(variant):
                    env={**os.environ, "DSV41_LAB_LAUNCHER_VARIANT": variant})
 
 
+# The stage ledger the tests of stages C to I run with: those stages require stage_a and stage_b in
+# dsv41_stages_passed for the running image (the report's order). A test module that sets STAGES_PASSED = True
+# (tests/playbooks/conftest.py) runs every playbook with one more inventory layer holding both entries for
+# the image the lab's head runs at that moment: what an operator commits after stages A and B passed. The
+# ledger's own behaviour (refusal without it, the proposals of A and B) is tested without it.
+STAGE_LEDGER = {"on": False}
+
+
+def running_image_digest():
+    """The head engine's image as the ledger keys it: its first registry digest, else its id."""
+    image_id = sh("spark1", "docker inspect --format '{{.Image}}' dsv41-head").strip()
+    info = json.loads(sh("spark1", "docker image inspect %s" % image_id))[0]
+    return (info.get("RepoDigests") or [None])[0] or info["Id"]
+
+
+def stage_ledger_layer(directory=None, names=("stage_a", "stage_b")):
+    """An inventory layer (a directory beside the lab inventory) whose dsv41_stages_passed holds ``names`` for
+    the image the lab runs now. Returns the directory."""
+    import tempfile
+    # one directory per test process, rewritten at each call (playbooks of one process run one at a time)
+    directory = Path(directory or Path(tempfile.gettempdir()) / ("dsv41-stage-ledger-%d" % os.getpid()))
+    (directory / "group_vars").mkdir(parents=True, exist_ok=True)
+    (directory / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
+    digest = running_image_digest()
+    (directory / "group_vars" / "dsv41_ranks.yml").write_text(
+        "---\ndsv41_stages_passed:\n" + "".join("  - {name: %s, image_digest: '%s', record: records/lab-tests}\n"
+                                                 % (name, digest) for name in names))
+    return directory
+
+
+def ledger_inventories(inventories=(LAB_INVENTORY,)):
+    """``inventories`` plus the stage ledger layer when the running test module asks for it."""
+    return tuple(inventories) + ((stage_ledger_layer(),) if STAGE_LEDGER["on"] else ())
+
+
 def playbook(name, *args, inventories=(LAB_INVENTORY,)):
     """Run a playbook; return (returncode, combined output)."""
     cmd = ["ansible-playbook", str(ROOT / "playbooks" / name)]
-    for inv in inventories:
+    for inv in ledger_inventories(inventories):
         cmd += ["-i", str(inv)]
     # stdin from /dev/null: a playbook never prompts here, and ansible refuses a non-blocking stdin inherited
     # from the runner (seen under pytest -s: "Ansible requires blocking IO on stdin/stdout/stderr")

@@ -29,9 +29,11 @@ def fast_engine():
 def fresh_lab(request):
     """Every test module starts on a lab in the report's state (labctl reset, seconds). A module may set
     LAB_LAUNCHER_VARIANT (the launcher variant the reset seeds, lab/README.md; the default one is put back
-    after the module) and define lab_cleanup() for the fault knobs it leaves on the hosts, run after the
-    module's last test."""
-    from labhelpers import DEFAULT_LAUNCHER, install_launcher, lab
+    after the module), STAGES_PASSED = True (its playbooks run with stage_a and stage_b in the stage ledger for
+    the running image, labhelpers.STAGE_LEDGER) and define lab_cleanup() for the fault knobs it leaves on the
+    hosts, run after the module's last test."""
+    from labhelpers import DEFAULT_LAUNCHER, STAGE_LEDGER, install_launcher, lab
+    STAGE_LEDGER["on"] = bool(getattr(request.module, "STAGES_PASSED", False))
     variant = getattr(request.module, "LAB_LAUNCHER_VARIANT", None)
     if variant:
         os.environ["DSV41_LAB_LAUNCHER_VARIANT"] = variant

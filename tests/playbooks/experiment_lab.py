@@ -97,7 +97,9 @@ def flat(out):
 def kill_during(name, args, marker, timeout=1500):
     """Run playbooks/<name> and kill it (SIGKILL, as a lost terminal or an operator's kill -9 would) as soon
     as a line containing marker is printed. Returns (killed, output so far)."""
-    proc = subprocess.Popen(["ansible-playbook", str(ROOT / "playbooks" / name), *args], cwd=ROOT, env=env(),
+    from labhelpers import ledger_inventories
+    inventories = [x for inv in ledger_inventories() for x in ("-i", str(inv))]
+    proc = subprocess.Popen(["ansible-playbook", str(ROOT / "playbooks" / name), *inventories, *args], cwd=ROOT, env=env(),
                             text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     watchdog = threading.Timer(timeout, proc.kill)
     watchdog.start()

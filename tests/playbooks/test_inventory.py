@@ -45,6 +45,17 @@ def test_production_inventory_is_consistent_and_points_at_the_real_fleet():
     assert groups["head"] == ["spark1"] and sorted(groups["workers"]) == ["spark2", "spark3"]
 
 
+def test_production_has_a_drift_control_host_outside_the_ranks_that_checks_production():
+    out = subprocess.run(["ansible-inventory", "-i", str(ROOT / "inventory" / "production"), "--host", "ops-workstation"],
+                         env=env(), cwd=ROOT, check=True, text=True, stdout=subprocess.PIPE).stdout
+    control = json.loads(out)
+    hostvars, groups = inventory(ROOT / "inventory" / "production")
+    assert "ops-workstation" in hostvars and "ops-workstation" not in groups["dsv41_ranks"]
+    assert control["drift_schedule_inventories"] == ["inventory/production"]
+    # a documentation address (RFC 5737) until the operator sets the workstation's own: it reaches nothing
+    assert control["ansible_host"].startswith("192.0.2.")
+
+
 def test_lab_and_production_share_groups_and_host_variables():
     lab_vars, lab_groups = inventory(LAB_INVENTORY)
     prod_vars, prod_groups = inventory(ROOT / "inventory" / "production")

@@ -236,6 +236,16 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
     assert all(r["rounds"] == 5 and r["warmup_rounds"] >= 1 for r in bench["results"])
     assert "lab output" in bench["measured_on"] and "Lab output" in (record / "summary.md").read_text()
 
+    # The stage ledger: a pass proposes stage_a for the image the fleet runs, beside the record and printed;
+    # the inventory is never edited by the run (the operator commits the entry)
+    import yaml
+    from labhelpers import running_image_digest
+    proposal = yaml.safe_load((record / "stage-ledger.yml").read_text())
+    entry = {"name": "stage_a", "image_digest": running_image_digest(), "record": "records/%s" % record.name}
+    assert proposal == {"dsv41_stages_passed": [entry]}
+    assert "Stage ledger: commit to dsv41_stages_passed" in out and "dsv41_stages_passed" not in \
+        "".join(p.read_text() for p in (ROOT / "inventory" / "lab").rglob("*.yml"))
+
     # A second run packs nothing, restarts nothing and changes no configuration: the only changes are
     # the measurement and record files written on the control node.
     rc, out = playbook("stage_a_pack.yml", "-e", "maintenance_window=true",
@@ -245,7 +255,8 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
                                   "engine : Keep the latest boot of each rank on the control node",
                                   "run_record : Write each node's record", "run_record : Write the raw benchmark output",
                                   "run_record : Write the effective launch (secrets masked)",
-                                  "run_record : Write summary.md"}, changed_tasks(out)
+                                  "run_record : Write summary.md",
+                                  "run_record : Write the proposed entries beside the run record"}, changed_tasks(out)
     assert "Stop the engine" not in out or "skipping" in out.split("Stop the engine", 1)[1][:300]
 
 

@@ -4,6 +4,7 @@ import json
 import shutil
 
 import pytest
+import yaml
 
 from labhelpers import ROOT, playbook, sh
 
@@ -74,10 +75,26 @@ def test_enabled_adapter_gated_by_another_switch_is_refused(source_copy):
             "DSV41_AUTOTUNE_KEEP=1") in flat(out)
 
 
-def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit():
-    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true")
+def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit(tmp_path):
+    # stage A passed on the image stage B starts from (committed by the operator): B rebuilds the image with
+    # its adapter and carries that entry over to the new image beside its own
+    from labhelpers import LAB_INVENTORY, running_image_digest, stage_ledger_layer
+    start = running_image_digest()
+    committed = stage_ledger_layer(tmp_path / "ledger", ["stage_a"])
+    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true", inventories=(LAB_INVENTORY, committed))
     assert rc == 0, out[-4000:]
     text = flat(out)
+    record = sorted((ROOT / "records").glob("*-stage_b-boot4-restored"))[-1]
+    end = running_image_digest()
+    assert end != start, "stage B rebuilt the image with the retention adapter"
+    proposal = yaml.safe_load((record / "stage-ledger.yml").read_text())["dsv41_stages_passed"]
+    assert proposal == [{"name": "stage_b", "image_digest": end, "record": "records/%s" % record.name},
+                        {"name": "stage_a", "image_digest": end, "record": "records/%s" % record.name,
+                         "carried_from": start}]
+    assert "Stage ledger: commit to dsv41_stages_passed" in text
+    # the retention switch B leaves in the .env is proposed for the declared baseline (drift stays quiet)
+    diff = (record / "baseline.diff").read_text()
+    assert diff.startswith("--- a/inventory/common/launcher_baseline.yml") and '+  DSV41_AUTOTUNE_KEEP: "1"' in diff
     # the import hook read by its structure: the retention adapter hooks the autotune module, gated by its switch
     assert ("autotune_keep: modules sglang.srt.model_executor.runner.flashinfer_autotune; gate DSV41_AUTOTUNE_KEEP; "
             "DSV41_AUTOTUNE_KEEP=1 arms it: yes") in text

@@ -11,9 +11,35 @@ from experiment_lab import (HOOK, ROOT, fleet_state, lab_definition as _lab_defi
 from experiment_lab import STAGE_TEST_SPEED
 from labhelpers import playbook, sh
 
+# stages C to I require stage_a and stage_b in the stage ledger for the running image (the report's order):
+# these tests run as an operator does after committing both (tests/playbooks/conftest.py)
+STAGES_PASSED = True
+
 
 def lab_definition(tmp_path):
     return _lab_definition(tmp_path, "stage_c_fence")
+
+
+@pytest.mark.smoke
+def test_check_mode_refuses_stage_c_until_stages_a_and_b_passed_on_the_running_image(tmp_path, monkeypatch):
+    """The report's order: no kernel test before pack + quiet baseline (A) and a stable autotune cache (B).
+    Without their ledger entries for the running image the plan is refused naming each stage; with stage_a
+    alone it names stage_b only. (With both, the check-mode test below prints the plan.)"""
+    import labhelpers
+    monkeypatch.setitem(labhelpers.STAGE_LEDGER, "on", False)
+    before = fleet_state()
+    digest = labhelpers.running_image_digest()
+    for layer, missing in ((None, ["A", "B"]), (labhelpers.stage_ledger_layer(tmp_path / "a", ["stage_a"]), ["B"])):
+        inventories = (labhelpers.LAB_INVENTORY,) + ((layer,) if layer else ())
+        rc, out = playbook("stage_c_fence.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path,
+                           inventories=inventories)
+        flat = " ".join(out.split())
+        assert rc != 0 and "stage_c_fence refused, nothing changed" in flat, flat[-3000:]
+        for stage in "AB":
+            said = ("stage %s has not passed on image %s (no stage_%s entry in the stage ledger, dsv41_stages_passed: "
+                    "run playbooks/stage_%s" % (stage, digest, stage.lower(), stage.lower()))
+            assert (said in flat) == (stage in missing), (stage, flat[-3000:])
+    assert fleet_state() == before, "a refused plan changes nothing"
 
 
 @pytest.mark.smoke

@@ -12,6 +12,10 @@ from experiment_lab import engine_healthy, flat, fleet_state, inventory_layer, l
 from experiment_lab import STAGE_TEST_SPEED
 from labhelpers import playbook
 
+# stages C to I require stage_a and stage_b in the stage ledger for the running image (the report's order):
+# these tests run as an operator does after committing both (tests/playbooks/conftest.py)
+STAGES_PASSED = True
+
 RUN = ("-e", "maintenance_window=true")
 
 

@@ -18,6 +18,10 @@ from experiment_lab import (STAGE_TEST_SPEED, build_ported_adapter, engine_healt
                             mini_inventory, pack_mini, record, verdicts)
 from labhelpers import playbook
 
+# stages C to I require stage_a and stage_b in the stage ledger for the running image (the report's order):
+# these tests run as an operator does after committing both (tests/playbooks/conftest.py)
+STAGES_PASSED = True
+
 RUN = ("-e", "maintenance_window=true")
 
 

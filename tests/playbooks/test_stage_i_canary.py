@@ -19,6 +19,10 @@ from experiment_lab import (CANARY_TAG, CANARY_VERSION, build_canary_image, engi
                             inventory_layer, lab_definition, record, running_image_digest, verdicts)
 from labhelpers import LAB_INVENTORY, playbook, sh
 
+# stages C to I require stage_a and stage_b in the stage ledger for the running image (the report's order):
+# these tests run as an operator does after committing both (tests/playbooks/conftest.py)
+STAGES_PASSED = True
+
 RUN = ("-e", "maintenance_window=true")
 LAYER = "/usr/local/lib/dsv41-lab/seed/engine_src/%s/python/sglang/srt" % CANARY_VERSION
 

@@ -13,6 +13,10 @@ import pytest
 from experiment_lab import engine_healthy, flat, fleet_state, kill_during, lab_definition, record, verdicts
 from labhelpers import HOSTS, lab_container, playbook, sh
 
+# stages C to I require stage_a and stage_b in the stage ledger for the running image (the report's order):
+# these tests run as an operator does after committing both (tests/playbooks/conftest.py)
+STAGES_PASSED = True
+
 RUN = ("-e", "maintenance_window=true")
 
 

@@ -88,7 +88,8 @@ def test_preconditions_name_every_missing_thing():
              "mem_available_gib": {"spark1": 0.3, "spark2": 7.5, "spark3": 4.1}, "ledger": [], "image_digest": "sha256:ab"}
     out = filters.dsv41_experiment_preconditions(req, facts)
     assert out == [
-        "stage A has not passed on image sha256:ab (no stage_a entry in the validation ledger)",
+        "stage A has not passed on image sha256:ab (no stage_a entry in the stage ledger, dsv41_stages_passed: "
+        "run playbooks/stage_a_pack.yml and commit the entry it proposes)",
         "engine feature folded_fence: adapter not in the image or not registered in its import hook",
         "DSV41_FOLDED_FENCE is not forwarded on the worker launch path (declare it in the inventory, off, and add "
         "the forward: `ansible-playbook site.yml --tags container_env -e container_env_add_forwards=true`)",
@@ -337,3 +338,24 @@ def test_decode_steps_are_counted_at_c1_c2_c4_and_every_benchmarked_concurrency(
     for benchmarked in ([], [1, 4]):
         got = filters.dsv41_experiment_decode_steps({"spark1": head}, RANKS, benchmarked)
         assert sorted(k for k in got if k != "host") == ["C1", "C2", "C4", "all"]
+
+
+def test_every_shipped_definition_from_stage_c_on_requires_stages_a_and_b():
+    """The report's order: pack and a quiet, clean baseline (A), a stable autotune cache (B), then kernel tests.
+    Every shipped definition from C on carries both in requires.stages_passed (each arm inherits it), and a
+    ledger holding them for another image only does not satisfy it."""
+    from pathlib import Path
+    from ansible.module_utils import experiment_schema as es
+    root = Path(__file__).resolve().parents[2] / "experiments"
+    seen = []
+    for path in sorted(root.glob("stage_*.yml")):
+        d = es.load_text(path.read_text(), str(path), path.stem)
+        seen.append(d["stage"])
+        for arm in d["arms"]:
+            assert set(arm["requires"].get("stages_passed", [])) >= {"A", "B"}, (path.name, arm["name"])
+            facts = {"ledger": [{"name": "stage_a", "image_digest": "sha256:old"},
+                                {"name": "stage_b", "image_digest": "sha256:new"}], "image_digest": "sha256:new"}
+            out = filters.dsv41_experiment_preconditions({"stages_passed": arm["requires"]["stages_passed"]}, facts)
+            assert out == ["stage A has not passed on image sha256:new (no stage_a entry in the stage ledger, "
+                           "dsv41_stages_passed: run playbooks/stage_a_pack.yml and commit the entry it proposes)"]
+    assert sorted(set(seen)) == ["C", "D", "E", "F", "G", "H", "I"]
