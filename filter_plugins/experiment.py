@@ -27,6 +27,12 @@ def dsv41_experiment_cache_state(logs, ranks):
     return _cache.fleet_cache_state(logs or {}, ranks or {})
 
 
+def dsv41_experiment_wo_a_modes(logs, ranks):
+    """{host: {rank, armed, mode (bridge/kernel/None), drop, draft_kept}}: how wo_a_w8 ran on each rank's latest
+    boot, from the adapter's own lines (module_utils/experiment_evidence.py)."""
+    return _named.wo_a_modes(logs or {}, ranks or {})
+
+
 def dsv41_driver_versions(outputs):
     """{host: nvidia-smi --query-gpu=driver_version output} -> {host: "580.95.05" or None} (one parser:
     module_utils/nvidia_smi.py)."""
@@ -196,6 +202,6 @@ class FilterModule:
             "dsv41_experiment_workload_steps": dsv41_experiment_workload_steps,
             "dsv41_memory_ledger": dsv41_memory_ledger,
             "dsv41_memory_floor_failures": dsv41_memory_floor_failures,
-            "dsv41_driver_versions": dsv41_driver_versions,
+            "dsv41_driver_versions": dsv41_driver_versions, "dsv41_experiment_wo_a_modes": dsv41_experiment_wo_a_modes,
             "dsv41_experiment_cache_state": dsv41_experiment_cache_state,
         }

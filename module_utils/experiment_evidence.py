@@ -170,6 +170,59 @@ def folded_decision(logs, ranks, head_rank=0):
     return []
 
 
+# What wo_a_w8 prints (SPEC section 3): the mode is the einsum bridge on an image without the small-row kernel
+# (today's fleet image), kernel replacement otherwise (the canary). In bridge mode the adapter still routes
+# 2..8 rows to the fp8 small-row path (and 9..192 under speculative decoding to MID, with MID), but the draft
+# does not use the shared dispatch: with DROP the adapter keeps the draft's wo_a on bf16 and says so.
+WO_A_ARMED = "[wo_a_w8] fp8 twins for "
+WO_A_BRIDGE = "[wo_a_w8] einsum bridge armed"
+WO_A_DROPPED = "[wo_a_w8] released the bf16 copy of "
+WO_A_DRAFT_KEPT = "[wo_a_w8] draft wo_a left on bf16"
+
+
+def wo_a_modes(logs, ranks):
+    """{host: {"rank", "armed", "mode": "bridge" | "kernel" | None, "drop", "draft_kept"}} from each rank's
+    latest boot (only the boot: a request echoed into the log later can quote any line)."""
+    out = {}
+    for host in sorted(ranks or {}, key=lambda h: ranks[h]):
+        if host not in (logs or {}):
+            continue
+        boot = "\n".join(split_boot(logs[host])[0])
+        armed = WO_A_ARMED in boot
+        out[host] = {"rank": ranks[host], "armed": armed,
+                     "mode": ("bridge" if WO_A_BRIDGE in boot else "kernel") if armed else None,
+                     "drop": WO_A_DROPPED in boot, "draft_kept": WO_A_DRAFT_KEPT in boot}
+    return out
+
+
+def wo_a_mode(logs, ranks):
+    """wo_a_w8 judged in the mode each rank logged: one mode on every rank; with DROP in bridge mode the
+    draft's wo_a kept on bf16 (its line); in kernel mode no such line (the draft uses the shared dispatch)."""
+    modes = wo_a_modes(logs, ranks)
+    if not modes:
+        return ["wo_a_mode: no rank's log was read"]
+    out = []
+    for host, m in modes.items():
+        who = _who(host, m["rank"])
+        if not m["armed"]:
+            out.append("wo_a_mode: %s: wo_a_w8 did not arm in the latest boot (no '%s...' line)" % (who, WO_A_ARMED))
+        elif m["mode"] == "bridge" and m["drop"] and not m["draft_kept"]:
+            out.append("wo_a_mode: %s: DROP in bridge mode without '%s (this engine's draft does not use the shared "
+                       "dispatch)': the bridge's draft reads the bf16 weight, and nothing shows it was kept"
+                       % (who, WO_A_DRAFT_KEPT))
+        elif m["mode"] == "kernel" and m["draft_kept"]:
+            out.append("wo_a_mode: %s: '%s' without the einsum bridge: the adapter's mode is not the one the image "
+                       "has" % (who, WO_A_DRAFT_KEPT))
+    seen = {}
+    for host, m in modes.items():
+        if m["mode"]:
+            seen.setdefault(m["mode"], []).append(_who(host, m["rank"]))
+    if len(seen) > 1:
+        out.append("wo_a_mode: ranks run wo_a_w8 in different modes: %s" % "; ".join(
+            "%s on %s" % (mode, ", ".join(who)) for mode, who in sorted(seen.items())))
+    return out
+
+
 CHECKS = {"boot_healthy": boot_healthy, "graph_capture_clean": graph_capture_clean, "packed_all": packed_all,
           "kv_pool": kv_pool, "autotune_agreement": autotune_agreement, "rank_consistency": rank_consistency}
 
@@ -183,6 +236,8 @@ def named_failures(checks, logs, ranks):
     for check in checks or []:
         if check["name"] == "folded_decision":
             out += folded_decision(logs, ranks)        # read from the log's text, one decision on rank 0
+        elif check["name"] == "wo_a_mode":
+            out += wo_a_mode(logs, ranks)              # the adapter's own lines, per rank
         else:
             out += CHECKS[check["name"]](facts)
     return out

@@ -191,6 +191,7 @@ def markdown(record):
     out += _window_tables(record["conditions"], ["baseline"] + arms)
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)
     out += sampling_table(record["conditions"], ["baseline"] + arms)
+    out += wo_a_mode_table(record["conditions"], ["baseline"] + arms)
     out += ranking_table(d, record["conditions"], ["baseline"] + arms, labels)
     if record.get("images"):
         from ansible.module_utils import engine_image_report
@@ -363,6 +364,24 @@ def ranking_table(definition, conditions, order, labels):
                 i if q >= 0 else "-", name, _label(labels.get(name)), "-" if not per else "%.2f" % per["median"],
                 "-" if not ms else "%.2f" % ms["median"], "%.1f" % q if q >= 0 else (missing or "-"), lines or 0))
     return out
+
+
+def wo_a_mode_table(conditions, order):
+    """Stages D and F: how wo_a_w8 ran in each condition, per rank (einsum bridge on today's image, kernel
+    replacement on the canary; DROP's released copies and the draft kept on bf16), from the adapter's lines."""
+    rows = []
+    for name in order:
+        for host, m in sorted(((conditions.get(name) or {}).get("wo_a_modes") or {}).items(),
+                              key=lambda kv: kv[1].get("rank", 0)):
+            if m.get("armed"):
+                rows.append("| %s | %s | %s | %s | %s | %s |" % (
+                    name, host, m.get("rank"), m.get("mode"), "yes" if m.get("drop") else "no",
+                    "yes" if m.get("draft_kept") else "no"))
+    if not rows:
+        return []
+    return ["", "## wo_a_w8 mode per rank (from the adapter's lines in each boot)", "",
+            "| condition | host | rank | mode | DROP released bf16 | draft wo_a kept on bf16 |",
+            "|---|---|---|---|---|---|"] + rows
 
 
 def sampling_table(conditions, order):

@@ -58,6 +58,9 @@ EVIDENCE_CHECKS = {
     "autotune_agreement": "every rank did the same with its autotune cache (all reused or all tuned; no partial hit)",
     "rank_consistency": "every rank booted with the same block size, slots, chunk and context length",
     "folded_decision": "rank 0 logged its folded-sampling decision (folded, greedy only, eager, or AUTO short of memory)",
+    "wo_a_mode": "wo_a_w8 judged in the mode it logged on every rank (einsum bridge on today's image, kernel "
+                 "replacement on the canary): every rank in the same mode; with DROP in bridge mode the draft's "
+                 "wo_a kept on bf16 and said so",
 }
 # Figures an acceptance rule may compare, and which direction is better.
 METRICS = {

@@ -52,10 +52,15 @@ so tests can turn them on without changing the launcher; the environment wins ov
                                        commits other tokens (mixed batches break greedy answers)
                            rank_length_mismatch  the last worker boots with block size 3 whatever it is given (4
                                        when given 3): a rank that disagrees on the speculative length
+                           bridge_draft_dropped  wo_a_w8 with DROP in bridge mode releases the draft's bf16 wo_a
+                                       too and never says it kept it (the line the bridge-mode DROP is judged by)
                            drm_fallback  engram_drm armed (DSV41_ENGRAM_DRM_NODE set, the ported adapter in the
                                        image) with a cache: the DRM allocation fails and the layer falls back
                                        to anonymous memory (the line the DRM stage must catch)
-  LAB_ENGINE_NO_SMALL_ROW=1  the image has no small-row kernel: wo_a_w8 prints its einsum bridge line
+  LAB_ENGINE_SMALL_ROW_KERNEL=1  the engine has the small-row kernel (as the canary's kernel module gives it; an
+                           image whose wo_a_w8.py carries the G=4 dispatch has it without the knob). Without it, as
+                           on today's fleet image, wo_a_w8 arms its einsum bridge and says so; with DROP it keeps
+                           the draft's wo_a on bf16 and says that too (SPEC section 3)
   LAB_ENGINE_STATS_SECONDS=<s>  period of the prefetch CHECK line in the lab (default DSV41_STATS_SECONDS, else
                            60, divided by LAB_ENGINE_SPEED)
   LAB_ENGINE_STREAM_ERROR_EVERY=<n>  every n-th chat request (counted from 1 since the boot) fails after its
@@ -1232,11 +1237,35 @@ def parse_args(argv: list):
     return args
 
 
+def small_row_kernel() -> bool:
+    """The engine has wo_a's small-row kernel: only the canary, whose W8 adapter carries the kernel module's
+    G=4 dispatch (its wo_a_w8.py replaces DeepseekV4Attention.wo_a_forward), or the knob
+    LAB_ENGINE_SMALL_ROW_KERNEL=1 (an engine started outside the docker stand-in). Today's fleet image has
+    none: W8 runs through its einsum bridge (SPEC section 3)."""
+    if flag("LAB_ENGINE_SMALL_ROW_KERNEL"):
+        return True
+    root = os.environ.get("LAB_IMAGE_ROOT")
+    if root is None:
+        return False
+    if "small_row" not in _IMAGE_CACHE:
+        try:
+            with open(os.path.join(root, IMAGE_ADAPTER_DIR, "wo_a_w8.py"), encoding="utf-8", errors="replace") as fh:
+                _IMAGE_CACHE["small_row"] = "DeepseekV4Attention.wo_a_forward =" in fh.read()
+        except OSError:
+            _IMAGE_CACHE["small_row"] = False
+    return _IMAGE_CACHE["small_row"]
+
+
+def wo_a_bridge() -> bool:
+    """wo_a_w8 is armed and runs through the einsum bridge (no small-row kernel in this engine)."""
+    return adapter_on("wo_a_w8") and not small_row_kernel()
+
+
 def print_load_adapters(phase: str) -> None:
     """What the adapters print while the weights load (print(): stdout)."""
     if phase == "target" and adapter_on("wo_a_w8"):
         say(f"[wo_a_w8] fp8 twins for {WO_A_WEIGHTS} wo_a weights, 0 left on bf16")
-        if flag("LAB_ENGINE_NO_SMALL_ROW"):
+        if wo_a_bridge():
             say("[wo_a_w8] einsum bridge armed: fp8 twin for verify/draft rows, gemv left at M=1")
         if flag("DSV41_WO_A_W8_MID") or flag("DSV41_WO_A_W8_DROP"):
             say("[wo_a_w8] mid path armed: 9..192 rows from the fp8 twin")
@@ -1244,6 +1273,8 @@ def print_load_adapters(phase: str) -> None:
             released = WO_A_WEIGHTS - WO_A_DROP_KEPT
             say(f"[wo_a_w8] released the bf16 copy of {released} wo_a weights ({released * WO_A_COPY_MIB} MB); "
                 f"{WO_A_DROP_KEPT} kept (dequantized copy not bit-identical)")
+            if wo_a_bridge() and not fault("bridge_draft_dropped"):
+                say("[wo_a_w8] draft wo_a left on bf16 (this engine's draft does not use the shared dispatch)")
     if phase == "draft" and adapter_on("draft_head_fp8"):
         say("[draft_head_fp8] armed")
         say("[draft_head_fp8] fp8 twin of the draft LM head (43136, 5120)")
@@ -2067,7 +2098,10 @@ def profile_trace(rank: int, packed: bool = False) -> str:
     on the compute stream; CHECK mode re-runs the synchronous gather on the compute stream too."""
     if adapter_on("wo_a_w8") and not fault("g4_not_taken"):
         mid = flag("DSV41_WO_A_W8_MID") or flag("DSV41_WO_A_W8_DROP")
-        kernels = [("wo_a_fp8_gemv_g4 (target)", 7, 400), ("wo_a_fp8_gemv_g4 (draft)", 7, 120)]
+        # in bridge mode with DROP the draft keeps its bf16 wo_a (it does not use the shared dispatch)
+        draft_bf16 = wo_a_bridge() and flag("DSV41_WO_A_W8_DROP")
+        kernels = [("wo_a_fp8_gemv_g4 (target)", 7, 400),
+                   ("wo_a_bf16_gemv (draft)", 7, 180) if draft_bf16 else ("wo_a_fp8_gemv_g4 (draft)", 7, 120)]
         kernels += [("wo_a_fp8_mid (target)", 7, 300)] if mid else []
     else:
         kernels = [("wo_a_bf16_gemv (target)", 7, 600), ("wo_a_bf16_gemv (draft)", 7, 180)]

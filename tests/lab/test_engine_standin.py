@@ -1234,10 +1234,42 @@ def test_switch_honoured_only_when_adapter_file_and_registration_are_in_the_imag
     assert FENCE_LINE not in out and "[wo_a_w8] fp8 twins" in out
 
 
-def test_wo_a_bridge_line_without_the_small_row_kernel(lab):
-    out = boot_worker(lab, env={"DSV41_WO_A_W8": "1", "LAB_ENGINE_NO_SMALL_ROW": "1"}).stream("stdout").splitlines()
-    assert out[:2] == ["[wo_a_w8] fp8 twins for 43 wo_a weights, 0 left on bf16",
-                       "[wo_a_w8] einsum bridge armed: fp8 twin for verify/draft rows, gemv left at M=1"]
+BRIDGE_LINE = "[wo_a_w8] einsum bridge armed: fp8 twin for verify/draft rows, gemv left at M=1"
+DRAFT_KEPT_LINE = "[wo_a_w8] draft wo_a left on bf16 (this engine's draft does not use the shared dispatch)"
+
+
+def test_wo_a_bridge_is_today_s_image_and_the_kernel_image_has_none(lab):
+    """Today's fleet image has no small-row kernel: W8 arms its einsum bridge by default, and with DROP keeps
+    the draft's wo_a on bf16 and says so (SPEC section 3); an engine with the kernel prints neither."""
+    out = boot_worker(lab, env={"DSV41_WO_A_W8": "1"}).stream("stdout").splitlines()
+    assert out[:2] == ["[wo_a_w8] fp8 twins for 43 wo_a weights, 0 left on bf16", BRIDGE_LINE]
+    out = boot_worker(lab, env={"DSV41_WO_A_W8": "1", "DSV41_WO_A_W8_DROP": "1"}).stream("stdout").splitlines()
+    assert out[1] == BRIDGE_LINE and out[4] == DRAFT_KEPT_LINE and out[3].startswith("[wo_a_w8] released the bf16")
+    kernel = boot_worker(lab, env={"DSV41_WO_A_W8": "1", "DSV41_WO_A_W8_DROP": "1",
+                                   "LAB_ENGINE_SMALL_ROW_KERNEL": "1"}).stream("stdout")
+    assert "[wo_a_w8] released the bf16" in kernel and BRIDGE_LINE not in kernel and DRAFT_KEPT_LINE not in kernel
+    faulty = boot_worker(lab, env={"DSV41_WO_A_W8": "1", "DSV41_WO_A_W8_DROP": "1",
+                                   "LAB_ENGINE_FAULT": "bridge_draft_dropped"}).stream("stdout")
+    assert BRIDGE_LINE in faulty and DRAFT_KEPT_LINE not in faulty
+
+
+def test_an_image_whose_w8_adapter_carries_the_g4_dispatch_has_the_small_row_kernel(tmp_path):
+    """The canary's kernel module (the ported G=4 dispatch in its wo_a_w8.py) switches W8 to kernel
+    replacement; the same adapter without it runs the bridge."""
+    engine = load_engine_module()
+    adapter = tmp_path / "sgl-workspace" / "adapter"
+    adapter.mkdir(parents=True)
+    port = (ROOT / "lab" / "seed" / "adapters" / "ported" / "wo_a_w8_g4_dispatch.py").read_text()
+    for text, expected in (("def install():\n    pass\n", False), ("def install():\n    pass\n" + port, True)):
+        (adapter / "wo_a_w8.py").write_text(text)
+        engine._IMAGE_CACHE.clear()
+        old = os.environ.get("LAB_IMAGE_ROOT")
+        os.environ["LAB_IMAGE_ROOT"] = str(tmp_path)
+        try:
+            assert engine.small_row_kernel() is expected
+        finally:
+            engine._IMAGE_CACHE.clear()
+            os.environ.pop("LAB_IMAGE_ROOT") if old is None else os.environ.__setitem__("LAB_IMAGE_ROOT", old)
 
 
 def test_oom_fault_kills_an_armed_boot_and_spares_the_baseline(lab):

@@ -69,6 +69,11 @@ def test_stage_d_passes_with_the_fp8_kernels_in_every_rank_s_trace(tmp_path, fas
         steps = rec["conditions"][name]["decode_steps"]
         assert steps["host"] == "spark1" and steps["C1"]["committed_tokens_per_step"]["median"] >= 1, steps
     assert "## Each condition: seconds per phase" in md
+    # today's image (the lab's default): W8 and MID ran through the einsum bridge on every rank, judged there
+    for arm in ("w8", "mid"):
+        modes = rec["conditions"][arm]["wo_a_modes"]
+        assert sorted(modes) == ["spark1", "spark2", "spark3"] and {m["mode"] for m in modes.values()} == {"bridge"}
+    assert "| mid | spark3 | 2 | bridge | no | no |" in md
     print(md)
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()

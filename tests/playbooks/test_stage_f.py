@@ -4,8 +4,9 @@ DROP runs only with a wo_a_w8 validation in the ledger for the running image: th
 first, then the validation is given as an inventory layer (what the operator commits after stage D's
 record proposes it). Lab figures come from the engine stand-in's memory model (lab/standins/
 dsv41_engine.py: twins +688 MiB, DROP releases 41 copies of 32 MiB, 2 kept; the draft head +210.6 MiB),
-printed beside the report's reference figures. On an image without the small-row kernel (W8 arms its
-einsum bridge, whose draft path reads the bf16 weight) the DROP arm fails on the bridge line and rolls back.
+printed beside the report's reference figures. The lab's default image is today's fleet image: no small-row
+kernel, so W8 arms its einsum bridge and DROP keeps the draft's wo_a on bf16 and says so; a DROP that does not
+fails on that line (wo_a_mode) and rolls back.
 """
 import re
 
@@ -100,6 +101,9 @@ def test_stage_f_ledger_against_both_baselines(tmp_path, validated, fast_engine)
     print(md)
     assert "## Memory ledger per rank" in md and "## Memory differences" in md
     assert "| drop | twin_only | spark1 |" in md and "-1376.0 MiB weights (report: the gross release" in md
+    # DROP on today's (bridge) image: every rank kept the draft's wo_a on bf16 and said so
+    assert all(m["mode"] == "bridge" and m["drop"] and m["draft_kept"] for m in rec["conditions"]["drop"]["wo_a_modes"].values())
+    assert "| drop | spark2 | 1 | bridge | yes | yes |" in md
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()
 
@@ -134,19 +138,19 @@ def test_an_arm_below_the_memory_floor_fails_and_rolls_back(tmp_path, validated,
     print(failures)
 
 
-def test_drop_on_an_image_with_the_einsum_bridge_fails_for_the_bridge_and_rolls_back(tmp_path, validated,
-                                                                                     fast_engine):
-    # an image without the small-row kernel: W8 arms its einsum bridge, whose draft path still reads the bf16
-    # weight, so DROP must not run there (SPEC section 3); the stage cannot prove it spares the draft
-    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_NO_SMALL_ROW="1")
+def test_drop_in_bridge_mode_without_the_kept_draft_fails_and_rolls_back(tmp_path, validated, fast_engine):
+    # today's image (the lab's default) has no small-row kernel: W8 arms its einsum bridge, whose draft does not
+    # use the shared dispatch, so with DROP the adapter must keep the draft's wo_a on bf16 and say so (SPEC
+    # section 3). A DROP that releases the draft's copy too and says nothing fails on every rank.
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="bridge_draft_dropped")
     before = fleet_state()
     rc, out = run_stage(tmp_path, validated, trim=True, **one_arm("drop"))
     _, rec = record(tmp_path / "rec")
     assert rc != 0
     failures = rec["arm_checks"]["drop"]["evidence_failures"]
     for rank, host in enumerate(("spark1", "spark2", "spark3")):
-        assert "%s rank %d: bridge present in the latest boot: '[wo_a_w8] einsum bridge armed: fp8 twin for " \
-               "verify/draft rows, gemv left at M=1'" % (host, rank) in failures, failures
+        assert ("wo_a_mode: %s rank %d: DROP in bridge mode without '[wo_a_w8] draft wo_a left on bf16 (this "
+                "engine's draft does not use the shared dispatch)'" % (host, rank)) in " ".join(failures), failures
     assert verdicts(rec)["drop"]["verdict"] == "fail"
     assert rec["restore"]["equal"] is True
     assert fleet_state() == before and engine_healthy()

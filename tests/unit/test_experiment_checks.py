@@ -359,3 +359,52 @@ def test_every_shipped_definition_from_stage_c_on_requires_stages_a_and_b():
             assert out == ["stage A has not passed on image sha256:new (no stage_a entry in the stage ledger, "
                            "dsv41_stages_passed: run playbooks/stage_a_pack.yml and commit the entry it proposes)"]
     assert sorted(set(seen)) == ["C", "D", "E", "F", "G", "H", "I"]
+
+
+W8 = "[wo_a_w8] fp8 twins for 172 wo_a weights, 0 left on bf16"
+BRIDGE = "[wo_a_w8] einsum bridge armed: fp8 twin for verify/draft rows, gemv left at M=1"
+MID = "[wo_a_w8] mid path armed: 9..192 rows from the fp8 twin"
+DROP = "[wo_a_w8] released the bf16 copy of 168 wo_a weights (12096 MB); 4 kept (dequantized copy not bit-identical)"
+DRAFT_KEPT = "[wo_a_w8] draft wo_a left on bf16 (this engine's draft does not use the shared dispatch)"
+
+
+def _wo_a(lines_by_host, names=("wo_a_mode",)):
+    from ansible.module_utils import experiment_evidence as ev
+    logs = dict((h, boot(r, lines_by_host[h])) for h, r in RANKS.items())
+    return ev.named_failures([{"name": n, "args": {}} for n in names], logs, RANKS), ev.wo_a_modes(logs, RANKS)
+
+
+def test_wo_a_mode_passes_today_s_bridge_image_with_mid_and_drop_when_the_draft_is_kept():
+    """Today's image has no small-row kernel: W8 arms the einsum bridge, MID and DROP still work there, and
+    with DROP the adapter keeps the draft's wo_a on bf16 and says so (the report's real runs used all three)."""
+    failures, modes = _wo_a(dict((h, [W8, BRIDGE, MID, DROP, DRAFT_KEPT]) for h in RANKS))
+    assert failures == []
+    assert {h: (m["mode"], m["drop"], m["draft_kept"]) for h, m in modes.items()} == dict(
+        (h, ("bridge", True, True)) for h in RANKS)
+    # the canary's kernel replacement: no bridge line, no draft line
+    failures, modes = _wo_a(dict((h, [W8, MID, DROP]) for h in RANKS))
+    assert failures == [] and set(m["mode"] for m in modes.values()) == {"kernel"}
+
+
+def test_wo_a_mode_names_a_bridge_drop_without_the_kept_draft_a_mixed_fleet_and_an_unarmed_rank():
+    failures, _ = _wo_a({"spark1": [W8, BRIDGE, MID, DROP, DRAFT_KEPT], "spark2": [W8, BRIDGE, MID, DROP],
+                         "spark3": [W8, MID, DROP]})
+    assert failures == [
+        "wo_a_mode: spark2 rank 1: DROP in bridge mode without '[wo_a_w8] draft wo_a left on bf16 (this engine's "
+        "draft does not use the shared dispatch)': the bridge's draft reads the bf16 weight, and nothing shows it "
+        "was kept",
+        "wo_a_mode: ranks run wo_a_w8 in different modes: bridge on spark1 rank 0, spark2 rank 1; kernel on spark3 "
+        "rank 2"]
+    failures, _ = _wo_a({"spark1": [W8, BRIDGE], "spark2": [W8, BRIDGE], "spark3": []})
+    assert failures == ["wo_a_mode: spark3 rank 2: wo_a_w8 did not arm in the latest boot (no '[wo_a_w8] fp8 twins "
+                        "for ...' line)"]
+    failures, _ = _wo_a(dict((h, [W8, DROP, DRAFT_KEPT]) for h in RANKS))
+    assert len(failures) == 3 and all("without the einsum bridge" in f for f in failures)
+
+
+def test_wo_a_mode_reads_only_the_boot_not_a_request_that_quotes_the_lines():
+    from ansible.module_utils import experiment_evidence as ev
+    logs = dict((h, boot(r, [W8, BRIDGE, DROP], extra_run=["Receive: obj=... '%s'" % DRAFT_KEPT]))
+                for h, r in RANKS.items())
+    failures = ev.named_failures([{"name": "wo_a_mode", "args": {}}], logs, RANKS)
+    assert len(failures) == 3 and all("DROP in bridge mode without" in f for f in failures)

@@ -292,3 +292,17 @@ def test_reported_metrics_are_tabled_beside_the_judged_one():
     assert text[1] == "## prose: per_stream_tok_s, median [min..max] (reported, not judged)"
     assert "| C8 | 10.00 [10.00..10.00] | - | 7.50 [7.40..7.70] |" in text
     assert er.metric_tables(definition(), conds, ["baseline"]) == [], "nothing beside the judged metric"
+
+
+def test_markdown_tables_the_wo_a_mode_of_each_armed_condition_per_rank():
+    d = definition("stage_d_wo_a")
+    bridge = {"armed": True, "mode": "bridge", "drop": False, "draft_kept": False}
+    conds = _w8_conditions([100.0] * 5)
+    conds["baseline"]["wo_a_modes"] = dict((h, {"rank": r, "armed": False, "mode": None, "drop": False,
+                                                "draft_kept": False}) for r, h in enumerate(("spark1", "spark2")))
+    conds["w8"]["wo_a_modes"] = dict((h, dict(bridge, rank=r)) for r, h in enumerate(("spark1", "spark2")))
+    text = er.markdown({"definition": d, "conditions": conds, "verdicts": er.evaluate(d, conds, {}),
+                        "measured_on": "lab output"})
+    assert "## wo_a_w8 mode per rank" in text
+    assert "| w8 | spark1 | 0 | bridge | no | no |" in text and "| w8 | spark2 | 1 | bridge | no | no |" in text
+    assert "| baseline | spark1" not in text, "a condition without W8 has no row"
