@@ -13,12 +13,19 @@ def _module_utils():
     if path not in list(amu.__path__):
         amu.__path__.append(path)
     from ansible.module_utils import (decode_steps, engram_cache_state, experiment_checks, experiment_evidence,
-                                      experiment_snapshot, memory_ledger, meminfo, nvidia_smi, sampling_checks)
+                                      experiment_snapshot, memory_ledger, meminfo, nvidia_smi, quality_checks,
+                                      sampling_checks)
     return (experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence,
-            sampling_checks, nvidia_smi, engram_cache_state)
+            sampling_checks, nvidia_smi, engram_cache_state, quality_checks)
 
 
-_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi, _cache = _module_utils()
+_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi, _cache, _quality = _module_utils()
+
+
+def dsv41_needle_prompts(tokens=None):
+    """The long-context needle prompt set (decode_bench's prompt file format) for the given sizes in tokens
+    (default 30,000 and 100,000): module_utils/quality_checks.py."""
+    return _quality.needle_prompts(tokens or _quality.DEFAULT_NEEDLE_TOKENS)
 
 
 def dsv41_experiment_cache_state(logs, ranks):
@@ -204,4 +211,5 @@ class FilterModule:
             "dsv41_memory_floor_failures": dsv41_memory_floor_failures,
             "dsv41_driver_versions": dsv41_driver_versions, "dsv41_experiment_wo_a_modes": dsv41_experiment_wo_a_modes,
             "dsv41_experiment_cache_state": dsv41_experiment_cache_state,
+            "dsv41_needle_prompts": dsv41_needle_prompts,
         }

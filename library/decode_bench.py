@@ -98,6 +98,14 @@ options:
         Needs I(temperature) > 0 and N below the lowest I(concurrency). 0 (default) sends one kind.
     type: int
     default: 0
+  purpose:
+    description:
+      - C(timing) (default) measures a condition, at least 5 repetitions. C(quality) sends requests whose answers
+        are judged and from which no speed is drawn (the long-context needles of the experiment role, each
+        prefilling up to 100k tokens), so one repetition is allowed.
+    type: str
+    choices: [timing, quality]
+    default: timing
   failed_repetition_retries:
     description:
       - Extra rounds a condition may run to replace failed repetitions (a request ended in an error
@@ -328,6 +336,7 @@ def run_module():
             top_k=dict(type="int"),
             seed=dict(type="int"),
             greedy_streams=dict(type="int", default=db.DEFAULTS["greedy_streams"]),
+            purpose=dict(type="str", choices=list(db.PURPOSES), default=db.DEFAULTS["purpose"]),
             failed_repetition_retries=dict(type="int", default=db.DEFAULTS["failed_repetition_retries"]),
             thinking=dict(type="bool", default=db.DEFAULTS["thinking"]),
             stream=dict(type="bool", default=db.DEFAULTS["stream"]),
@@ -345,7 +354,7 @@ def run_module():
     label = p["host_label"] or (socket.gethostname().split(".")[0] or "this host")
     keys = ("model", "concurrency", "repetitions", "warmups", "prompts_per_stream", "max_tokens",
             "temperature", "top_p", "top_k", "seed", "greedy_streams", "failed_repetition_retries", "thinking", "stream",
-            "timeout")
+            "timeout", "purpose")
     common = {"url": p["url"], "measured_on": p["measured_on"], "raw_output": p["raw_output"],
               "host_label": label}
     try:

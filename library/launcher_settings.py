@@ -90,7 +90,7 @@ options:
   varied:
     description:
       - Keys an experiment arm varies deliberately (the keys of its settings). A hold rule leaves such a key to
-        the arm; today one: C(MEM_FRACTION_STATIC), otherwise held at 0.95 on TP3.
+        the arm (today C(MEM_FRACTION_STATIC), otherwise held at 0.95 on TP3).
     type: list
     elements: str
     default: []

@@ -57,7 +57,7 @@ from ansible.module_utils.decode_bench_record import (  # noqa: F401
     raw_round as _raw_round, redact_data, write_raw)
 # The inputs (prompt files, settings and their defaults) live in decode_bench_inputs; re-exported.
 from ansible.module_utils.decode_bench_inputs import (  # noqa: F401
-    DEFAULTS, MIN_REPETITIONS, load_prompts, validate_settings)
+    DEFAULTS, MIN_REPETITIONS, PURPOSES, load_prompts, validate_settings)
 
 __metaclass__ = type
 

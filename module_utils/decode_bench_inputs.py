@@ -32,7 +32,11 @@ DEFAULTS = {
     "timeout": 300.0,
     "prompts_per_stream": None,
     "greedy_streams": 0,
+    # timing: a measured condition (>= MIN_REPETITIONS rounds); quality: answers judged, no speed drawn from
+    # them (the long-context needles: one round of requests that each prefill up to 100k tokens)
+    "purpose": "timing",
 }
+PURPOSES = ("timing", "quality")
 # ---------------------------------------------------------------------------------------------
 # Prompts and settings
 # ---------------------------------------------------------------------------------------------
@@ -93,7 +97,9 @@ def validate_settings(settings):
     s = dict(DEFAULTS)
     nullable = ("prompts_per_stream", "top_p", "top_k", "seed")
     s.update(dict((k, v) for k, v in settings.items() if v is not None or k in nullable))
-    if int(s["repetitions"]) < MIN_REPETITIONS:
+    if s["purpose"] not in PURPOSES:
+        raise BenchError("purpose=%r refused: one of %s" % (s["purpose"], ", ".join(PURPOSES)))
+    if int(s["repetitions"]) < (MIN_REPETITIONS if s["purpose"] == "timing" else 1):
         raise BenchError("repetitions=%s refused: at least %d measured repetitions per condition"
                          % (s["repetitions"], MIN_REPETITIONS))
     conc = [int(c) for c in (s["concurrency"] or [])]

@@ -34,7 +34,7 @@ __metaclass__ = type
 WORD_COUNTS_KEPT = 200      # answer words kept per condition (the rest pooled; the test uses the top 24)
 SETTING_KEYS = ("model", "max_tokens", "temperature", "top_p", "top_k", "seed", "thinking", "stream",
                 "repetitions", "warmups", "failed_repetition_retries", "concurrency", "timeout",
-                "prompts_per_stream", "greedy_streams")
+                "prompts_per_stream", "greedy_streams", "purpose")
 
 
 def public_settings(settings):
@@ -104,6 +104,18 @@ def word_counts(requests, keep=WORD_COUNTS_KEPT):
     return out
 
 
+EXCERPT_CHARS = 240
+
+
+def excerpt(text, limit=EXCERPT_CHARS):
+    """The start of an answer as a record keeps it: one line (newlines shown as \\n), at most ``limit``
+    characters, cut with an ellipsis; control characters other than newlines dropped (an answer echoed
+    into a record must not carry terminal escapes)."""
+    flat = "".join(ch for ch in (text or "").replace("\r", "").replace("\n", "\\n")
+                   if ch >= " " or ch == "\t")
+    return flat if len(flat) <= limit else flat[:limit - 1] + "\u2026"
+
+
 def round_failed(rd):
     return any(r.get("failed") for st in rd["streams"] for r in st["requests"])
 
@@ -151,6 +163,10 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None, f
     # concurrency levels and arms without carrying the texts
     digests = dict((pid, sorted(hashlib.sha256(json.dumps(list(t)).encode("utf-8")).hexdigest()[:16] for t in texts))
                    for pid, texts in outputs.items() if texts)
+    # the start of each distinct answer, by its digest: a quality failure names the prompt and shows both answers
+    excerpts = dict((pid, dict((hashlib.sha256(json.dumps(list(t)).encode("utf-8")).hexdigest()[:16],
+                                excerpt(t[1])) for t in texts))
+                    for pid, texts in outputs.items() if texts)
     known_reasoning = [r for r in requests if r.get("reasoning_tokens") is not None]
     reasoning_total = sum(r["reasoning_tokens"] for r in known_reasoning) if known_reasoning else None
     if known_reasoning and len(known_reasoning) == len(requests):
@@ -195,6 +211,7 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None, f
         "distinct_reasoning": reasoning,
         "distinct_reasoning_per_prompt": reasoning_pp,
         "output_digests": digests,
+        "answer_excerpts": excerpts,
         "degenerate_outputs": sum(1 for r in requests if degenerate(r["text"])),
         "finish_reasons": count(r.get("finish_reason") for r in requests),
         "speculative": _speculative(requests),

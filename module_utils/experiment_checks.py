@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
+from ansible.module_utils import quality_checks as quality
 from ansible.module_utils.sampling_checks import (DEFAULT_ALPHA, DEFAULT_BINS, distribution_failures,
                                                   mixed_greedy_failures)
 
@@ -285,6 +286,11 @@ def correctness_failures(checks, results, run_logs=None, baseline=None, mixed=No
             if baseline is not None:
                 out += distribution_failures(results, baseline.get("results"), args.get("alpha", DEFAULT_ALPHA),
                                              args.get("bins", DEFAULT_BINS))[0]
+        elif name == "greedy_matches_baseline":
+            if baseline is not None:
+                out += quality.greedy_match_failures(results, baseline.get("results"))
+        elif name == "long_context_needles":
+            out += quality.needle_failures(results, args.get("tokens") or quality.DEFAULT_NEEDLE_TOKENS)
         elif name == "mixed_batch_greedy":
             if not mixed:
                 out.append("mixed_batch_greedy: no mixed greedy/sampled batch was sent")

@@ -39,6 +39,10 @@ CORRECTNESS_CHECKS = {
                             "homogeneity per workload, p >= `alpha`, default 0.001; module_utils/sampling_checks.py)",
     "mixed_batch_greedy": "greedy requests in batches mixed with sampled ones (`greedy_streams` of `concurrency`) give "
                           "the baseline's greedy answers",
+    "greedy_matches_baseline": "the arm's greedy answers equal the baseline's prompt by prompt on every prompt set both "
+                               "measured; a failure names the prompt and shows both answers (module_utils/quality_checks.py)",
+    "long_context_needles": "a pass code hidden half-way into about `tokens` tokens of filler (default 30,000 and "
+                            "100,000) comes back in the greedy answer (long-context retrieval)",
 }
 CHECK_PARAMS = {
     "greedy_repeat_identical": {"repeats": int},
@@ -48,6 +52,8 @@ CHECK_PARAMS = {
     "no_abort": {},
     "sampled_distribution": {"alpha": float, "bins": int},
     "mixed_batch_greedy": {"concurrency": int, "greedy_streams": int},
+    "greedy_matches_baseline": {},
+    "long_context_needles": {"tokens": list},
 }
 # Evidence read by the existing modules on every rank's latest boot (named, not regexes).
 EVIDENCE_CHECKS = {
@@ -132,6 +138,12 @@ def _named_checks(registry, params):
                              % (", ".join(sorted(allowed)) or "none"))
                 if allowed[key] is int:
                     _int_at_least(1)("%s.%s.%s" % (at, name, key), val, ctx)
+                elif allowed[key] is list:      # a list of token counts (long_context_needles.tokens)
+                    if not isinstance(val, list) or not val:
+                        ctx.fail("%s.%s.%s" % (at, name, key), "must be a non-empty list of token counts")
+                    for j, n in enumerate(val):
+                        if isinstance(n, bool) or not isinstance(n, int) or not 1000 <= n <= 1000000:
+                            ctx.fail("%s.%s.%s[%d]" % (at, name, key, j), "%r is not a token count 1,000..1,000,000" % (n,))
                 elif allowed[key] is float:
                     _probability("%s.%s.%s" % (at, name, key), val, ctx)
     return check

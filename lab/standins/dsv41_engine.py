@@ -54,6 +54,10 @@ so tests can turn them on without changing the launcher; the environment wins ov
                                        when given 3): a rank that disagrees on the speculative length
                            bridge_draft_dropped  wo_a_w8 with DROP in bridge mode releases the draft's bf16 wo_a
                                        too and never says it kept it (the line the bridge-mode DROP is judged by)
+                           answer_drift  any experimental adapter armed: the greedy answer to one prompt in
+                                       four commits other words than the baseline's (the quality check's case)
+                           needle_miss  any experimental adapter armed: a needle question whose prompt is longer
+                                       than LAB_ENGINE_NEEDLE_REACH tokens (default 50000) is answered without it
                            drm_fallback  engram_drm armed (DSV41_ENGRAM_DRM_NODE set, the ported adapter in the
                                        image) with a cache: the DRM allocation fails and the layer falls back
                                        to anonymous memory (the line the DRM stage must catch)
@@ -257,6 +261,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import socket
 import socketserver
@@ -1627,6 +1632,31 @@ def prompt_text(messages) -> str:
     return "\n".join(parts)
 
 
+# Long-context retrieval (lab fiction of a model that reads its whole context): a prompt that hides
+# "The pass code for vault NAME is DIGITS." in filler and asks "What is the pass code for vault NAME?" is
+# answered with that sentence. Fault needle_miss: with an experimental adapter armed, beyond
+# LAB_ENGINE_NEEDLE_REACH tokens (default 50000) of prompt the needle is not found (an arm that breaks the
+# context envelope, which the report says a short smoke does not validate).
+NEEDLE_RE = re.compile(r"The pass code for vault (\w+) is (\d+)\.")
+NEEDLE_QUESTION_RE = re.compile(r"What is the pass code for vault (\w+)\?")
+
+
+def needle_answer(messages, prompt_tokens: int):
+    """The words answering a needle question, or None for any other prompt."""
+    if not messages:
+        return None
+    question = NEEDLE_QUESTION_RE.search(prompt_text(messages[-1:]))
+    if not question:
+        return None
+    name = question.group(1)
+    found = dict(NEEDLE_RE.findall(prompt_text(messages)))
+    reach = int(env_float("LAB_ENGINE_NEEDLE_REACH", 50000))
+    armed = any(adapter_on(a) for a in ARM_ADAPTERS)
+    if name not in found or (fault("needle_miss") and armed and prompt_tokens > reach):
+        return f"I found no pass code for vault {name} in the text.".split()
+    return f"The pass code for vault {name} is {found[name]}.".split()
+
+
 def count_prompt_tokens(messages) -> int:
     total = 3
     for m in messages or []:
@@ -1736,6 +1766,14 @@ class Engine:
             if others > 0 or number % 2 == 0:
                 race = random.Random(int.from_bytes(os.urandom(8), "little"))
                 words = [race.choice(vocab) if i % 7 == 3 else w for i, w in enumerate(words)]
+        needle = needle_answer(messages, count_prompt_tokens(messages))
+        if needle is not None:
+            words = needle[:max(1, int(limit))]
+            n_out = natural = len(words)
+        if temperature <= 0 and fault("answer_drift") and any(adapter_on(a) for a in ARM_ADAPTERS) and h % 4 == 1:
+            # an arm that changes what greedy decoding commits: one prompt in four gets other words
+            drift = random.Random(h ^ 0x2545F491)
+            words = [drift.choice(vocab) if i % 9 == 4 else w for i, w in enumerate(words)]
         if fault("nonfinite") and adapter_on("wo_a_w8"):
             log("Detected errors during sampling! NaN in the logits.")
             words = ["!"] * n_out

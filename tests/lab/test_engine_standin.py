@@ -1740,3 +1740,39 @@ def test_the_row_cache_fills_from_cold_after_the_boot():
     filling = [eng.row_cache_hit_rate(0.5, 4, n) for n in (0, 1000, 5000, 50000)]
     assert filling[0] == 0.0 and filling == sorted(filling) and filling[-1] == pytest.approx(0.30, abs=1e-3)
     assert eng.row_cache_hit_rate(0.25, 4, 50000) < filling[-1] < eng.row_cache_hit_rate(0.5, 16, 50000)
+
+
+def test_needles_are_found_at_any_depth_unless_the_needle_miss_fault_cuts_the_reach(lab):
+    """Long-context retrieval as the quality check asks it (module_utils/quality_checks.py): the stand-in
+    answers a needle question with the sentence hidden in its prompt; needle_miss loses it beyond the reach."""
+    from ansible.module_utils import quality_checks as q
+    prompts = dict((p["id"], p) for p in q.needle_prompts((30000, 100000)))
+    answers = {}
+    for name, env in (("ok", {"LAB_ENGINE_FAULT": "needle_miss"}),
+                      ("miss", {"DSV41_FOLDED_FENCE": "1", "LAB_ENGINE_FAULT": "needle_miss"})):
+        port, proc = head_with(lab, env)
+        try:
+            for pid, p in prompts.items():
+                answers[(name, pid)] = answer(port, {**CHAT, "messages": p["messages"], "max_tokens": 48})
+        finally:
+            proc.stop()
+    for size in (30000, 100000):
+        f = q.needle_facts(size)
+        assert answers[("ok", f["id"])] == "The pass code for vault %s is %s." % (f["vault"], f["code"])
+    assert answers[("miss", "needle-30k")] == answers[("ok", "needle-30k")], "within the reach"
+    assert answers[("miss", "needle-100k")].startswith("I found no pass code for vault")
+
+
+def test_answer_drift_changes_one_greedy_answer_in_four_only_with_an_adapter_armed(lab):
+    bodies = [{**CHAT, "messages": [{"role": "user", "content": "Tell me about harbour %d." % i}]} for i in range(8)]
+    got = {}
+    for name, env in (("base", {}), ("drift", {"DSV41_FOLDED_FENCE": "1", "LAB_ENGINE_FAULT": "answer_drift"}),
+                      ("off", {"LAB_ENGINE_FAULT": "answer_drift"})):
+        port, proc = head_with(lab, env)
+        try:
+            got[name] = [answer(port, b) for b in bodies]
+        finally:
+            proc.stop()
+    assert got["off"] == got["base"], "no adapter armed: the fault does nothing"
+    changed = [i for i in range(8) if got["drift"][i] != got["base"][i]]
+    assert 0 < len(changed) < 8, changed

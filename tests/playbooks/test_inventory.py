@@ -201,13 +201,15 @@ def test_stage_a_lists_its_parts_in_the_specs_order_and_selects_them_by_tag():
     plays = listed()
     parts = [p.split(" | ")[0] for p in plays]
     assert parts == ["Preflight", "Stage A plan", "Stage A relocate", "Stage A pack", "Stage A pack", "Stage A verify",
-                     "Stage A contention", "Stage A verify", "Stage A bench", "Stage A record"], plays
+                     "Stage A contention", "Stage A verify", "Stage A bench", "Stage A record", "Stage A ledger"], plays
     assert [p.split(" | ")[0] for p in listed("--tags", "plan")] == ["Preflight", "Stage A plan"]
     assert [p.split(" | ")[0] for p in listed("--tags", "relocate")] == ["Preflight", "Stage A plan", "Stage A relocate"]
     assert [p.split(" | ")[0] for p in listed("--tags", "pack")] == ["Preflight", "Stage A plan", "Stage A relocate",
                                                                      "Stage A pack", "Stage A pack"]
-    for tag, part in (("verify", "Stage A verify"), ("bench", "Stage A bench"), ("record", "Stage A record")):
+    for tag, part in (("verify", "Stage A verify"), ("bench", "Stage A bench"), ("ledger", "Stage A ledger")):
         assert {p.split(" | ")[0] for p in listed("--tags", tag)} == {"Preflight", part}, tag
+    # the record's tag also reaches the ledger play, which proposes nothing unless this run verified stage A
+    assert {p.split(" | ")[0] for p in listed("--tags", "record")} == {"Preflight", "Stage A record", "Stage A ledger"}
 
 
 def test_an_entry_point_run_without_its_producer_fails_naming_the_fact(tmp_path):

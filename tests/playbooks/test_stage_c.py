@@ -95,6 +95,35 @@ def test_fold_race_fails_the_fence_for_its_greedy_answers_and_restores(tmp_path,
     assert fleet_state() == before
 
 
+def test_an_arm_that_changes_answers_or_misses_a_needle_fails_its_quality_checks_naming_the_prompt(tmp_path,
+                                                                                                    fast_engine):
+    """Quality before speed (the report): an armed fence whose greedy answers differ from the baseline's on some
+    prompts, and which loses a pass code hidden 100k tokens deep, fails; each failure names the prompt and shows
+    both answers (or the answer and the needle). The baseline, with nothing armed, passes both checks."""
+    from ansible.module_utils import quality_checks as q
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="answer_drift,needle_miss")
+    before = fleet_state()
+    rc, out = playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", lab_definition(tmp_path),
+                       "-e", "experiment_record_root=%s" % (tmp_path / "rec"))
+    run, rec = record(tmp_path / "rec")
+    assert rc != 0
+    assert rec["arm_checks"]["baseline"]["correctness_failures"] == [], "nothing armed: both checks pass"
+    failures = rec["arm_checks"]["fence"]["correctness_failures"]
+    drift = [f for f in failures if f.startswith("greedy_matches_baseline: ")]
+    assert drift and all(" the arm answered '" in f and "' where the baseline answered '" in f for f in drift), failures
+    assert any(f.startswith(("greedy_matches_baseline: prose prompt ", "greedy_matches_baseline: code prompt "))
+               for f in drift)
+    f100 = q.needle_facts(100000)
+    (needle,) = [f for f in failures if f.startswith("long_context_needles: ")]
+    assert needle.startswith("long_context_needles: needle-100k (about 100,000 tokens, the pass code at 50%% depth): "
+                             "answered 'I found no pass code for vault %s in the text.'" % f100["vault"]), needle
+    assert "needle-30k" not in needle, "within the reach the needle is found"
+    (verdict,) = rec["verdicts"]
+    assert verdict["verdict"] == "fail" and rec["proposals"] == []
+    assert rec["restore"]["equal"] is True and fleet_state() == before
+    print("\n".join(failures))
+
+
 def test_not_applicable_without_the_fence_in_the_import_hook(tmp_path):
     hook = sh("spark1", "cat %s" % HOOK)
     assert '"folded_fence"' in hook
