@@ -13,13 +13,21 @@ def _module_utils():
     if path not in list(amu.__path__):
         amu.__path__.append(path)
     from ansible.module_utils import (decode_steps, engram_cache_state, experiment_checks, experiment_evidence,
-                                      experiment_snapshot, memory_ledger, meminfo, nvidia_smi, quality_checks,
-                                      sampling_checks)
+                                      experiment_nodes, experiment_snapshot, memory_ledger, meminfo, nvidia_smi,
+                                      quality_checks, sampling_checks)
     return (experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence,
-            sampling_checks, nvidia_smi, engram_cache_state, quality_checks)
+            sampling_checks, nvidia_smi, engram_cache_state, quality_checks, experiment_nodes)
 
 
-_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi, _cache, _quality = _module_utils()
+(_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi, _cache, _quality,
+ _nodes) = _module_utils()
+
+
+def dsv41_experiment_node_facts(running, images, memory, logs, ranks):
+    """{host: what the rank ran and its memory} of one condition (module_utils/experiment_nodes.py): container
+    variables (secrets masked), image id, engine/FlashInfer versions, kernel, graph shapes, MemAvailable and
+    pressure stalls before the restart, after the captures and after the measurement."""
+    return _nodes.node_facts(running or {}, images or {}, memory or {}, logs or {}, ranks or {})
 
 
 def dsv41_needle_prompts(tokens=None):
@@ -212,4 +220,5 @@ class FilterModule:
             "dsv41_driver_versions": dsv41_driver_versions, "dsv41_experiment_wo_a_modes": dsv41_experiment_wo_a_modes,
             "dsv41_experiment_cache_state": dsv41_experiment_cache_state,
             "dsv41_needle_prompts": dsv41_needle_prompts,
+            "dsv41_experiment_node_facts": dsv41_experiment_node_facts,
         }

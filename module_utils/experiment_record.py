@@ -192,6 +192,8 @@ def markdown(record):
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)
     out += sampling_table(record["conditions"], ["baseline"] + arms)
     out += wo_a_mode_table(record["conditions"], ["baseline"] + arms)
+    from ansible.module_utils import experiment_nodes
+    out += experiment_nodes.markdown_rows(record["conditions"], ["baseline"] + arms)
     out += ranking_table(d, record["conditions"], ["baseline"] + arms, labels)
     if record.get("images"):
         from ansible.module_utils import engine_image_report

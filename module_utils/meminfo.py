@@ -38,3 +38,21 @@ def memory_facts(meminfo):
         return None if v is None else round(v / float(GIB), 2)
     return {"mem_total_bytes": total, "mem_available_bytes": avail,
             "mem_total_gib": gib(total), "mem_available_gib": gib(avail)}
+
+
+def parse_pressure(text):
+    """``/proc/pressure/memory`` (PSI) -> {"some": {"avg10", "avg60", "avg300", "total_us"}, "full": {...}}: the
+    share of time some (or all) tasks stalled on memory over the last 10/60/300 s, and the stall time in
+    microseconds since boot. A line that does not parse is left out; empty text gives {}."""
+    out = {}
+    for line in (text or "").splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind not in ("some", "full"):
+            continue
+        fields = dict(part.split("=", 1) for part in rest.split() if "=" in part)
+        try:
+            out[kind] = {"avg10": float(fields["avg10"]), "avg60": float(fields["avg60"]),
+                         "avg300": float(fields["avg300"]), "total_us": int(fields["total"])}
+        except (KeyError, ValueError):
+            continue
+    return out

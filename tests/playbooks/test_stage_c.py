@@ -75,6 +75,20 @@ def test_stage_c_passes_and_the_fleet_ends_equal_to_its_snapshot(tmp_path, fast_
     print((run / "snapshot-before.json").read_text(), (run / "snapshot-after.json").read_text())
     assert "| C | baseline (block size 3) | fence (block size 3) |" in md
     assert '+  DSV41_FOLDED_FENCE: "1"' in rec["proposals"][0]["inventory_diff"]
+    # what every node ran in each condition: the variables its container received (secrets masked), versions,
+    # kernel, graph shapes, and MemAvailable with the pressure stalls at the three readings
+    for name, fence in (("baseline", "0"), ("fence", "1")):
+        nodes = rec["conditions"][name]["nodes"]
+        assert sorted(nodes) == ["spark1", "spark2", "spark3"]
+        for host, n in nodes.items():
+            assert n["container_env"].get("DSV41_FOLDED_FENCE") == fence, (name, host, n["container_env"])
+            assert all(v == "***" for k, v in n["container_env"].items() if "API_KEY" in k)
+            assert n["engine_version"] and n["kernel"] and n["image_id"].startswith("sha256:")
+            assert n["graph_shapes"].get("target"), (name, host)
+            assert all(n["memory"][p]["mem_available_gib"] > 0 for p in ("before_restart", "after_capture",
+                                                                          "after_measurement")), n["memory"]
+    assert "## Each node (what it ran and its memory, per condition)" in md
+    assert "sk-lab" not in (run / "record.json").read_text()
     assert fleet_state() == before
 
 
