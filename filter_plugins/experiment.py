@@ -30,6 +30,12 @@ def dsv41_experiment_node_facts(running, images, memory, logs, ranks):
     return _nodes.node_facts(running or {}, images or {}, memory or {}, logs or {}, ranks or {})
 
 
+def dsv41_experiment_probe_plan(base, workloads, settings):
+    """An untimed condition's requests: every workload at every concurrency 1..slots (every graph shape
+    warmed; module_utils/experiment_checks.py)."""
+    return _checks.probe_plan(base or {}, workloads or [], settings or {})
+
+
 def dsv41_needle_prompts(tokens=None):
     """The long-context needle prompt set (decode_bench's prompt file format) for the given sizes in tokens
     (default 30,000 and 100,000): module_utils/quality_checks.py."""
@@ -220,5 +226,6 @@ class FilterModule:
             "dsv41_driver_versions": dsv41_driver_versions, "dsv41_experiment_wo_a_modes": dsv41_experiment_wo_a_modes,
             "dsv41_experiment_cache_state": dsv41_experiment_cache_state,
             "dsv41_needle_prompts": dsv41_needle_prompts,
+            "dsv41_experiment_probe_plan": dsv41_experiment_probe_plan,
             "dsv41_experiment_node_facts": dsv41_experiment_node_facts,
         }

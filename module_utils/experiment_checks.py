@@ -387,3 +387,22 @@ def pinned_image_failures(image_ids, ref, images):
     want = ((images or {}).get(ref) or {}).get("image_id") or ""
     return ["pinned image: %s runs %s, not %s (%s)" % (h, got or "no readable container", want or "(unresolved)", ref)
             for h, got in sorted((image_ids or {}).items()) if not want or got != want]
+
+
+DEFAULT_SLOTS = 4
+
+
+def probe_plan(base, workloads, settings):
+    """What an untimed condition (a validation phase, stage E's CHECK) sends: ``base`` (the role's probe plan)
+    over every workload of the definition at every concurrency from 1 to the condition's request slots
+    (``MAX_RUNNING_REQUESTS``), so every CUDA graph shape the engine captured is warmed before the timed
+    comparison (the report: warm all graph shapes before comparing synchronous and prefetched rows)."""
+    plan = dict(base or {})
+    if workloads:
+        plan["workloads"] = list(workloads)
+    try:
+        slots = int(str((settings or {}).get("MAX_RUNNING_REQUESTS") or DEFAULT_SLOTS).strip())
+    except ValueError:
+        slots = DEFAULT_SLOTS
+    plan["concurrency"] = list(range(1, max(1, min(slots, 64)) + 1))
+    return plan

@@ -95,6 +95,9 @@ def test_stage_e_check_phase_at_zero_then_timed_prefetch_passes(tmp_path, forwar
     assert sorted((c["workload"], c["concurrency"]) for c in v["prefetch"]["comparisons"]) == [
         ("code", 1), ("code", 4), ("prose", 1), ("prose", 4)]
     assert rec["conditions"]["prefetch_check"]["results"] == [], "the CHECK phase is never timed"
+    # but it warmed every graph shape: each workload at every concurrency up to the four slots
+    assert rec["conditions"]["prefetch_check"]["probe"] == {"workloads": ["prose", "code"], "concurrency": [1, 2, 3, 4]}
+    assert rec["conditions"]["prefetch"]["probe"] is None
     # exposed Engram time falls on every rank: the gather's time on the compute stream of each rank's own
     # profile trace (lab model: 1,000 us synchronous on packed shards, a 150 us wait with the prefetch)
     exposed = {n: rec["conditions"][n]["exposed_us"] for n in ("baseline", "prefetch")}

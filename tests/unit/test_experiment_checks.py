@@ -409,3 +409,14 @@ def test_wo_a_mode_reads_only_the_boot_not_a_request_that_quotes_the_lines():
                 for h, r in RANKS.items())
     failures = ev.named_failures([{"name": "wo_a_mode", "args": {}}], logs, RANKS)
     assert len(failures) == 3 and all("DROP in bridge mode without" in f for f in failures)
+
+
+def test_an_untimed_condition_warms_every_graph_shape():
+    """Stage E's CHECK phase: every workload of the definition at every concurrency 1..slots (the report: warm
+    all graph shapes before comparing synchronous and prefetched rows)."""
+    base = {"workloads": ["prose"], "concurrency": [1], "repetitions": 5, "warmups": 0, "max_tokens": 64}
+    plan = filters.dsv41_experiment_probe_plan(base, ["prose", "code"], {"MAX_RUNNING_REQUESTS": 4})
+    assert plan == dict(base, workloads=["prose", "code"], concurrency=[1, 2, 3, 4])
+    assert filters.dsv41_experiment_probe_plan(base, ["prose"], {"MAX_RUNNING_REQUESTS": "8"})["concurrency"] == list(range(1, 9))
+    assert filters.dsv41_experiment_probe_plan(base, [], {"MAX_RUNNING_REQUESTS": "four"})["concurrency"] == [1, 2, 3, 4]
+    assert base["concurrency"] == [1], "the role's default is not changed"
