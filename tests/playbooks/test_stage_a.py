@@ -240,6 +240,10 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
     assert conditions == {("prose", 1), ("prose", 4), ("code", 1), ("code", 4)}
     assert all(r["rounds"] == 5 and r["warmup_rounds"] >= 1 for r in bench["results"])
     assert "lab output" in bench["measured_on"] and "Lab output" in (record / "summary.md").read_text()
+    # packing timed apart from contention reduction: the same conditions measured after packing, before it
+    after_pack = json.loads((record / "benchmark-after_pack.json").read_text())
+    assert {(r["workload"], r["concurrency"]) for r in after_pack["results"]} == conditions
+    assert "## Decode benchmark after pack" in (record / "summary.md").read_text()
 
     # The stage ledger: a pass proposes stage_a for the image the fleet runs, beside the record and printed;
     # the inventory is never edited by the run (the operator commits the entry)
@@ -261,7 +265,9 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
                                   "run_record : Write each node's record", "run_record : Write the raw benchmark output",
                                   "run_record : Write the effective launch (secrets masked)",
                                   "run_record : Write summary.md",
-                                  "run_record : Write the proposed entries beside the run record"}, changed_tasks(out)
+                                  "run_record : Write the proposed entries beside the run record",
+                                  "run_record : Write the other benchmarks of this run (stage A's timings after packing, "
+                                  "before contention)"}, changed_tasks(out)
     assert "Stop the engine" not in out or "skipping" in out.split("Stop the engine", 1)[1][:300]
 
 

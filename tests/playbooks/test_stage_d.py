@@ -7,6 +7,7 @@ correctness and the restore, not speed.
 """
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -184,8 +185,12 @@ def test_a_run_killed_in_an_arm_blocks_the_next_one_until_rollback_finishes_it(t
                               "Note when the engine was up: w8")
     assert killed, out[-3000:]
     (run,) = [p for p in root.iterdir() if p.is_dir()]
-    command = ("ansible-playbook playbooks/rollback.yml -i inventory/lab -e experiment_rollback_run=%s "
-               "-e maintenance_window=true -e experiment_record_root=%s" % (run.name, root))
+    # the inventories the run was given (the lab's and the committed stage ledger's), as it names them
+    from labhelpers import ledger_inventories
+    sources = " ".join("-i %s" % (Path(i).relative_to(ROOT) if str(i).startswith(str(ROOT)) else i)
+                       for i in ledger_inventories())
+    command = ("ansible-playbook playbooks/rollback.yml %s -e experiment_rollback_run=%s "
+               "-e maintenance_window=true -e experiment_record_root=%s" % (sources, run.name, root))
     # the way back was printed before the first change
     said = flat(out).index("If it is interrupted, finish it with: %s" % command)
     assert said < flat(out).index("changed: ["), "the rollback command comes before any change"
