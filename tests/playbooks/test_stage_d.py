@@ -180,8 +180,10 @@ def test_a_run_killed_in_an_arm_blocks_the_next_one_until_rollback_finishes_it(t
     fast_engine(LAB_ENGINE_SPEED=PROGRESS_TEST_SPEED)
     before = fleet_state()
     root = tmp_path / "rec"
+    # progress read every second (the lab's default is 5 s): the status lines below span many rounds
     killed, out = kill_during("stage_d_wo_a.yml", [*RUN, "-e", lab_definition(tmp_path, "stage_d_wo_a", trim=True),
-                                                   "-e", "experiment_record_root=%s" % root],
+                                                   "-e", "experiment_record_root=%s" % root,
+                                                   "-e", "experiment_bench_poll_seconds=1"],
                               "Note when the engine was up: w8")
     assert killed, out[-3000:]
     (run,) = [p for p in root.iterdir() if p.is_dir()]
