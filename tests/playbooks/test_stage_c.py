@@ -20,6 +20,12 @@ def lab_definition(tmp_path):
     return _lab_definition(tmp_path, "stage_c_fence")
 
 
+def run_stage(tmp_path):
+    """Stage C for real on the lab copy of its definition, its record under tmp_path/rec."""
+    return playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", lab_definition(tmp_path),
+                    "-e", "experiment_record_root=%s" % (tmp_path / "rec"))
+
+
 @pytest.mark.smoke
 def test_check_mode_refuses_stage_c_until_stages_a_and_b_passed_on_the_running_image(tmp_path, monkeypatch):
     """The report's order: no kernel test before pack + quiet baseline (A) and a stable autotune cache (B).
@@ -57,8 +63,7 @@ def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path):
 
 def test_stage_c_passes_and_the_fleet_ends_equal_to_its_snapshot(tmp_path, fast_engine):
     before = fleet_state()
-    rc, out = playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", lab_definition(tmp_path),
-                       "-e", "experiment_record_root=%s" % (tmp_path / "rec"))
+    rc, out = run_stage(tmp_path)
     run, rec = record(tmp_path / "rec")
     assert rc == 0, (rec["verdicts"], rec["arm_checks"])
     (verdict,) = rec["verdicts"]
@@ -95,8 +100,7 @@ def test_stage_c_passes_and_the_fleet_ends_equal_to_its_snapshot(tmp_path, fast_
 def test_fold_race_fails_the_fence_for_its_greedy_answers_and_restores(tmp_path, fast_engine):
     fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="fold_race")
     before = fleet_state()
-    rc, out = playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", lab_definition(tmp_path),
-                       "-e", "experiment_record_root=%s" % (tmp_path / "rec"))
+    rc, out = run_stage(tmp_path)
     _, rec = record(tmp_path / "rec")
     assert rc != 0
     (verdict,) = rec["verdicts"]
@@ -117,8 +121,7 @@ def test_an_arm_that_changes_answers_or_misses_a_needle_fails_its_quality_checks
     from ansible.module_utils import quality_checks as q
     fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="answer_drift,needle_miss")
     before = fleet_state()
-    rc, out = playbook("stage_c_fence.yml", "-e", "maintenance_window=true", "-e", lab_definition(tmp_path),
-                       "-e", "experiment_record_root=%s" % (tmp_path / "rec"))
+    rc, out = run_stage(tmp_path)
     run, rec = record(tmp_path / "rec")
     assert rc != 0
     assert rec["arm_checks"]["baseline"]["correctness_failures"] == [], "nothing armed: both checks pass"
