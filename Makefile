@@ -163,3 +163,4 @@ bench: setup ## benchmarks (ratios against a baseline in the same run)
 	$(PY) bench/bench_uptime.py
 	$(PY) bench/bench_drift.py
 	$(PY) bench/bench_launch_eval.py
+	$(PY) bench/bench_controller.py
