@@ -31,6 +31,28 @@ options:
         another workload is refused.
     type: list
     elements: str
+  record_root:
+    description:
+      - Where this control node keeps the experiment records (C(records/experiments)). The expected duration
+        of each step is the median of what earlier runs of the same hosts measured there; without records,
+        the fleet's figures (a boot of about 767 s) and stated assumptions are used.
+    type: path
+  hosts:
+    description: The fleet's hosts; only records of runs on exactly these hosts are read for the estimate.
+    type: list
+    elements: str
+  prompt_dir:
+    description: The prompt sets (one C(<workload>.json) list each); a round sends every prompt of its workload.
+    type: path
+  slots:
+    description: Request slots an untimed arm warms up to when it sets no C(MAX_RUNNING_REQUESTS).
+    type: int
+    default: 4
+  window_minutes:
+    description:
+      - The maintenance window's length. When the run is expected to take longer, C(window_refusal) names
+        what would fit; the role refuses the run with it before anything changes.
+    type: float
 notes:
   - Reads only; C(changed) is always false. Check mode does the same as a normal run.
 """
@@ -40,6 +62,10 @@ EXAMPLES = r"""
   experiment_definition:
     path: "{{ playbook_dir }}/../experiments/stage_c_fence.yml"
     known_workloads: [prose, code, json, math]
+    record_root: "{{ playbook_dir }}/../records/experiments"
+    hosts: "{{ ansible_play_hosts_all }}"
+    prompt_dir: "{{ playbook_dir }}/../roles/benchmark/files/prompts"
+    window_minutes: 90
   delegate_to: localhost
   run_once: true
   register: experiment
@@ -51,20 +77,48 @@ definition:
   returned: success
   type: dict
 plan:
-  description: The plan as human-readable lines (arms, changes, timing plan, evidence counts, acceptance).
+  description:
+    - The plan as human-readable lines (arms, changes, timing plan, evidence counts, acceptance), then the
+      expected duration on this fleet, in all and per condition and step.
   returned: success
   type: list
   elements: str
+estimate:
+  description:
+    - The expected steps (C(module_utils/experiment_estimate.py)) - conditions (baseline, each arm, restore),
+      each with apply_s, boot_s, benchmark_s, evidence_s, total_s; boots; total_s; figures (where each came from).
+  returned: success
+  type: dict
+window_refusal:
+  description: The refusal when the run does not fit C(window_minutes), naming what would fit; null otherwise.
+  returned: success
+  type: str
 source:
   description: The path read.
   returned: always
   type: str
 """
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import experiment_estimate
 from ansible.module_utils.experiment_schema import DefinitionError, load_text, plan_lines
+
+
+def prompt_counts(prompt_dir, workloads):
+    """{workload: number of prompts in its set}; a set that cannot be read is left to the default count."""
+    out = {}
+    for name in workloads:
+        try:
+            with open(os.path.join(prompt_dir, name + ".json")) as handle:
+                prompts = json.load(handle)
+        except (IOError, OSError, ValueError):
+            continue
+        if isinstance(prompts, list) and prompts:
+            out[name] = len(prompts)
+    return out
 
 
 def run_module():
@@ -72,6 +126,11 @@ def run_module():
         argument_spec=dict(
             path=dict(type="path", required=True),
             known_workloads=dict(type="list", elements="str"),
+            record_root=dict(type="path"),
+            hosts=dict(type="list", elements="str"),
+            prompt_dir=dict(type="path"),
+            slots=dict(type="int", default=4),
+            window_minutes=dict(type="float"),
         ),
         supports_check_mode=True,
     )
@@ -86,7 +145,19 @@ def run_module():
         defn = load_text(text, source=path, stem=stem, known_workloads=module.params["known_workloads"])
     except DefinitionError as exc:
         module.fail_json(msg=str(exc), source=path)
-    module.exit_json(changed=False, definition=defn, plan=plan_lines(defn), source=path)
+    params = module.params
+    window = params["window_minutes"]
+    if window is not None and window <= 0:
+        module.fail_json(msg="%s: window_minutes must be a positive number of minutes, got %s" % (path, window),
+                         source=path)
+    records = experiment_estimate.read_records(params["record_root"], params["hosts"]) if params["record_root"] else []
+    workloads = sorted(set(defn["baseline"]["benchmark"]["workloads"]) | set(
+        w for arm in defn["arms"] if arm["benchmark"] for w in arm["benchmark"]["workloads"]))
+    prompts = prompt_counts(params["prompt_dir"], workloads) if params["prompt_dir"] else {}
+    est = experiment_estimate.estimate(defn, experiment_estimate.recorded_figures(records), prompts, params["slots"])
+    module.exit_json(changed=False, definition=defn, plan=plan_lines(defn) + experiment_estimate.plan_lines(est),
+                     estimate=est, window_refusal=experiment_estimate.window_refusal(defn["name"], est, window),
+                     source=path)
 
 
 def main():

@@ -65,6 +65,11 @@ options:
     description: Start of the measuring window (UTC text).
     type: str
     default: ""
+  estimate:
+    description:
+      - The run's expected steps from its plan (C(experiment_definition)'s C(estimate)); the record puts each
+        condition's expected seconds per step beside the measured ones.
+    type: dict
   not_applicable:
     description: When set, the stage did not apply (the reason); the record says so and judges nothing.
     type: str
@@ -155,6 +160,7 @@ def run_module():
             image_digest=dict(type="str", default=""),
             measured_on=dict(type="str", default=""),
             started=dict(type="str", default=""),
+            estimate=dict(type="dict"),
             not_applicable=dict(type="str"),
             images=dict(type="dict", default={}),
             interrupted=dict(type="dict"),
@@ -188,6 +194,8 @@ def run_module():
         "proposals": proposals, "image_digest": p["image_digest"], "not_applicable": p["not_applicable"],
         "images": p["images"],
     }
+    if p["estimate"]:
+        record["estimate"] = p["estimate"]
     if p["interrupted"]:
         record["interrupted"] = p["interrupted"]
     if p["restored"] is not None:

@@ -187,6 +187,7 @@ def markdown(record):
                 out.append("| " + " | ".join(["C%d" % r["concurrency"], r["baseline"]] + [r[a] for a in timed]) + " |")
     out += metric_tables(d, record["conditions"], ["baseline"] + timed)
     out += condition_table(record["conditions"], ["baseline"] + arms)
+    out += expected_table(record.get("estimate"), record["conditions"])
     out += memory_tables(d, record["conditions"], ["baseline"] + arms)
     out += _window_tables(record["conditions"], ["baseline"] + arms)
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)
@@ -232,6 +233,24 @@ def _steps(stats):
     if stats.get("missing"):
         return "n/a (%s)" % stats["missing"], "-"
     return _fig(stats["committed_tokens_per_step"]), _fig(stats["step_ms"])
+
+
+def expected_table(estimate, conditions):
+    """The plan's expected seconds per step beside the measured ones (module_utils/experiment_estimate.py)."""
+    if not estimate:
+        return []
+    from ansible.module_utils import experiment_estimate
+    rows = experiment_estimate.expected_vs_actual(estimate, conditions)
+    if not rows:
+        return []
+    out = ["", "## Expected and actual, seconds per step", "",
+           "Expected: the plan's estimate before the run (%s in all, %d boots; boot: %s)." % (
+               experiment_estimate.duration(estimate.get("total_s") or 0), estimate.get("boots") or 0,
+               (estimate.get("figures") or {}).get("boot_s", "-")), "",
+           "| condition | step | expected | actual |", "|---|---|---|---|"]
+    for r in rows:
+        out.append("| %s | %s | %s | %s |" % (r["name"], r["step"], _secs(r["expected_s"]), _secs(r["actual_s"])))
+    return out
 
 
 def condition_table(conditions, order):

@@ -1,0 +1,256 @@
+# -*- coding: utf-8 -*-
+"""How long an experiment run takes on the fleet, step by step, before it starts (issue: maintenance windows).
+
+A run restarts the whole fleet once per condition (the baseline, then each arm) and once more to restore its
+snapshot, and a boot is the longest step there is: Ready about 767 s after start on the fleet
+(``Engine startup timings (s): ... scheduler_e2e=761.30``). Every condition then runs its benchmark and its
+evidence and quality checks. The estimate of each step comes from the best figure available:
+
+- **recorded**: the median of what this fleet's earlier runs measured (``records/experiments/*/record.json``,
+  each condition's ``timing``: apply, boot, benchmark, evidence), when there is one;
+- **fleet**: otherwise the real figure the engine is known to print (the boot), or, for the steps the report
+  gives no figure for, a stated assumption (apply 60 s, evidence and quality checks 5 minutes).
+
+A benchmark is estimated from its definition: each workload at each concurrency runs warm-ups + repetitions
+rounds, and a round sends every prompt of the workload's set, ``concurrency`` at a time, each answering
+``max_tokens`` tokens. A round's time is the one recorded for the same workload and concurrency (scaled by
+the answer length), else ``ceil(prompts / concurrency) x max_tokens / rate``, where the rate per request is
+the one recorded, else 38 tok/s (the report's live median generation throughput: an observation, not a
+controlled baseline, which is why a recorded figure replaces it as soon as there is one).
+
+The caller reads the records (:func:`read_records`, on the control node); everything else is pure.
+"""
+import json
+import math
+import os
+import statistics
+
+FLEET_BOOT_S = 767.0
+FLEET_APPLY_S = 60.0
+FLEET_EVIDENCE_S = 300.0
+FLEET_DECODE_TOK_S = 38.0
+DEFAULT_PROMPTS = 8
+DEFAULT_SLOTS = 4
+
+FLEET_SOURCES = {
+    "boot_s": "a fleet boot: Ready about 767 s after start (scheduler_e2e=761.30)",
+    "apply_s": "assumed 60 s: settings written and validated, the launch predicted",
+    "evidence_s": "assumed 5 min: every rank's log read, the quality checks asked (long-context needles included)",
+    "decode_tok_s": "38 tok/s per request: the report's live median generation throughput",
+}
+STEPS = ("apply_s", "boot_s", "benchmark_s", "evidence_s")
+
+
+def read_records(root, hosts=None, limit=20):
+    """The record.json of the newest ``limit`` finished runs under ``root`` (a run directory each), oldest first.
+
+    With ``hosts``, only runs whose snapshot holds exactly those hosts (this fleet's runs; a lab run is not a
+    fleet run). A record that cannot be read is passed over: an estimate never fails on an old record."""
+    out = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    wanted = sorted(hosts) if hosts else None
+    for name in reversed(names):
+        path = os.path.join(root, name, "record.json")
+        try:
+            with open(path) as handle:
+                rec = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("conditions"), dict):
+            continue
+        if wanted is not None and sorted((rec.get("snapshot") or {}).keys()) != wanted:
+            continue
+        out.append(rec)
+        if len(out) >= limit:
+            break
+    return list(reversed(out))
+
+
+def _number(value):
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
+
+
+def recorded_figures(records):
+    """{step: (median seconds, n)} over every condition of ``records``, and
+    {"rounds": {(workload, concurrency): (seconds per round per answer token, n)}, "rates": {...: tok/s}}."""
+    steps = {step: [] for step in STEPS}
+    per_token, rates = {}, {}
+    for rec in records:
+        for cond in (rec.get("conditions") or {}).values():
+            if not isinstance(cond, dict):
+                continue
+            timing = cond.get("timing") or {}
+            for step in STEPS:
+                value = _number(timing.get(step))
+                if value is not None and value > 0:
+                    steps[step].append(value)
+            for res in cond.get("results") or []:
+                if not isinstance(res, dict):
+                    continue
+                key = (res.get("workload"), res.get("concurrency"))
+                tokens = _number((res.get("settings") or {}).get("max_tokens"))
+                walls = [w for w in (res.get("round_wall_s") or []) if _number(w)]
+                if tokens and walls:
+                    per_token.setdefault(key, []).append(statistics.median(walls) / tokens)
+                rate = _number((res.get("per_stream_tok_s") or {}).get("median"))
+                if rate:
+                    rates.setdefault(key, []).append(rate)
+    out = {step: (statistics.median(v), len(v)) for step, v in steps.items() if v}
+    out["rounds"] = {k: (statistics.median(v), len(v)) for k, v in per_token.items()}
+    out["rates"] = {k: (statistics.median(v), len(v)) for k, v in rates.items()}
+    return out
+
+
+def _step(figures, step, fleet):
+    if step in figures:
+        value, n = figures[step]
+        return value, "recorded on this fleet (median of %d)" % n
+    return fleet, FLEET_SOURCES[step]
+
+
+def benchmark_seconds(bench, figures, prompts=None):
+    """(seconds, source) of one condition's benchmark (``bench``: the normalised definition's benchmark)."""
+    if not bench:
+        return 0.0, "none"
+    prompts = prompts or {}
+    total, sources = 0.0, set()
+    rounds = bench.get("warmups", 0) + bench.get("repetitions", 0)
+    max_tokens = bench.get("max_tokens", 256)
+    for workload in bench.get("workloads") or []:
+        for conc in bench.get("concurrency") or [1]:
+            key = (workload, conc)
+            if key in figures.get("rounds", {}):
+                per_round = figures["rounds"][key][0] * max_tokens
+                sources.add("recorded")
+            else:
+                rate = figures.get("rates", {}).get(key, (FLEET_DECODE_TOK_S, 0))[0]
+                sources.add("recorded" if key in figures.get("rates", {}) else "fleet")
+                per_round = math.ceil(prompts.get(workload, DEFAULT_PROMPTS) / float(conc)) * max_tokens / rate
+            total += rounds * per_round
+    return total, "+".join(sorted(sources)) or "none"
+
+
+def probe_seconds(defn, figures, prompts=None, slots=DEFAULT_SLOTS):
+    """An untimed condition's probe: one round of every workload at every concurrency 1..slots."""
+    base = defn["baseline"]["benchmark"] or {}
+    probe = {"workloads": base.get("workloads") or [], "concurrency": list(range(1, max(1, slots) + 1)),
+             "repetitions": 1, "warmups": 0, "max_tokens": base.get("max_tokens", 256)}
+    return benchmark_seconds(probe, figures, prompts)
+
+
+def _slots(settings, default):
+    try:
+        return int(str((settings or {}).get("MAX_RUNNING_REQUESTS") or default).strip())
+    except ValueError:
+        return default
+
+
+def estimate(defn, figures=None, prompts=None, slots=DEFAULT_SLOTS):
+    """The run's expected steps on this fleet: {"conditions": [{name, apply_s, boot_s, benchmark_s, evidence_s,
+    total_s, sources}], "boots": n, "total_s": s, "figures": {step: source}}; the restore is the last condition
+    (its settings written back and one boot, then the snapshot compared)."""
+    figures = figures or {}
+    apply_s, apply_src = _step(figures, "apply_s", FLEET_APPLY_S)
+    boot_s, boot_src = _step(figures, "boot_s", FLEET_BOOT_S)
+    evidence_s, evidence_src = _step(figures, "evidence_s", FLEET_EVIDENCE_S)
+    conditions = []
+    for name, bench, settings in [("baseline", defn["baseline"]["benchmark"], defn["baseline"]["settings"])] + [
+            (arm["name"], arm["benchmark"], arm["settings"]) for arm in defn["arms"]]:
+        if bench is None:       # an untimed arm warms every graph shape up to its request slots
+            bench_s, bench_src = probe_seconds(defn, figures, prompts, _slots(settings, slots))
+        else:
+            bench_s, bench_src = benchmark_seconds(bench, figures, prompts)
+        conditions.append({"name": name, "apply_s": apply_s, "boot_s": boot_s, "benchmark_s": bench_s,
+                           "evidence_s": evidence_s, "sources": {"benchmark_s": bench_src}})
+    conditions.append({"name": "restore", "apply_s": apply_s, "boot_s": boot_s, "benchmark_s": 0.0,
+                       "evidence_s": 0.0, "sources": {"benchmark_s": "none"}})
+    for cond in conditions:
+        cond["total_s"] = round(sum(cond[s] for s in STEPS), 1)
+        for s in STEPS:
+            cond[s] = round(cond[s], 1)
+    return {"conditions": conditions, "boots": len(conditions),
+            "total_s": round(sum(c["total_s"] for c in conditions), 1),
+            "figures": {"apply_s": apply_src, "boot_s": boot_src, "evidence_s": evidence_src,
+                        "decode_tok_s": ("recorded on this fleet where a workload and concurrency were measured, "
+                                         "else " + FLEET_SOURCES["decode_tok_s"])
+                        if figures.get("rounds") or figures.get("rates") else FLEET_SOURCES["decode_tok_s"]}}
+
+
+def duration(seconds):
+    """'1 h 04 min', '12 min 47 s', '38 s'."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return "%d h %02d min" % (seconds // 3600, (seconds % 3600 + 30) // 60)
+    if seconds >= 60:
+        return "%d min %02d s" % (seconds // 60, seconds % 60)
+    return "%d s" % seconds
+
+
+def fitting(est, window_s):
+    """The conditions that fit ``window_s`` with the restore still inside it: the baseline and the longest
+    prefix of the arms, in the definition's order ([] when not even the baseline and the restore fit)."""
+    restore = est["conditions"][-1]["total_s"]
+    used, names = restore, []
+    for cond in est["conditions"][:-1]:
+        if used + cond["total_s"] > window_s:
+            break
+        used += cond["total_s"]
+        names.append(cond["name"])
+    return names, used
+
+
+def window_refusal(name, est, window_minutes):
+    """None when the run fits ``window_minutes``, else the refusal naming what would fit."""
+    if window_minutes is None:
+        return None
+    window_s = float(window_minutes) * 60.0
+    if est["total_s"] <= window_s:
+        return None
+    names, used = fitting(est, window_s)
+    if len(names) > 1:
+        fits = ("the baseline and arm(s) %s with the restore (%s) would fit: run them alone with a cut-down "
+                "definition, or ask for a longer window" % (", ".join(names[1:]), duration(used)))
+    elif names:
+        fits = ("only the baseline with the restore (%s) would fit, no arm: ask for a longer window"
+                % duration(used))
+    else:
+        fits = "not even the baseline and the restore fit: ask for a longer window"
+    return ("%s refused, nothing changed: it is expected to take %s on this fleet (%d boots), more than the "
+            "%s-minute window (window_minutes=%s); %s" % (name, duration(est["total_s"]), est["boots"],
+                                                          _fmt_minutes(window_minutes), window_minutes, fits))
+
+
+def _fmt_minutes(value):
+    value = float(value)
+    return "%d" % value if value == int(value) else "%g" % value
+
+
+def plan_lines(est):
+    """The estimate as plan lines (what --check prints with the plan)."""
+    f = est["figures"]
+    lines = ["expected on this fleet: %s in all, %d boots (boot %s, %s)" % (
+        duration(est["total_s"]), est["boots"], duration(est["conditions"][0]["boot_s"]), f["boot_s"])]
+    for cond in est["conditions"]:
+        lines.append("  %s: %s (apply %s, boot %s, benchmark %s [%s], evidence %s)" % (
+            cond["name"], duration(cond["total_s"]), duration(cond["apply_s"]), duration(cond["boot_s"]),
+            duration(cond["benchmark_s"]), cond["sources"]["benchmark_s"], duration(cond["evidence_s"])))
+    lines.append("  figures: apply %s; evidence %s; decode rate %s" % (
+        f["apply_s"], f["evidence_s"], f["decode_tok_s"]))
+    return lines
+
+
+def expected_vs_actual(est, conditions):
+    """[{name, step, expected_s, actual_s}] for every condition measured (``conditions``: the record's
+    {name: {timing: {...}}}); the restore's actual is not timed per step and is left out."""
+    rows = []
+    for cond in est.get("conditions") or []:
+        timing = ((conditions or {}).get(cond["name"]) or {}).get("timing") or {}
+        if not timing:
+            continue
+        for step in STEPS + ("total_s",):
+            rows.append({"name": cond["name"], "step": step[:-2], "expected_s": cond.get(step),
+                         "actual_s": _number(timing.get(step))})
+    return rows

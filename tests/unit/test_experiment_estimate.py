@@ -1,0 +1,145 @@
+"""experiment_estimate: the expected duration of a run on the fleet, per condition and step, from the fleet's
+figures or from this fleet's records; the window budget that refuses a run that does not fit, naming what
+would; and the module entry point that puts both in the plan."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible.module_utils import experiment_estimate as ee
+from ansible.module_utils import experiment_schema as es
+from modrun import run_module
+import experiment_definition
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = ROOT / "roles" / "benchmark" / "files" / "prompts"
+HOSTS = ["spark1", "spark2", "spark3"]
+
+
+def definition(name):
+    return es.validate(yaml.safe_load((ROOT / "experiments" / (name + ".yml")).read_text()), name + ".yml")
+
+
+def prompts():
+    return {p.stem: len(json.loads(p.read_text())) for p in PROMPTS.glob("*.json")}
+
+
+def test_stage_d_without_records_boots_once_per_condition_and_once_to_restore_at_the_fleet_boot():
+    defn = definition("stage_d_wo_a")
+    est = ee.estimate(defn, {}, prompts())
+    names = [c["name"] for c in est["conditions"]]
+    assert names == ["baseline"] + [a["name"] for a in defn["arms"]] + ["restore"]
+    assert est["boots"] == len(defn["arms"]) + 2
+    assert all(c["boot_s"] == 767.0 for c in est["conditions"])
+    assert "767 s" in est["figures"]["boot_s"] and "scheduler_e2e=761.30" in est["figures"]["boot_s"]
+    # the total is the sum of every step of every condition, nothing else
+    assert est["total_s"] == pytest.approx(sum(c["apply_s"] + c["boot_s"] + c["benchmark_s"] + c["evidence_s"]
+                                               for c in est["conditions"]), abs=0.5)
+    assert est["conditions"][-1]["benchmark_s"] == 0.0
+
+
+def test_benchmark_follows_the_definition_rounds_prompts_and_the_fleet_rate():
+    bench = {"workloads": ["prose"], "concurrency": [1, 4], "repetitions": 5, "warmups": 1, "max_tokens": 256}
+    seconds, source = ee.benchmark_seconds(bench, {}, {"prose": 8})
+    # C1: 8 prompts one at a time; C4: two waves of four; 6 rounds each; 256 tokens at 38 tok/s per request
+    assert seconds == pytest.approx(6 * (8 + 2) * 256 / 38.0)
+    assert source == "fleet"
+
+
+def test_recorded_figures_replace_the_fleet_ones(tmp_path):
+    for i, (boot, wall) in enumerate(((800.0, 40.0), (780.0, 44.0), (790.0, 42.0))):
+        run = tmp_path / ("2026120%dT000000Z-stage_c_fence" % (i + 1))
+        run.mkdir()
+        (run / "record.json").write_text(json.dumps({
+            "snapshot": {h: {} for h in HOSTS},
+            "conditions": {"baseline": {
+                "timing": {"apply_s": 20.0, "boot_s": boot, "benchmark_s": 300.0, "evidence_s": 90.0},
+                "results": [{"workload": "prose", "concurrency": 1, "settings": {"max_tokens": 256},
+                             "round_wall_s": [wall, wall + 2], "per_stream_tok_s": {"median": 50.0}}]}}}))
+    (tmp_path / "20261204T000000Z-broken").mkdir()
+    (tmp_path / "20261204T000000Z-broken" / "record.json").write_text("{not json")
+    other = tmp_path / "20261205T000000Z-lab"
+    other.mkdir()
+    (other / "record.json").write_text(json.dumps({"snapshot": {"labhost": {}}, "conditions": {
+        "baseline": {"timing": {"boot_s": 5.0}}}}))
+    records = ee.read_records(str(tmp_path), HOSTS)
+    assert len(records) == 3, "the broken record and the other fleet's are passed over"
+    figures = ee.recorded_figures(records)
+    assert figures["boot_s"] == (790.0, 3) and figures["apply_s"] == (20.0, 3)
+    est = ee.estimate(definition("stage_c_fence"), figures, prompts())
+    assert est["conditions"][0]["boot_s"] == 790.0
+    assert est["figures"]["boot_s"] == "recorded on this fleet (median of 3)"
+    base = est["conditions"][0]
+    # prose C1 from the recorded round (median 43 s for 256 tokens), the other workload/concurrencies at the rate
+    bench = definition("stage_c_fence")["baseline"]["benchmark"]
+    rounds = bench["warmups"] + bench["repetitions"]
+    assert base["benchmark_s"] > rounds * 43.0 * bench["max_tokens"] / 256
+    assert base["sources"]["benchmark_s"] in ("fleet+recorded", "recorded")
+
+
+def test_an_untimed_arm_is_estimated_by_its_probe_up_to_its_request_slots():
+    defn = definition("stage_e_prefetch")
+    untimed = [a for a in defn["arms"] if a["benchmark"] is None]
+    if not untimed:
+        pytest.skip("stage E has no untimed arm in this definition")
+    est = ee.estimate(defn, {}, prompts(), slots=4)
+    cond = next(c for c in est["conditions"] if c["name"] == untimed[0]["name"])
+    assert cond["benchmark_s"] > 0 and cond["boot_s"] == 767.0
+
+
+def test_window_refusal_names_what_fits_and_none_when_it_fits():
+    est = ee.estimate(definition("stage_d_wo_a"), {}, prompts())
+    assert ee.window_refusal("stage_d_wo_a", est, None) is None
+    assert ee.window_refusal("stage_d_wo_a", est, est["total_s"] / 60.0 + 1) is None
+    base, first = est["conditions"][0]["total_s"], est["conditions"][1]["total_s"]
+    restore = est["conditions"][-1]["total_s"]
+    minutes = (base + first + restore) / 60.0 + 0.5
+    said = ee.window_refusal("stage_d_wo_a", est, minutes)
+    assert said.startswith("stage_d_wo_a refused, nothing changed: it is expected to take %s on this fleet (%d boots)"
+                           % (ee.duration(est["total_s"]), est["boots"]))
+    assert "the baseline and arm(s) %s with the restore" % est["conditions"][1]["name"] in said
+    assert "only the baseline" in ee.window_refusal("stage_d_wo_a", est, (base + restore) / 60.0 + 0.1)
+    assert "not even the baseline" in ee.window_refusal("stage_d_wo_a", est, 1)
+
+
+def test_expected_vs_actual_pairs_every_timed_step():
+    est = ee.estimate(definition("stage_c_fence"), {}, prompts())
+    rows = ee.expected_vs_actual(est, {"baseline": {"timing": {"apply_s": 7.2, "boot_s": 15.2, "benchmark_s": 15.4,
+                                                               "evidence_s": 3.2, "total_s": 41.0}}})
+    assert [r["step"] for r in rows] == ["apply", "boot", "benchmark", "evidence", "total"]
+    assert rows[1] == {"name": "baseline", "step": "boot", "expected_s": 767.0, "actual_s": 15.2}
+
+
+def test_duration_reads_like_a_person_would_say_it():
+    assert [ee.duration(s) for s in (38, 767, 3840)] == ["38 s", "12 min 47 s", "1 h 04 min"]
+
+
+# --------------------------------------------------------------------------- module entry point
+
+def test_module_plan_carries_the_estimate_and_the_refusal(tmp_path):
+    args = {"path": str(ROOT / "experiments" / "stage_d_wo_a.yml"), "record_root": str(tmp_path / "none"),
+            "hosts": HOSTS, "prompt_dir": str(PROMPTS)}
+    out = run_module(experiment_definition.main, args)
+    assert not out.get("failed"), out
+    assert out["window_refusal"] is None
+    lines = [line for line in out["plan"] if line.startswith("expected on this fleet: ")]
+    assert lines and "%d boots" % out["estimate"]["boots"] in lines[0]
+    out = run_module(experiment_definition.main, dict(args, window_minutes=30))
+    assert "refused, nothing changed" in out["window_refusal"] and "window_minutes=30" in out["window_refusal"]
+
+
+def test_module_refuses_a_window_that_is_not_positive():
+    out = run_module(experiment_definition.main, {"path": str(ROOT / "experiments" / "stage_c_fence.yml"),
+                                                  "window_minutes": 0})
+    assert out["failed"] and "window_minutes must be a positive number" in out["msg"]
+
+
+def test_the_record_tables_expected_beside_actual():
+    from ansible.module_utils import experiment_record as er
+    est = ee.estimate(definition("stage_c_fence"), {}, prompts())
+    lines = er.expected_table(est, {"baseline": {"timing": {"apply_s": 7.2, "boot_s": 15.2, "benchmark_s": 15.4,
+                                                            "evidence_s": 3.2, "total_s": 41.0}}})
+    assert lines[1] == "## Expected and actual, seconds per step"
+    assert "| baseline | boot | 767 | 15 |" in lines
+    assert er.expected_table(None, {}) == [] and er.expected_table(est, {}) == []
