@@ -4,6 +4,7 @@ time limit.
 
 Unit-tested in tests/unit/test_engram_pack_filters.py.
 """
+import json
 import math
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import ansible.module_utils
 if str(Path(__file__).resolve().parent.parent / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
-from ansible.module_utils import pack_choice, pack_options  # noqa: E402  (the repo's module_utils, as Ansible ships them)
+from ansible.module_utils import experiment_estimate, pack_choice, pack_options  # noqa: E402  (the repo's module_utils, as Ansible ships them)
 
 # The directory made for relocated shards in each of dsv41_spare_volumes ([/data/zurih] -> /data/zurih/dsv41-engram-archive).
 SPARE_SUBDIR = "dsv41-engram-archive"
@@ -207,6 +208,27 @@ def dsv41_pack_summary(hosts, hostvars, choice, options, prefix, check_mode):
     return pack_choice.summary(fleet, view, options, prefix, check_mode, bool(choice["moves"] or choice["deletes"]))
 
 
+def dsv41_stage_a_estimate(hosts, hostvars, bench, prompt_dir=None, max_mib_s=0, window_minutes=0):
+    """Stage A's expected duration on this fleet (module_utils/experiment_estimate.py): every rank's bytes to
+    write (its plan) packed one rank at a time, one restart, the C1/C4 benchmark twice (``bench``: workloads
+    {name: file}, concurrency, repetitions, warmups, max_tokens), the contention step. Returns
+    {estimate, lines, refusal} (refusal: None, or the window_minutes refusal naming what fits)."""
+    to_write = dict((h, ((hostvars[h].get("engram_pack_plan") or {}).get("to_write_bytes") or 0)) for h in hosts)
+    workloads = bench.get("workloads") or {}
+    prompts = {}
+    for name, path in (workloads.items() if isinstance(workloads, dict) else []):
+        try:
+            prompts[name] = len(json.loads(Path(prompt_dir or ".", path).read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
+    plan = {"workloads": sorted(workloads), "concurrency": list(bench.get("concurrency") or [1]),
+            "repetitions": int(bench.get("repetitions") or 0), "warmups": int(bench.get("warmups") or 0),
+            "max_tokens": int(bench.get("max_tokens") or 256)}
+    est = experiment_estimate.stage_a_estimate(to_write, plan, prompts, None, max_mib_s)
+    return {"estimate": est, "lines": experiment_estimate.stage_lines("stage_a_pack", est),
+            "refusal": experiment_estimate.stage_window_refusal("stage_a_pack", est, window_minutes)}
+
+
 class FilterModule:
     """Engram pack filters."""
 
@@ -227,4 +249,5 @@ class FilterModule:
             "dsv41_pack_summary": dsv41_pack_summary,
             "dsv41_pack_choice_lines": dsv41_pack_choice_lines,
             "dsv41_pack_restore_groups": dsv41_pack_restore_groups,
+            "dsv41_stage_a_estimate": dsv41_stage_a_estimate,
         }

@@ -254,3 +254,65 @@ def expected_vs_actual(est, conditions):
             rows.append({"name": cond["name"], "step": step[:-2], "expected_s": cond.get(step),
                          "actual_s": _number(timing.get(step))})
     return rows
+
+
+# --------------------------------------------------------------------------- stage A (packing), not an experiment
+
+FLEET_PACK_MB_S = 100.0
+FLEET_CONTENTION_S = 60.0
+PACK_SOURCE = ("assumed 100 MB/s: one layer is about 33.8 GB a rank read over the head's NFS export, minutes "
+               "per layer (the same slow rate the pack's time limit is sized from)")
+
+
+def stage_a_estimate(to_write, bench, prompts=None, figures=None, max_mib_s=0):
+    """Stage A's expected steps: every rank's shards packed one rank at a time (``to_write``: {host: bytes}),
+    one restart so every rank opens them, the C1/C4 benchmark after packing, the contention step, and the
+    benchmark again. ``bench``: the benchmark role's plan (workloads, concurrency, repetitions, warmups,
+    max_tokens). A rate cap (``max_mib_s``) sets the packing rate; else the assumed 100 MB/s."""
+    figures = figures or {}
+    if max_mib_s and float(max_mib_s) > 0:
+        rate, rate_src = float(max_mib_s) * 1024 * 1024, "the cap, engram_pack_max_mib_s=%s MiB/s" % max_mib_s
+    else:
+        rate, rate_src = FLEET_PACK_MB_S * 1e6, PACK_SOURCE
+    boot_s, boot_src = _step(figures, "boot_s", FLEET_BOOT_S)
+    bench_s, bench_src = benchmark_seconds(bench, figures, prompts)
+    total_bytes = sum(int(v or 0) for v in (to_write or {}).values())
+    steps = [{"name": "pack %s" % host, "seconds": round(int(b or 0) / rate, 1)} for host, b in sorted((to_write or {}).items())]
+    steps += [{"name": "restart", "seconds": round(boot_s, 1)},
+              {"name": "benchmark after packing", "seconds": round(bench_s, 1)},
+              {"name": "contention", "seconds": FLEET_CONTENTION_S},
+              {"name": "benchmark after contention", "seconds": round(bench_s, 1)}]
+    return {"steps": steps, "boots": 1, "bytes": total_bytes, "total_s": round(sum(s["seconds"] for s in steps), 1),
+            "figures": {"pack_rate": rate_src, "boot_s": boot_src, "benchmark": bench_src,
+                        "contention": "assumed 1 min: inventory-declared pauses and stops"}}
+
+
+def stage_lines(name, est):
+    """A stage estimate (stage_a_estimate) as plan lines."""
+    lines = ["%s expected on this fleet: %s in all, %d boot(s)" % (name, duration(est["total_s"]), est["boots"])]
+    lines += ["  %s: %s" % (s["name"], duration(s["seconds"])) for s in est["steps"]]
+    lines.append("  figures: packing %s; boot %s; benchmark rate %s" % (
+        est["figures"]["pack_rate"], est["figures"]["boot_s"], est["figures"]["benchmark"]))
+    return lines
+
+
+def stage_window_refusal(name, est, window_minutes):
+    """None when the stage fits ``window_minutes`` (0 or None: no budget), else the refusal naming what fits:
+    the steps from the start that fit, in order."""
+    if not window_minutes or float(window_minutes) <= 0:
+        return None
+    window_s = float(window_minutes) * 60.0
+    if est["total_s"] <= window_s:
+        return None
+    used, names = 0.0, []
+    for step in est["steps"]:
+        if used + step["seconds"] > window_s:
+            break
+        used += step["seconds"]
+        names.append(step["name"])
+    fits = ("the first step(s) would fit (%s, %s): pack one rank per window with --limit is refused (the restart "
+            "needs every rank), so ask for a longer window" % (", ".join(names), duration(used))
+            if names else "not even the first step fits: ask for a longer window")
+    return ("%s refused, nothing changed: it is expected to take %s on this fleet, more than the %s-minute window "
+            "(window_minutes=%s); %s" % (name, duration(est["total_s"]), _fmt_minutes(window_minutes),
+                                         window_minutes, fits))

@@ -143,3 +143,42 @@ def test_the_record_tables_expected_beside_actual():
     assert lines[1] == "## Expected and actual, seconds per step"
     assert "| baseline | boot | 767 | 15 |" in lines
     assert er.expected_table(None, {}) == [] and er.expected_table(est, {}) == []
+
+
+# --------------------------------------------------------------------------- stage A
+
+BENCH = {"workloads": ["prose", "code"], "concurrency": [1, 4], "repetitions": 5, "warmups": 1, "max_tokens": 256}
+REPORT_LAYER = 33_800_000_000      # one layer, one rank (SPEC): two layers a rank
+
+
+def test_stage_a_packs_one_rank_at_a_time_at_the_assumed_rate_then_one_restart_and_two_benchmarks():
+    to_write = {h: 2 * REPORT_LAYER for h in HOSTS}
+    est = ee.stage_a_estimate(to_write, BENCH, prompts())
+    names = [s["name"] for s in est["steps"]]
+    assert names == ["pack spark1", "pack spark2", "pack spark3", "restart", "benchmark after packing",
+                     "contention", "benchmark after contention"]
+    assert est["steps"][0]["seconds"] == pytest.approx(2 * REPORT_LAYER / 100e6, abs=0.1)   # 676 s a rank
+    assert est["steps"][3]["seconds"] == 767.0 and est["boots"] == 1
+    assert est["total_s"] == pytest.approx(sum(s["seconds"] for s in est["steps"]), abs=0.5)
+    capped = ee.stage_a_estimate(to_write, BENCH, prompts(), max_mib_s=50)
+    assert capped["steps"][0]["seconds"] == pytest.approx(2 * REPORT_LAYER / (50 * 1024 * 1024), abs=0.1)
+    assert "engram_pack_max_mib_s=50" in capped["figures"]["pack_rate"]
+
+
+def test_stage_a_window_refusal_names_the_steps_that_fit():
+    est = ee.stage_a_estimate({h: 2 * REPORT_LAYER for h in HOSTS}, BENCH, prompts())
+    assert ee.stage_window_refusal("stage_a_pack", est, 0) is None
+    assert ee.stage_window_refusal("stage_a_pack", est, est["total_s"] / 60 + 1) is None
+    said = ee.stage_window_refusal("stage_a_pack", est, 25)
+    assert said.startswith("stage_a_pack refused, nothing changed: it is expected to take %s" % ee.duration(est["total_s"]))
+    assert "(pack spark1, pack spark2, 22 min 32 s)" in said
+
+
+def test_the_stage_a_filter_reads_each_rank_plan_and_the_prompt_sets():
+    import engram_pack_filters as f
+    hostvars = {h: {"engram_pack_plan": {"to_write_bytes": 2 * REPORT_LAYER}} for h in HOSTS}
+    bench = dict(BENCH, workloads={"prose": "prose.json", "code": "code.json"})
+    out = f.dsv41_stage_a_estimate(HOSTS, hostvars, bench, str(PROMPTS), 0, 30)
+    assert out["estimate"]["bytes"] == 6 * REPORT_LAYER
+    assert out["lines"][0].startswith("stage_a_pack expected on this fleet: ")
+    assert out["refusal"] and "window_minutes=30" in out["refusal"]
