@@ -194,6 +194,16 @@ def test_check_mode_of_a_fleet_that_fits_reports_the_writes_and_changes_nothing(
         assert f"Check mode: {dest}/engram-l1-r{rank}of3.bin, {dest}/engram-l14-r{rank}of3.bin would be written" \
             in " ".join(out.split())  # the yaml callback folds long messages
     assert "Would run '/home/mia/dsv41-3x-spark/start.sh stop' then" in out
+    text = " ".join(out.split())
+    assert "stage_a_pack expected on this fleet: " in text and "restart: 12 min 47 s" in text, text[-4000:]
+    assert "pack spark1: " in text and "benchmark after contention: " in text
+    assert snapshot(WATCHED) == before
+    # a window shorter than the estimate: refused before anything changes, naming the steps that fit
+    rc, out = playbook("stage_a_pack.yml", "--check", "-e", "maintenance_window=true", "-e", "window_minutes=14",
+                       inventories=lab_inventories(roomy_inventory))
+    text = " ".join(out.split())
+    assert rc != 0 and "stage_a_pack refused, nothing changed: it is expected to take " in text, text[-4000:]
+    assert "more than the 14-minute window (window_minutes=14); the first step(s) would fit (pack spark1" in text
     assert snapshot(WATCHED) == before
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils.experiment_estimate import duration
 
 from experiment_lab import (HOOK, ROOT, engine_healthy, flat, fleet_state, kill_during,
                             lab_definition, record, verdicts)
@@ -22,6 +23,16 @@ from labhelpers import playbook, sh
 STAGES_PASSED = True
 
 RUN = ("-e", "maintenance_window=true")
+
+
+def expected_duration(name):
+    """The estimate the plan must print for a fleet without records (module_utils/experiment_estimate.py)."""
+    import json
+    from ansible.module_utils import experiment_estimate, experiment_schema
+    defn = experiment_schema.validate(yaml.safe_load((ROOT / "experiments" / (name + ".yml")).read_text()), name)
+    prompts = {p.stem: len(json.loads(p.read_text()))
+               for p in (ROOT / "roles" / "benchmark" / "files" / "prompts").glob("*.json")}
+    return experiment_estimate.estimate(defn, {}, prompts)
 
 
 def run_stage(tmp_path, *extra, **definition):
@@ -39,8 +50,34 @@ def test_check_mode_prints_plan_and_verdicts_and_changes_nothing(tmp_path):
     assert "arm w8: DSV41_WO_A_W8=1; prose/code x C1/C2/C4, 5 reps after 1 warm-up(s), greedy" in out
     assert "w8: []" in out and "mid: []" in out, "each arm's precondition verdict (no failure)"
     assert "mem_available_gib:" in out
+    # the expected duration on the fleet: no record of this fleet under tmp_path, so the fleet's figures
+    est = expected_duration("stage_d_wo_a")
+    assert "expected on this fleet: %s in all, %d boots (boot 12 min 47 s, a fleet boot: Ready about 767 s after " \
+           "start" % (duration(est["total_s"]), est["boots"]) in out, out[-3000:]
+    for cond in est["conditions"]:
+        assert "%s: %s (apply " % (cond["name"], duration(cond["total_s"])) in out
     assert fleet_state() == before
     assert not any(tmp_path.iterdir()), "check mode writes no record"
+
+
+def test_a_window_too_short_is_refused_before_any_host_changes_naming_what_fits(tmp_path):
+    """-e window_minutes=N: a stage expected to take longer is refused, in check mode and in a real run,
+    before anything changes, naming the baseline and the arms that would fit with the restore."""
+    est = expected_duration("stage_d_wo_a")
+    minutes = int((est["conditions"][0]["total_s"] + est["conditions"][1]["total_s"]
+                   + est["conditions"][-1]["total_s"]) / 60) + 1
+    before = fleet_state()
+    for mode in (["--check"], ["-e", "maintenance_window=true"]):
+        rc, out = playbook("stage_d_wo_a.yml", *mode, "-e", "experiment_record_root=%s" % tmp_path,
+                           "-e", "window_minutes=%d" % minutes)
+        out = flat(out)
+        assert rc != 0, out[-3000:]
+        assert ("stage_d_wo_a refused, nothing changed: it is expected to take %s on this fleet (%d boots), more than "
+                "the %d-minute window (window_minutes=%d); the baseline and arm(s) %s with the restore"
+                % (duration(est["total_s"]), est["boots"], minutes, minutes, est["conditions"][1]["name"])) in out, \
+            out[-3000:]
+        assert fleet_state() == before
+        assert not any(tmp_path.iterdir())
 
 
 def test_stage_d_passes_with_the_fp8_kernels_in_every_rank_s_trace(tmp_path, fast_engine):
