@@ -91,6 +91,18 @@ def drift(lab_run, *extra, environ=None):
     return res.returncode, res.stdout, run_dir, report
 
 
+def metrics(lab_run):
+    """{sample name: [(labels, value)]} of the fleet's metrics file, read with prometheus-client's own parser
+    (what node_exporter's textfile collector would expose)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    out = {}
+    text = (lab_run["records"] / "metrics" / "dsv41_drift_lab.prom").read_text()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
 def secrets_in(run_dir, *values):
     """Files of the run directory (runner artifacts included) holding any of ``values``."""
     hits = []
@@ -179,6 +191,10 @@ def test_a_hand_made_change_is_one_finding_then_resolved(lab_run, hook, name, ma
         host_, area, item = where  # the printed table names it
         assert any(line.startswith(host_ + " ") and f" {area} " in line and f" {item} " in line for line in out.splitlines())
         assert secrets_in(run_dir, API_KEY, NEW_KEY, TOKEN) == []
+        # the dashboards' view of the same run: one open-findings series for the host, class and area
+        assert metrics(lab_run)["dsv41_drift_open_findings"] == [
+            ({"fleet": "lab", "host": where[0], "class": f["class"], "area": where[1]}, 1.0)]
+        assert metrics(lab_run)["dsv41_drift_last_run_exit_code"] == [({"fleet": "lab"}, 2.0)]
         assert len(hook.calls) == calls + 1 and hook.calls[-1]["auth"] == f"Bearer {TOKEN}"
         assert [(x["host"], x["area"], x["item"]) for x in hook.calls[-1]["body"]["findings"]] == [where]
         if name == "env key":
@@ -192,6 +208,8 @@ def test_a_hand_made_change_is_one_finding_then_resolved(lab_run, hook, name, ma
     rc, out, run_dir, report = drift(lab_run)
     assert rc == 0, out
     assert [(x["host"], x["area"], x["item"]) for x in report["resolved"]] == [where]
+    assert "dsv41_drift_open_findings" not in metrics(lab_run)
+    assert metrics(lab_run)["dsv41_drift_last_run_exit_code"] == [({"fleet": "lab"}, 0.0)]
     assert "resolved: " + " ".join(where) in (run_dir / "summary.md").read_text()
     assert len(hook.calls) == calls + 2 and hook.calls[-1]["body"]["findings"] == []
     assert secrets_in(run_dir, API_KEY, NEW_KEY, TOKEN) == []
@@ -208,6 +226,7 @@ def test_unreachable_host_exit_3_and_the_others_reported(lab_run, tmp_path, hook
     assert rc == 3, out
     assert report["hosts"] == {"spark1": "checked", "spark2": "UNREACHABLE", "spark3": "checked"}
     assert [(f["host"], f["area"], f["class"]) for f in report["findings"]] == [("spark2", "host", "probe")]
+    assert metrics(lab_run)["dsv41_drift_hosts_unreachable"] == [({"fleet": "lab"}, 1.0)]
     assert len(hook.calls) == calls + 1
     rc, out, run_dir, report = drift(lab_run)
     assert rc == 0, out

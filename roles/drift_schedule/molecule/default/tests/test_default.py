@@ -42,3 +42,12 @@ def test_a_triggered_run_writes_a_report(host):
     assert set(report["hosts"]) == {"spark1", "spark2", "spark3"}
     assert all(v == "checked" for v in report["hosts"].values()), report["hosts"]
     assert report["exit_code"] in (0, 2) and int(status) == report["exit_code"]
+    # the dashboards' view of the same run, where node_exporter's textfile collector reads it
+    with host.sudo():
+        prom = host.file(f"{HOME}/metrics/dsv41_drift_lab.prom")
+        assert prom.exists and prom.user == "dsv41-drift" and prom.mode & 0o004, "readable by node_exporter"
+        text = prom.content_string
+    assert 'dsv41_drift_hosts_checked{fleet="lab"} 3.0' in text
+    assert 'dsv41_drift_last_run_exit_code{fleet="lab"} %d.0' % report["exit_code"] in text
+    assert "dsv41_drift_open_findings" in text and text.count("dsv41_drift_open_findings{") == len(
+        {(f["host"], f["class"], f["area"]) for f in report["findings"]})
