@@ -1,0 +1,38 @@
+"""strategy_plugins/dsv41_guarded.py: every filter and test plugin (the project's included) is loaded in the
+controller process before the first worker forks, so no worker loads and compiles them again
+(bench/bench_controller.py measures what that saves)."""
+import importlib.machinery
+import importlib.util
+from pathlib import Path
+
+from ansible.plugins.loader import filter_loader, test_loader
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def strategy():
+    loader = importlib.machinery.SourceFileLoader("dsv41_guarded_preload", str(ROOT / "strategy_plugins" / "dsv41_guarded.py"))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_the_preload_fills_both_jinja_loaders_with_builtin_and_project_plugins():
+    filter_loader.add_directory(str(ROOT / "filter_plugins"))   # as ansible.cfg's filter_plugins does
+    # _cached_non_collection_wrappers is the loaders' own cache (private): what a forked worker inherits
+    filter_loader._clear_caches()
+    test_loader._clear_caches()
+    assert not filter_loader._cached_non_collection_wrappers
+    strategy()._preload_jinja_plugins()
+    filters = filter_loader._cached_non_collection_wrappers
+    assert {"to_json", "dsv41_stage_a_estimate", "dsv41_experiment_probe_plan"} <= set(filters)
+    assert "version" in test_loader._cached_non_collection_wrappers
+
+
+def test_the_project_config_polls_results_every_10_ms():
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    assert cfg.getfloat("defaults", "internal_poll_interval") == 0.01
+    assert cfg.get("defaults", "strategy") == "dsv41_guarded"
