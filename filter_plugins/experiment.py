@@ -12,15 +12,28 @@ def _module_utils():
     path = str(Path(__file__).resolve().parent.parent / "module_utils")
     if path not in list(amu.__path__):
         amu.__path__.append(path)
-    from ansible.module_utils import (decode_steps, engram_cache_state, experiment_checks, experiment_evidence,
-                                      experiment_nodes, experiment_snapshot, memory_ledger, meminfo, nvidia_smi,
-                                      quality_checks, sampling_checks)
+    from ansible.module_utils import (decode_steps, engram_cache_state, experiment_campaign, experiment_checks,
+                                      experiment_evidence, experiment_nodes, experiment_snapshot, memory_ledger,
+                                      meminfo, nvidia_smi, quality_checks, sampling_checks)
     return (experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence,
-            sampling_checks, nvidia_smi, engram_cache_state, quality_checks, experiment_nodes)
+            sampling_checks, nvidia_smi, engram_cache_state, quality_checks, experiment_nodes, experiment_campaign)
 
 
 (_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi, _cache, _quality,
- _nodes) = _module_utils()
+ _nodes, _campaign) = _module_utils()
+
+
+def dsv41_campaign_drift(conditions, definition):
+    """A campaign's A-B-A check (module_utils/experiment_campaign.py): the baseline at the start against the
+    baseline at the end, by the separation rule and the campaign's tolerance."""
+    camp = (definition or {}).get("campaign") or {}
+    metric = (((definition or {}).get("arms") or [{}])[0].get("acceptance") or {}).get("metric", "aggregate_tok_s")
+    return _campaign.baseline_drift(conditions or {}, metric, (camp.get("baseline_drift") or {}).get("tolerance_pct", 0))
+
+
+def dsv41_campaign_stage(definition, stage, conditions, arm_checks):
+    """[conditions, arm_checks] of one stage of a campaign: the shared baseline and the stage's own arms."""
+    return list(_campaign.stage_conditions(definition, stage, conditions, arm_checks))
 
 
 def dsv41_experiment_node_facts(running, images, memory, logs, ranks):
@@ -205,6 +218,8 @@ class FilterModule:
     def filters(self):
         return {
             "dsv41_experiment_evidence": dsv41_experiment_evidence,
+            "dsv41_campaign_drift": dsv41_campaign_drift,
+            "dsv41_campaign_stage": dsv41_campaign_stage,
             "dsv41_experiment_preconditions": dsv41_experiment_preconditions,
             "dsv41_experiment_pin_images": dsv41_experiment_pin_images,
             "dsv41_experiment_image_facts": dsv41_experiment_image_facts,

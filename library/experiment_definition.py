@@ -22,9 +22,20 @@ version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
   path:
-    description: Path of the definition on the control node, e.g. C(experiments/stage_c_fence.yml).
+    description:
+      - Path of the definition on the control node, e.g. C(experiments/stage_c_fence.yml). One of I(path) and
+        I(campaign) is required.
     type: path
-    required: true
+  campaign:
+    description:
+      - Path of a campaign on the control node (C(campaigns/<name>.yml), C(module_utils/experiment_campaign.py)):
+        several definitions run in one window with one snapshot, one baseline at the start and one at the end,
+        and one restore. Each definition it names is loaded and validated from I(definitions_dir) as I(path) is,
+        and the returned C(definition) is the one the experiment role runs for the whole campaign.
+    type: path
+  definitions_dir:
+    description: Where the definitions a campaign names are (C(<name>.yml) each).
+    type: path
   known_workloads:
     description:
       - Workload names the benchmark role can run (its prompt sets). When given, a benchmark plan naming
@@ -93,6 +104,12 @@ window_refusal:
   description: The refusal when the run does not fit C(window_minutes), naming what would fit; null otherwise.
   returned: success
   type: str
+campaign:
+  description:
+    - For a campaign, its name, description, stages, baseline_drift and boots (campaign, one_by_one, saved);
+      null for a single definition.
+  returned: success
+  type: dict
 source:
   description: The path read.
   returned: always
@@ -103,7 +120,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import experiment_estimate
+from ansible.module_utils import experiment_campaign, experiment_estimate
 from ansible.module_utils.experiment_schema import DefinitionError, load_text, plan_lines
 
 
@@ -121,10 +138,32 @@ def prompt_counts(prompt_dir, workloads):
     return out
 
 
+def read(module, path, what):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8")
+    except (IOError, OSError, UnicodeDecodeError) as exc:
+        module.fail_json(msg="%s: cannot read the %s: %s" % (path, what, exc), source=path)
+
+
+def stem_of(path):
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def load_definition(module, path):
+    try:
+        return load_text(read(module, path, "experiment definition"), source=path, stem=stem_of(path),
+                         known_workloads=module.params["known_workloads"])
+    except DefinitionError as exc:
+        module.fail_json(msg=str(exc), source=path)
+
+
 def run_module():
     module = AnsibleModule(
         argument_spec=dict(
-            path=dict(type="path", required=True),
+            path=dict(type="path"),
+            campaign=dict(type="path"),
+            definitions_dir=dict(type="path"),
             known_workloads=dict(type="list", elements="str"),
             record_root=dict(type="path"),
             hosts=dict(type="list", elements="str"),
@@ -132,19 +171,29 @@ def run_module():
             slots=dict(type="int", default=4),
             window_minutes=dict(type="float"),
         ),
+        required_one_of=[("path", "campaign")],
+        mutually_exclusive=[("path", "campaign")],
         supports_check_mode=True,
     )
-    path = module.params["path"]
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8")
-    except (IOError, OSError, UnicodeDecodeError) as exc:
-        module.fail_json(msg="%s: cannot read the experiment definition: %s" % (path, exc), source=path)
-    stem = os.path.splitext(os.path.basename(path))[0]
-    try:
-        defn = load_text(text, source=path, stem=stem, known_workloads=module.params["known_workloads"])
-    except DefinitionError as exc:
-        module.fail_json(msg=str(exc), source=path)
+    campaign = None
+    if module.params["campaign"]:
+        path = module.params["campaign"]
+        try:
+            info = experiment_campaign.load_text(read(module, path, "campaign"), path, stem_of(path))
+            folder = module.params["definitions_dir"] or os.path.join(os.path.dirname(os.path.dirname(path)),
+                                                                       "experiments")
+            defs = [load_definition(module, os.path.join(folder, name + ".yml")) for name in info["stages"]]
+            defn = experiment_campaign.merge(info, defs, path)
+        except experiment_campaign.CampaignError as exc:
+            module.fail_json(msg=str(exc), source=path)
+        campaign = dict(info, boots=experiment_campaign.boots(defs))
+        plan = experiment_campaign.plan_lines(info, defs)
+        for d in defs:
+            plan += ["[%s] %s" % (d["name"], line) for line in plan_lines(d)]
+    else:
+        path = module.params["path"]
+        defn = load_definition(module, path)
+        plan = plan_lines(defn)
     params = module.params
     window = params["window_minutes"]
     if window is not None and window <= 0:
@@ -155,9 +204,9 @@ def run_module():
         w for arm in defn["arms"] if arm["benchmark"] for w in arm["benchmark"]["workloads"]))
     prompts = prompt_counts(params["prompt_dir"], workloads) if params["prompt_dir"] else {}
     est = experiment_estimate.estimate(defn, experiment_estimate.recorded_figures(records), prompts, params["slots"])
-    module.exit_json(changed=False, definition=defn, plan=plan_lines(defn) + experiment_estimate.plan_lines(est),
+    module.exit_json(changed=False, definition=defn, plan=plan + experiment_estimate.plan_lines(est),
                      estimate=est, window_refusal=experiment_estimate.window_refusal(defn["name"], est, window),
-                     source=path)
+                     source=path, campaign=campaign)
 
 
 def main():

@@ -70,6 +70,18 @@ options:
       - The run's expected steps from its plan (C(experiment_definition)'s C(estimate)); the record puts each
         condition's expected seconds per step beside the measured ones.
     type: dict
+  campaign_drift:
+    description:
+      - A campaign's A-B-A check (C(module_utils/experiment_campaign.py) C(baseline_drift)): the record tables
+        the baseline at the start and at the end, and when it moved every verdict fails saying so (the
+        evidence and quality checks, and what they validate, stand).
+    type: dict
+  propose:
+    description:
+      - Propose baseline changes and validations. A campaign's own record does not (each stage's record
+        proposes what its arms earned, as its own run would).
+    type: bool
+    default: true
   not_applicable:
     description: When set, the stage did not apply (the reason); the record says so and judges nothing.
     type: str
@@ -143,6 +155,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import experiment_campaign
 from ansible.module_utils import experiment_record as er
 from ansible.module_utils import experiment_snapshot as es
 
@@ -161,6 +174,8 @@ def run_module():
             measured_on=dict(type="str", default=""),
             started=dict(type="str", default=""),
             estimate=dict(type="dict"),
+            campaign_drift=dict(type="dict"),
+            propose=dict(type="bool", default=True),
             not_applicable=dict(type="str"),
             images=dict(type="dict", default={}),
             interrupted=dict(type="dict"),
@@ -174,6 +189,11 @@ def run_module():
         verdicts = []
     else:
         verdicts = er.evaluate(defn, p["conditions"], p["arm_checks"])
+    drift_reason = experiment_campaign.drift_reason(p["campaign_drift"])
+    for v in verdicts if drift_reason else []:
+        if v["verdict"] != "refused":
+            v["verdict"] = "fail"
+            v["reasons"].append(drift_reason)
     baseline_text = None
     if p["baseline_file"]:
         try:
@@ -183,7 +203,7 @@ def run_module():
             module.fail_json(msg="%s: cannot read the launcher baseline: %s" % (p["baseline_file"], exc))
     record_path = os.path.join(p["dest"], "record.json")
     try:
-        proposals = er.proposals(defn, verdicts, baseline_text, p["image_digest"], record_path)
+        proposals = er.proposals(defn, verdicts, baseline_text, p["image_digest"], record_path) if p["propose"] else []
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     record = {
@@ -196,6 +216,8 @@ def run_module():
     }
     if p["estimate"]:
         record["estimate"] = p["estimate"]
+    if p["campaign_drift"] is not None:
+        record["campaign_drift"] = p["campaign_drift"]
     if p["interrupted"]:
         record["interrupted"] = p["interrupted"]
     if p["restored"] is not None:

@@ -157,8 +157,11 @@ def estimate(defn, figures=None, prompts=None, slots=DEFAULT_SLOTS):
     boot_s, boot_src = _step(figures, "boot_s", FLEET_BOOT_S)
     evidence_s, evidence_src = _step(figures, "evidence_s", FLEET_EVIDENCE_S)
     conditions = []
-    for name, bench, settings in [("baseline", defn["baseline"]["benchmark"], defn["baseline"]["settings"])] + [
-            (arm["name"], arm["benchmark"], arm["settings"]) for arm in defn["arms"]]:
+    base = ("baseline", defn["baseline"]["benchmark"], defn["baseline"]["settings"])
+    # a campaign measures the baseline again at the end (A-B-A: module_utils/experiment_campaign.py)
+    end = [("baseline_end",) + base[1:]] if defn.get("campaign") else []
+    for name, bench, settings in [base] + [(arm["name"], arm["benchmark"], arm["settings"])
+                                           for arm in defn["arms"]] + end:
         if bench is None:       # an untimed arm warms every graph shape up to its request slots
             bench_s, bench_src = probe_seconds(defn, figures, prompts, _slots(settings, slots))
         else:

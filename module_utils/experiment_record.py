@@ -188,6 +188,9 @@ def markdown(record):
     out += metric_tables(d, record["conditions"], ["baseline"] + timed)
     out += condition_table(record["conditions"], ["baseline"] + arms)
     out += expected_table(record.get("estimate"), record["conditions"])
+    if "campaign_drift" in record:
+        from ansible.module_utils import experiment_campaign
+        out += experiment_campaign.drift_table(record["campaign_drift"], verdicts_metric(record))
     out += memory_tables(d, record["conditions"], ["baseline"] + arms)
     out += _window_tables(record["conditions"], ["baseline"] + arms)
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)
@@ -233,6 +236,10 @@ def _steps(stats):
     if stats.get("missing"):
         return "n/a (%s)" % stats["missing"], "-"
     return _fig(stats["committed_tokens_per_step"]), _fig(stats["step_ms"])
+
+
+def verdicts_metric(record):
+    return ((record.get("verdicts") or [{}])[0]).get("metric") or "aggregate_tok_s"
 
 
 def expected_table(estimate, conditions):
