@@ -232,3 +232,28 @@ def build_canary_image(g4_dispatch=False):
                    % (CANARY_TAG, CANARY_VERSION, ctx), user=user).strip().splitlines()[-1])
     assert len(ids) == 1, "the canary differs between hosts: %s" % sorted(ids)
     return ids.pop()
+
+
+def act_during(name, args, marker, action, timeout=1800):
+    """Run playbooks/<name> to its end, calling action() once as soon as a line containing marker is printed
+    (a knob changed while the run goes, as the fleet's state can change in a window). Returns
+    (returncode, output, acted)."""
+    from labhelpers import ledger_inventories
+    inventories = [x for inv in ledger_inventories() for x in ("-i", str(inv))]
+    proc = subprocess.Popen(["ansible-playbook", str(ROOT / "playbooks" / name), *inventories, *args], cwd=ROOT, env=env(),
+                            text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    lines, acted = [], False
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if not acted and marker in line:
+                action()
+                acted = True
+        proc.wait()
+    finally:
+        watchdog.cancel()
+        proc.kill()
+        proc.wait()
+    return proc.returncode, "".join(lines), acted

@@ -1,0 +1,80 @@
+"""Campaigns (playbooks/campaign.yml) on the lab: stages D and E in one window.
+
+- smoke: --check prints the campaign's plan (7 boots against 8 one by one), each stage's plan and the estimate,
+  and changes nothing.
+- a campaign of lab copies of D and E (one workload at C1, five measured repetitions) whose end baseline is
+  slowed by a lab knob while the arms run: 7 boots, every stage judged and recorded with its own definition
+  under the run, the A-B-A table says the baseline moved, every comparison fails saying so, and the fleet ends
+  equal to its snapshot.
+"""
+import json
+
+import pytest
+import yaml
+
+from experiment_lab import (ROOT, act_during, flat, fleet_state, knobs, lab_definition, record)
+from experiment_lab import STAGE_TEST_SPEED
+from labhelpers import playbook
+
+# stages C to I require stage_a and stage_b in the stage ledger for the running image (the report's order)
+STAGES_PASSED = True
+
+
+@pytest.mark.smoke
+def test_check_mode_prints_the_campaign_plan_with_the_boots_saved_and_changes_nothing(tmp_path):
+    before = fleet_state()
+    rc, out = playbook("campaign.yml", "--check", "-e", "campaign=stage_d_e",
+                       "-e", "experiment_record_root=%s" % tmp_path)
+    text = flat(out)
+    assert rc == 0, text[-3000:]
+    assert "boots: 7 for the campaign against 8 for the stages one by one (1 saved)" in text
+    assert "[stage_d_wo_a] arm w8: DSV41_WO_A_W8=1" in text and "[stage_e_prefetch] arm prefetch:" in text
+    assert "expected on this fleet: " in text and ", 7 boots (boot 12 min 47 s" in text
+    assert "w8: []" in text and "prefetch: []" in text, "every stage's preconditions judged before any change"
+    assert fleet_state() == before
+    assert not any(tmp_path.iterdir())
+
+
+def test_no_campaign_named_is_refused_naming_the_shipped_ones(tmp_path):
+    rc, out = playbook("campaign.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path)
+    assert rc != 0 and "Name the campaign: -e campaign=<name> (a file in campaigns/: stage_d_e)" in flat(out)
+
+
+def test_a_campaign_whose_end_baseline_moved_fails_every_comparison_and_restores(tmp_path, fast_engine):
+    defs = tmp_path / "defs"
+    for name in ("stage_d_wo_a", "stage_e_prefetch"):
+        path = lab_definition(tmp_path, name, trim=True).split("=", 1)[1]
+        defs.mkdir(exist_ok=True)
+        (defs / (name + ".yml")).write_text(open(path).read())
+    camp = tmp_path / "lab_d_e.yml"
+    camp.write_text(yaml.safe_dump({"name": "lab_d_e", "description": "stages D and E, lab copies",
+                                    "stages": ["stage_d_wo_a", "stage_e_prefetch"]}))
+    before = fleet_state()
+    # the end baseline's boot reads the knob: the engine then serves ten times slower than during the start baseline
+    rc, out, acted = act_during(
+        "campaign.yml", ["-e", "maintenance_window=true", "-e", "campaign=%s" % camp,
+                         "-e", "experiment_definitions_dir=%s" % defs, "-e", "experiment_record_root=%s" % (tmp_path / "rec")],
+        "Measure the baseline again at the end of the campaign",
+        lambda: knobs(LAB_ENGINE_SPEED=STAGE_TEST_SPEED // 10))
+    text = flat(out)
+    assert acted, text[-3000:]
+    run, rec = record(tmp_path / "rec")
+    assert rc != 0, "a campaign whose baseline moved does not pass"
+    assert sorted(rec["conditions"]) == ["baseline", "baseline_end", "mid", "prefetch", "prefetch_check", "w8"]
+    # 7 boots: one per condition and the restore (the engine role's restart, counted in the output)
+    assert text.count("TASK [engine : Serve (workers first, then the head) in the background]") == 7
+    drift = rec["campaign_drift"]
+    assert drift["moved"] is True and drift["rows"][0]["gain_pct"] < 0, drift
+    md = (run / "record.md").read_text()
+    assert "## Baseline at the start and at the end (A-B-A)" in md and "The baseline moved" in md
+    print(md.split("## Baseline at the start and at the end (A-B-A)", 1)[1][:1500])
+    for stage, arms in (("stage_d_wo_a", ["w8", "mid"]), ("stage_e_prefetch", ["prefetch_check", "prefetch"])):
+        own = json.loads((run / stage / "record.json").read_text())
+        assert [v["arm"] for v in own["verdicts"]] == arms and own["definition"]["name"] == stage
+        assert sorted(own["conditions"]) == sorted(["baseline"] + arms)
+        for v in own["verdicts"]:
+            if v["verdict"] != "refused":
+                assert v["verdict"] == "fail" and any(r.startswith("campaign: the baseline moved") for r in v["reasons"]), v
+        print(stage, [(v["arm"], v["verdict"], v["checks_passed"]) for v in own["verdicts"]])
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert fleet_state() == before
