@@ -223,7 +223,8 @@ def window_refusal(name, est, window_minutes):
         fits = "not even the baseline and the restore fit: ask for a longer window"
     return ("%s refused, nothing changed: it is expected to take %s on this fleet (%d boots), more than the "
             "%s-minute window (window_minutes=%s); %s" % (name, duration(est["total_s"]), est["boots"],
-                                                          _fmt_minutes(window_minutes), window_minutes, fits))
+                                                          _fmt_minutes(window_minutes), _fmt_minutes(window_minutes),
+                                                          fits))
 
 
 def _fmt_minutes(value):
@@ -318,4 +319,4 @@ def stage_window_refusal(name, est, window_minutes):
             if names else "not even the first step fits: ask for a longer window")
     return ("%s refused, nothing changed: it is expected to take %s on this fleet, more than the %s-minute window "
             "(window_minutes=%s); %s" % (name, duration(est["total_s"]), _fmt_minutes(window_minutes),
-                                         window_minutes, fits))
+                                         _fmt_minutes(window_minutes), fits))

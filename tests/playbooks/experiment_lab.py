@@ -234,12 +234,12 @@ def build_canary_image(g4_dispatch=False):
     return ids.pop()
 
 
-def act_during(name, args, marker, action, timeout=1800):
+def act_during(name, args, marker, action, inventories=None, timeout=1800):
     """Run playbooks/<name> to its end, calling action() once as soon as a line containing marker is printed
     (a knob changed while the run goes, as the fleet's state can change in a window). Returns
     (returncode, output, acted)."""
-    from labhelpers import ledger_inventories
-    inventories = [x for inv in ledger_inventories() for x in ("-i", str(inv))]
+    from labhelpers import LAB_INVENTORY, ledger_inventories
+    inventories = [x for inv in ledger_inventories(inventories or (LAB_INVENTORY,)) for x in ("-i", str(inv))]
     proc = subprocess.Popen(["ansible-playbook", str(ROOT / "playbooks" / name), *inventories, *args], cwd=ROOT, env=env(),
                             text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     watchdog = threading.Timer(timeout, proc.kill)

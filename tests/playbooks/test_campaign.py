@@ -12,7 +12,8 @@ import json
 import pytest
 import yaml
 
-from experiment_lab import (ROOT, act_during, flat, fleet_state, knobs, lab_definition, record)
+import experiment_lab
+from experiment_lab import (act_during, flat, fleet_state, inventory_layer, knobs, lab_definition, record)
 from experiment_lab import STAGE_TEST_SPEED
 from labhelpers import playbook
 
@@ -21,16 +22,21 @@ STAGES_PASSED = True
 
 
 @pytest.mark.smoke
-def test_check_mode_prints_the_campaign_plan_with_the_boots_saved_and_changes_nothing(tmp_path):
+def test_check_mode_prints_the_campaign_plan_and_judges_every_stage_before_anything_changes(tmp_path):
+    """On the lab as the report left it: the plan (7 boots against 8 one by one, each stage's own plan, the
+    estimate), then every stage's preconditions judged before any change: stage D's arms may run, stage E's are
+    refused for what its own run would be refused for (no packed shards, the CHECK switch not forwarded)."""
     before = fleet_state()
     rc, out = playbook("campaign.yml", "--check", "-e", "campaign=stage_d_e",
                        "-e", "experiment_record_root=%s" % tmp_path)
     text = flat(out)
-    assert rc == 0, text[-3000:]
-    assert "boots: 7 for the campaign against 8 for the stages one by one (1 saved)" in text
+    assert "boots: 7 for the campaign against 8 for the stages one by one (1 saved)" in text, text[-3000:]
     assert "[stage_d_wo_a] arm w8: DSV41_WO_A_W8=1" in text and "[stage_e_prefetch] arm prefetch:" in text
     assert "expected on this fleet: " in text and ", 7 boots (boot 12 min 47 s" in text
-    assert "w8: []" in text and "prefetch: []" in text, "every stage's preconditions judged before any change"
+    assert rc != 0 and "stage_d_e refused, nothing changed: " in text
+    refusal = text.split("stage_d_e refused, nothing changed: ", 1)[1]
+    assert '"prefetch": ["packed shards required: packed=True missing on spark1, spark2, spark3"]' in refusal
+    assert '"w8"' not in refusal.split("PLAY RECAP")[0], "stage D's arms pass their preconditions"
     assert fleet_state() == before
     assert not any(tmp_path.iterdir())
 
@@ -40,7 +46,20 @@ def test_no_campaign_named_is_refused_naming_the_shipped_ones(tmp_path):
     assert rc != 0 and "Name the campaign: -e campaign=<name> (a file in campaigns/: stage_d_e)" in flat(out)
 
 
-def test_a_campaign_whose_end_baseline_moved_fails_every_comparison_and_restores(tmp_path, fast_engine):
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """Stage E's preconditions met as its own tests meet them (tests/playbooks/test_stage_e.py): the mini
+    checkpoint packed (stage A), the CHECK switch declared off and forwarded on both launch paths."""
+    packed = experiment_lab.pack_mini(experiment_lab.mini_inventory(tmp_path_factory.mktemp("mini")))
+    inventories = packed + inventory_layer(tmp_path_factory.mktemp("declared"),
+                                           'dsv41_launcher_overrides:\n  DSV41_ENGRAM_PREFETCH_CHECK: "0"\n')[1:]
+    rc, out = playbook("site.yml", "--tags", "container_env", "-e", "container_env_add_forwards=true",
+                       inventories=inventories)
+    assert rc == 0, out[-4000:]
+    return inventories
+
+
+def test_a_campaign_whose_end_baseline_moved_fails_every_comparison_and_restores(tmp_path, prepared, fast_engine):
     defs = tmp_path / "defs"
     for name in ("stage_d_wo_a", "stage_e_prefetch"):
         path = lab_definition(tmp_path, name, trim=True).split("=", 1)[1]
@@ -55,7 +74,7 @@ def test_a_campaign_whose_end_baseline_moved_fails_every_comparison_and_restores
         "campaign.yml", ["-e", "maintenance_window=true", "-e", "campaign=%s" % camp,
                          "-e", "experiment_definitions_dir=%s" % defs, "-e", "experiment_record_root=%s" % (tmp_path / "rec")],
         "Measure the baseline again at the end of the campaign",
-        lambda: knobs(LAB_ENGINE_SPEED=STAGE_TEST_SPEED // 10))
+        lambda: knobs(LAB_ENGINE_SPEED=STAGE_TEST_SPEED // 10), inventories=prepared)
     text = flat(out)
     assert acted, text[-3000:]
     run, rec = record(tmp_path / "rec")
