@@ -28,7 +28,7 @@ options:
     type: path
   campaign:
     description:
-      - Path of a campaign on the control node (C(campaigns/<name>.yml), C(module_utils/experiment_campaign.py)):
+      - Path of a campaign on the control node (C(campaigns/<name>.yml), C(module_utils/experiment_campaign.py)),
         several definitions run in one window with one snapshot, one baseline at the start and one at the end,
         and one restore. Each definition it names is loaded and validated from I(definitions_dir) as I(path) is,
         and the returned C(definition) is the one the experiment role runs for the whole campaign.

@@ -72,7 +72,7 @@ options:
     type: dict
   campaign_drift:
     description:
-      - A campaign's A-B-A check (C(module_utils/experiment_campaign.py) C(baseline_drift)): the record tables
+      - A campaign's A-B-A check (C(module_utils/experiment_campaign.py) C(baseline_drift)). The record tables
         the baseline at the start and at the end, and when it moved every verdict fails saying so (the
         evidence and quality checks, and what they validate, stand).
     type: dict

@@ -125,6 +125,13 @@ options:
   host_label:
     description: Name used in messages (default the node's hostname).
     type: str
+  known_effects:
+    description:
+      - A C(key_effects_record) an earlier run of this module returned (an experiment passes the one read at
+        its start to every condition). The effect of a key no container receives is then taken from it when the
+        launcher's files (its checkout, the workers' homes and the head's name, C(launcher_fingerprint)) are the
+        same and the key is declared with the same value; every other such key is evaluated again.
+    type: dict
 notes:
   - Supports check mode; the module never changes anything (C(changed) is always false).
 """
@@ -148,6 +155,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+key_effects_record:
+  description:
+    - What the effects of the keys no container receives were (fingerprint of the launcher's files, and per
+      key its declared value and effect), for I(known_effects) of a later run.
+  returned: when the launcher could be evaluated
+  type: dict
+effects_reused:
+  description: The keys whose effect came from I(known_effects) instead of a new evaluation.
+  returned: when the launcher could be evaluated
+  type: list
+  elements: str
 forward_lists:
   description: Variables every container of each launch path receives (head, worker), in launch order.
   returned: always
@@ -232,7 +250,8 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import host_label
 from ansible.module_utils import launcher as L
-from ansible.module_utils.launch_record import effective_launch, key_effects, summary
+from ansible.module_utils.launch_record import (effective_launch, effects_record, key_effects, launcher_fingerprint,
+                                                reusable_effects, summary)
 from ansible.module_utils.launch_sandbox import LaunchError
 from ansible.module_utils.launcher_env import proposed_env
 from ansible.module_utils.secret_rule import secret_values
@@ -250,7 +269,7 @@ def _probe(worker_files):
 
 def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=False, fail_on_unforwarded=True,
              env_text=None, api_key=None, worker_files=None, home=None, head_host=None, timeout=60,
-             env_path=None, remove_keys=(), worker_homes=None, varied=()):
+             env_path=None, remove_keys=(), worker_homes=None, varied=(), known_effects=None):
     """The module result (without ``changed``); raises LaunchError when the launcher cannot be evaluated."""
     base = {"launcher": launcher, "settings": L.mask_settings(settings), "forward_lists": {"head": [], "worker": []},
             "unforwarded": {"head": [], "worker": []}, "forwarding_gaps": [], "no_effect": [], "overridden": [],
@@ -265,14 +284,25 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
     if env_text is None:        # the one writer takes the API key apart from the settings
         env_text = proposed_env(settings, env_path, api_key or L.norm_value(settings.get("API_KEY")), remove_keys)
     text = env_text
+    # one cache of the daemon's read-only answers for the base launch and every trial of key_effects: the
+    # trials ask the same questions (image arch, running containers) at the same moment
     kw = dict(home=home, head=head_host or socket.gethostname().split(".")[0], timeout=timeout,
-              worker_homes=worker_homes or {})
+              worker_homes=worker_homes or {}, query_cache={})
     launch = effective_launch(launcher, env_text=text, **kw)
     try:
         env_values = L.parse_env(text, {"HOME": home})
     except L.EnvError:
         env_values = {}
-    effects = key_effects(launcher, text, L.unreceived_keys(settings, launch), env_values, base=launch, **kw)
+    # Each key no container receives is found out by evaluating again (key_effects: a launch per trial). An
+    # earlier evaluation's answer for the same key and value on the same launcher files (known_effects, e.g. the
+    # experiment's reading at its start) still holds: only the other keys are evaluated.
+    wanted = L.unreceived_keys(settings, launch)
+    declared = L.declared_keys(settings)
+    fingerprint = launcher_fingerprint(launcher, kw["worker_homes"], kw["head"])
+    effects = reusable_effects(known_effects, fingerprint, declared, wanted)
+    fresh = [k for k in wanted if k not in effects]
+    if fresh:
+        effects.update(key_effects(launcher, text, fresh, env_values, base=launch, **kw))
     fwd = L.forwarding(settings, launch, effects)
     findings, notes = L.check_launch(settings, launch, env_values, tp_size=tp_size,
                                      validated=frozenset(validated or ()), packed=packed, timing=timing,
@@ -287,6 +317,8 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
         "errors": errors,
         "setting_warnings": [f["message"] for f in findings if f["level"] != "error"] + fwd["no_effect"],
         "findings": findings, "problems": errors + (gaps if fail_on_unforwarded else []), "ranks": summary(launch),
+        "key_effects_record": effects_record(fingerprint, declared, dict((k, effects[k]) for k in fresh), known_effects),
+        "effects_reused": sorted(k for k in wanted if k not in fresh),
     })
     return base
 
@@ -312,6 +344,7 @@ def run_module():
             head_host=dict(type="str"),
             timeout=dict(type="int", default=60),
             host_label=dict(type="str"),
+            known_effects=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -329,7 +362,7 @@ def run_module():
         result = evaluate(settings, p["launcher"], p["tp_size"], p["validated"], p["packed"], p["timing"],
                           p["fail_on_unforwarded"], p["env_text"], p["api_key"], p["worker_files"], p["home"],
                           p["head_host"], p["timeout"], p["env_path"], p["remove_keys"], p["worker_homes"],
-                          p["varied"])
+                          p["varied"], p["known_effects"])
     except (LaunchError, L.EnvError) as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False)
     result["changed"] = False

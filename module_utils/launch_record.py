@@ -10,6 +10,7 @@ and masks secrets with the one secret rule (``module_utils/secret_rule.py``). St
 from __future__ import absolute_import, division, print_function
 
 import json
+import os
 import re
 
 from ansible.module_utils.launch_ranks import assign, missing_message, missing_ranks, nnodes, python_hint, unserved
@@ -373,3 +374,60 @@ def key_effects(launcher, env_text, keys, base_values, base=None, workers=4, **k
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         out.update(pool.map(one, [k for k in keys if k not in out]))
     return out
+
+
+# --------------------------------------------------------------------------- key effects kept between evaluations
+
+FINGERPRINT_MAX_FILE = 1 << 20          # a launcher's scripts and configs; an engine log beside them is not one
+FINGERPRINT_SKIP_DIRS = ("logs", ".git", "__pycache__")
+
+
+def launcher_fingerprint(launcher, worker_homes=None, head=None):
+    """sha256 of what an evaluation of ``launcher`` reads besides the ``.env``: every file of the launcher's
+    checkout up to three levels deep (its helpers and configs; ``.env*`` files, logs and files over 1 MiB
+    left out), the workers' homes as read for the evaluation, and the head's name."""
+    import hashlib
+    top = os.path.dirname(os.path.abspath(launcher))
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(top):
+        depth = root[len(top):].count(os.sep)
+        dirs[:] = sorted(d for d in dirs if d not in FINGERPRINT_SKIP_DIRS and depth < 3)
+        for name in sorted(files):
+            if name.startswith(".env"):
+                continue
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+                if not os.path.isfile(path) or os.path.islink(path) or st.st_size > FINGERPRINT_MAX_FILE:
+                    h.update(("%s\0%s\0" % (os.path.relpath(path, top), st.st_size)).encode())
+                    continue
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                continue
+            h.update(("%s\0%d\0" % (os.path.relpath(path, top), len(data))).encode() + data)
+    h.update(json.dumps([worker_homes or {}, head], sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def reusable_effects(known, fingerprint, declared, keys):
+    """The effects of ``keys`` an earlier evaluation found that still hold: same launcher fingerprint, and
+    each key declared with the same value as then (``known``: a ``key_effects_record``). {key: effect}."""
+    if not known or known.get("fingerprint") != fingerprint:
+        return {}
+    out = {}
+    for key in keys:
+        entry = (known.get("keys") or {}).get(key)
+        if isinstance(entry, dict) and "effect" in entry and entry.get("value") == declared.get(key):
+            out[key] = entry["effect"]
+    return out
+
+
+def effects_record(fingerprint, declared, effects, known=None):
+    """What a later evaluation may reuse: {fingerprint, keys: {key: {value, effect}}} (an earlier record's
+    entries kept where the fingerprint is the same)."""
+    keys = {}
+    if known and known.get("fingerprint") == fingerprint:
+        keys.update(known.get("keys") or {})
+    keys.update((k, {"value": declared.get(k), "effect": e}) for k, e in effects.items())
+    return {"fingerprint": fingerprint, "keys": keys}

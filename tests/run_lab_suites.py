@@ -162,9 +162,8 @@ def job_env(checkout, instance):
     })
     # the suites check structure, never speed: the lab engine's request path runs 10x faster
     env.setdefault("DSV41_LAB_ENGINE_KNOBS", "LAB_ENGINE_SPEED=10")
-    # ansible-playbook polls its workers' results every millisecond by default; three shares of it on two
-    # cores spend about a seventh of the control node's CPU on that. 10 ms changes no result.
-    env.setdefault("ANSIBLE_INTERNAL_POLL_INTERVAL", "0.01")
+    # (the result loop's poll interval is ansible.cfg's internal_poll_interval: Ansible reads no environment
+    # variable for it)
     # the module runs on the control node itself keep their compiled bytecode, as the lab hosts' do
     # (lab/control_cache/sitecustomize.py): a quarter of each one's CPU, nothing else changed
     env["PYTHONPATH"] = os.pathsep.join([str(checkout / "lab" / "control_cache")]
