@@ -113,6 +113,14 @@ options:
         ones. Omitted - the node count the engine containers are given (C(--nnodes)), when they are given
         one; otherwise hosts the launcher aimed commands at without starting an engine there are warnings.
     type: int
+  known_launch:
+    description:
+      - A C(launch_record) that launcher_settings returned moments before (container_env's validation of the
+        settings an experiment condition then wrote). For C(serve) without I(effect_keys), its prediction is
+        returned as this one when the launcher's files have the same fingerprint and the checkout's C(.env) is
+        byte for byte the text it was made from (and it starts every expected rank); otherwise the launcher is
+        evaluated.
+    type: dict
 notes:
   - Supports check mode; the module never changes anything (C(changed) is always false).
   - The launcher runs inside bubblewrap (the launch_sandbox role provides it) - no network, no docker socket,
@@ -137,6 +145,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+reused:
+  description: True when the prediction is I(known_launch)'s (the launcher was not evaluated again).
+  returned: success
+  type: bool
 containers:
   description:
     - Every container the launch starts, in order of start - name, host, role (head/worker), rank, image,
@@ -198,7 +210,8 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.launch_record import effective_launch, key_effects, masked, summary
+from ansible.module_utils.launch_record import (effective_launch, key_effects, launcher_fingerprint, masked, prediction,
+                                                reusable_launch)
 from ansible.module_utils.launch_sandbox import LaunchError, config_name
 from ansible.module_utils.launcher_env import EnvError, parse_env, proposed_env
 from ansible.module_utils.secret_rule import secret_values
@@ -228,6 +241,15 @@ def run(params):
               head=params["head_host"] or socket.gethostname().split(".")[0], ports=params["ports"],
               timeout=params["timeout"], max_calls=params["max_calls"], expected_ranks=params.get("expected_ranks"),
               worker_homes=params.get("worker_homes") or {})
+    # A prediction made moments before from the same launcher files and the same .env (container_env's
+    # validation of the settings it then wrote, in an experiment's condition) is that serve's prediction.
+    if params.get("known_launch") and params["command"] == "serve" and not params["effect_keys"]:
+        text = base_env_text(params["launcher"], params["env_text"], params["env_name"])
+        known = reusable_launch(params["known_launch"], launcher_fingerprint(params["launcher"], kw["worker_homes"],
+                                                                             kw["head"]),
+                                text, params.get("expected_ranks"))
+        if known is not None:
+            return dict(known, key_effects={}, reused=True), [], []
     launch = effective_launch(params["launcher"], env_text=params["env_text"], **kw)
     effects = {}
     if params["effect_keys"]:
@@ -237,14 +259,8 @@ def run(params):
         except EnvError:
             values = {}
         effects = key_effects(params["launcher"], text, params["effect_keys"], values, **kw)
-    shown = masked(launch)
-    return {
-        "launcher": params["launcher"], "containers": shown["containers"], "ranks": summary(launch),
-        "order": ["%s/%s" % (c["host"], c["name"]) for c in launch["containers"]],
-        "auxiliary": shown["auxiliary"], "assumed": shown["assumed"],
-        "unstubbed": shown["unstubbed"], "not_run": shown["not_run"], "calls": shown["calls"],
-        "key_effects": effects, "skipped": launch["skipped"],
-    }, launch["secrets"], shown["warnings"]
+    return dict(prediction(params["launcher"], launch), key_effects=effects, reused=False), launch["secrets"], \
+        masked(launch)["warnings"]
 
 
 def main():
@@ -266,6 +282,7 @@ def main():
             max_calls=dict(type="int", default=2000),
             effect_keys=dict(type="list", elements="str", default=[], no_log=False),
             expected_ranks=dict(type="int"),
+            known_launch=dict(type="dict"),
         ),
         supports_check_mode=True,
     )

@@ -161,6 +161,13 @@ key_effects_record:
       key its declared value and effect), for I(known_effects) of a later run.
   returned: when the launcher could be evaluated
   type: dict
+launch_record:
+  description:
+    - The prediction of this serve (what launcher_effective returns), with the fingerprint of the launcher's
+      files and the sha256 of the C(.env) text it was made from; launcher_effective's I(known_launch) reuses it
+      when the C(.env) written afterwards is that text and the files are the same.
+  returned: when the launcher could be evaluated
+  type: dict
 effects_reused:
   description: The keys whose effect came from I(known_effects) instead of a new evaluation.
   returned: when the launcher could be evaluated
@@ -250,8 +257,8 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host_files import host_label
 from ansible.module_utils import launcher as L
-from ansible.module_utils.launch_record import (effective_launch, effects_record, key_effects, launcher_fingerprint,
-                                                reusable_effects, summary)
+from ansible.module_utils.launch_record import (effective_launch, effects_record, key_effects, launch_record,
+                                                launcher_fingerprint, reusable_effects, summary)
 from ansible.module_utils.launch_sandbox import LaunchError
 from ansible.module_utils.launcher_env import proposed_env
 from ansible.module_utils.secret_rule import secret_values
@@ -319,6 +326,8 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
         "findings": findings, "problems": errors + (gaps if fail_on_unforwarded else []), "ranks": summary(launch),
         "key_effects_record": effects_record(fingerprint, declared, dict((k, effects[k]) for k in fresh), known_effects),
         "effects_reused": sorted(k for k in wanted if k not in fresh),
+        # this serve's prediction, for the restart right after the .env is written (launcher_effective known_launch)
+        "launch_record": launch_record(fingerprint, text, launcher, launch),
     })
     return base
 

@@ -431,3 +431,38 @@ def effects_record(fingerprint, declared, effects, known=None):
         keys.update(known.get("keys") or {})
     keys.update((k, {"value": declared.get(k), "effect": e}) for k, e in effects.items())
     return {"fingerprint": fingerprint, "keys": keys}
+
+
+def prediction(launcher, launch):
+    """What launcher_effective returns for a launch (every container's environment and mounts masked): the
+    prediction the engine role compares the running containers with after a boot."""
+    shown = masked(launch)
+    return {
+        "launcher": launcher, "containers": shown["containers"], "ranks": summary(launch),
+        "order": ["%s/%s" % (c["host"], c["name"]) for c in launch["containers"]],
+        "auxiliary": shown["auxiliary"], "assumed": shown["assumed"],
+        "unstubbed": shown["unstubbed"], "not_run": shown["not_run"], "calls": shown["calls"],
+        "skipped": launch["skipped"],
+    }
+
+
+def env_digest(text):
+    import hashlib
+    return hashlib.sha256((text or "").encode("utf-8")).hexdigest()
+
+
+def launch_record(fingerprint, env_text, launcher, launch):
+    """A serve's prediction with what it was made from (the launcher files' fingerprint, the .env's sha256),
+    for a later prediction of the same files and .env (launcher_effective's known_launch)."""
+    return {"fingerprint": fingerprint, "env_sha256": env_digest(env_text), "prediction": prediction(launcher, launch),
+            "ranks_started": sorted(set(int(c["rank"]) for c in launch["containers"] if c.get("rank") is not None))}
+
+
+def reusable_launch(known, fingerprint, env_text, expected_ranks=None):
+    """``known``'s prediction when it was made from the same launcher files and the same .env text (and starts
+    every expected rank); None otherwise."""
+    if not known or known.get("fingerprint") != fingerprint or known.get("env_sha256") != env_digest(env_text):
+        return None
+    if expected_ranks and not set(range(int(expected_ranks))) <= set(known.get("ranks_started") or []):
+        return None
+    return known.get("prediction")

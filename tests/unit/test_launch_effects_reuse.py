@@ -44,3 +44,22 @@ def test_an_effect_is_reused_only_for_the_same_files_and_the_same_value():
     assert later["keys"]["MAX_RUNNING_REQUESTS"]["value"] == "6"
     assert later["keys"]["CHUNKED_PREFILL_SIZE"] == known["keys"]["CHUNKED_PREFILL_SIZE"]
     assert lr.effects_record("fp2", declared, {}, known)["keys"] == {}
+
+
+def test_a_prediction_is_reused_only_for_the_same_files_the_same_env_text_and_every_rank():
+    def ctn(host, name, rank, env):
+        return {"host": host, "name": name, "rank": rank, "role": "head" if rank == 0 else "worker", "env": env,
+                "argv": ["docker", "run", "--name", name], "command": ["python3", "-m", "sglang.launch_server"],
+                "engram_source": "/home/x/engram", "image": "dsv41-sglang:tp3", "order": rank}
+    launch = {"containers": [ctn("spark1", "dsv41-head", 0, {"API_KEY": "s3cret-value-1234"}),
+                             ctn("spark2", "dsv41-worker", 1, {}), ctn("spark3", "dsv41-worker", 2, {})],
+              "secrets": ["s3cret-value-1234"], "auxiliary": [], "assumed": [], "unstubbed": [], "not_run": [],
+              "calls": [], "skipped": [], "warnings": [], "stdout": "", "stderr": ""}
+    record = lr.launch_record("fp1", "A=1\n", "/x/start.sh", launch)
+    assert record["ranks_started"] == [0, 1, 2]
+    assert "s3cret-value-1234" not in repr(record), "the prediction is masked"
+    assert lr.reusable_launch(record, "fp1", "A=1\n", 3) == record["prediction"]
+    assert lr.reusable_launch(record, "fp1", "A=2\n", 3) is None, "another .env: evaluate"
+    assert lr.reusable_launch(record, "fp2", "A=1\n", 3) is None, "other launcher files: evaluate"
+    assert lr.reusable_launch(record, "fp1", "A=1\n", 4) is None, "a rank it does not start: evaluate"
+    assert lr.reusable_launch({}, "fp1", "A=1\n", 3) is None
