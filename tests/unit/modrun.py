@@ -43,6 +43,12 @@ def run_module(main, args, check_mode=False, run_command=None):
     without its ``timeout`` wrapper; without it the module runs commands for real.
     """
     module_args = dict(args)
+    # each module run is its own process on a host: no warning of an earlier run in this test process may
+    # stand in for (or hide) this one's (Ansible keeps them in process-wide registries)
+    from ansible.module_utils.common import warnings as _warnings
+    for registry in ("_global_warnings", "_global_deprecations"):
+        if isinstance(getattr(_warnings, registry, None), (dict, list)):
+            getattr(_warnings, registry).clear()
     if check_mode:
         module_args["_ansible_check_mode"] = True
     calls, bounds, kwargs = [], [], []
