@@ -73,8 +73,8 @@ options:
   campaign_drift:
     description:
       - A campaign's A-B-A check (C(module_utils/experiment_campaign.py) C(baseline_drift)). The record tables
-        the baseline at the start and at the end, and when it moved every verdict fails saying so (the
-        evidence and quality checks, and what they validate, stand).
+        the baseline at the start and at the end, and when it moved every timed arm's verdict fails saying so
+        (an untimed arm compares nothing with it; the evidence and quality checks, and what they validate, stand).
     type: dict
   propose:
     description:
@@ -191,7 +191,7 @@ def run_module():
         verdicts = er.evaluate(defn, p["conditions"], p["arm_checks"])
     drift_reason = experiment_campaign.drift_reason(p["campaign_drift"])
     for v in verdicts if drift_reason else []:
-        if v["verdict"] != "refused":
+        if v["verdict"] != "refused" and v.get("comparisons"):   # an untimed arm compares nothing with it
             v["verdict"] = "fail"
             v["reasons"].append(drift_reason)
     baseline_text = None
