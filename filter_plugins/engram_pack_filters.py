@@ -4,7 +4,6 @@ time limit.
 
 Unit-tested in tests/unit/test_engram_pack_filters.py.
 """
-import json
 import math
 import os
 from pathlib import Path
@@ -215,12 +214,7 @@ def dsv41_stage_a_estimate(hosts, hostvars, bench, prompt_dir=None, max_mib_s=0,
     {estimate, lines, refusal} (refusal: None, or the window_minutes refusal naming what fits)."""
     to_write = dict((h, ((hostvars[h].get("engram_pack_plan") or {}).get("to_write_bytes") or 0)) for h in hosts)
     workloads = bench.get("workloads") or {}
-    prompts = {}
-    for name, path in (workloads.items() if isinstance(workloads, dict) else []):
-        try:
-            prompts[name] = len(json.loads(Path(prompt_dir or ".", path).read_text()))
-        except (OSError, ValueError, TypeError):
-            pass
+    prompts = experiment_estimate.prompt_counts(prompt_dir, workloads if isinstance(workloads, dict) else {})
     plan = {"workloads": sorted(workloads), "concurrency": list(bench.get("concurrency") or [1]),
             "repetitions": int(bench.get("repetitions") or 0), "warmups": int(bench.get("warmups") or 0),
             "max_tokens": int(bench.get("max_tokens") or 256)}

@@ -116,26 +116,11 @@ source:
   type: str
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import experiment_campaign, experiment_estimate
 from ansible.module_utils.experiment_schema import DefinitionError, load_text, plan_lines
-
-
-def prompt_counts(prompt_dir, workloads):
-    """{workload: number of prompts in its set}; a set that cannot be read is left to the default count."""
-    out = {}
-    for name in workloads:
-        try:
-            with open(os.path.join(prompt_dir, name + ".json")) as handle:
-                prompts = json.load(handle)
-        except (IOError, OSError, ValueError):
-            continue
-        if isinstance(prompts, list) and prompts:
-            out[name] = len(prompts)
-    return out
 
 
 def read(module, path, what):
@@ -202,7 +187,8 @@ def run_module():
     records = experiment_estimate.read_records(params["record_root"], params["hosts"]) if params["record_root"] else []
     workloads = sorted(set(defn["baseline"]["benchmark"]["workloads"]) | set(
         w for arm in defn["arms"] if arm["benchmark"] for w in arm["benchmark"]["workloads"]))
-    prompts = prompt_counts(params["prompt_dir"], workloads) if params["prompt_dir"] else {}
+    prompts = experiment_estimate.prompt_counts(params["prompt_dir"], dict((w, w + ".json") for w in workloads)) \
+        if params["prompt_dir"] else {}
     est = experiment_estimate.estimate(defn, experiment_estimate.recorded_figures(records), prompts, params["slots"])
     module.exit_json(changed=False, definition=defn, plan=plan + experiment_estimate.plan_lines(est),
                      estimate=est, window_refusal=experiment_estimate.window_refusal(defn["name"], est, window),

@@ -259,8 +259,9 @@ def run(params):
         except EnvError:
             values = {}
         effects = key_effects(params["launcher"], text, params["effect_keys"], values, **kw)
-    return dict(prediction(params["launcher"], launch), key_effects=effects, reused=False), launch["secrets"], \
-        masked(launch)["warnings"]
+    shown = masked(launch)
+    return dict(prediction(params["launcher"], launch, shown), key_effects=effects, reused=False), launch["secrets"], \
+        shown["warnings"]
 
 
 def main():

@@ -69,6 +69,21 @@ def read_records(root, hosts=None, limit=20):
     return list(reversed(out))
 
 
+def prompt_counts(prompt_dir, files):
+    """{workload: number of prompts in its set} (``files``: {workload: file name under ``prompt_dir``}); a set
+    that cannot be read is left to the default count."""
+    out = {}
+    for name, file_name in (files or {}).items():
+        try:
+            with open(os.path.join(prompt_dir or ".", file_name)) as handle:
+                prompts = json.load(handle)
+        except (IOError, OSError, ValueError, TypeError):
+            continue
+        if isinstance(prompts, list) and prompts:
+            out[name] = len(prompts)
+    return out
+
+
 def _number(value):
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
@@ -192,17 +207,23 @@ def duration(seconds):
     return "%d s" % seconds
 
 
+def _prefix_fitting(items, window_s, used=0.0):
+    """(names, seconds) of the longest prefix of ``items`` ([(name, seconds)]) that fits ``window_s`` after
+    ``used`` seconds already spoken for."""
+    names = []
+    for name, seconds in items:
+        if used + seconds > window_s:
+            break
+        used += seconds
+        names.append(name)
+    return names, used
+
+
 def fitting(est, window_s):
     """The conditions that fit ``window_s`` with the restore still inside it: the baseline and the longest
     prefix of the arms, in the definition's order ([] when not even the baseline and the restore fit)."""
-    restore = est["conditions"][-1]["total_s"]
-    used, names = restore, []
-    for cond in est["conditions"][:-1]:
-        if used + cond["total_s"] > window_s:
-            break
-        used += cond["total_s"]
-        names.append(cond["name"])
-    return names, used
+    return _prefix_fitting([(c["name"], c["total_s"]) for c in est["conditions"][:-1]], window_s,
+                           est["conditions"][-1]["total_s"])
 
 
 def window_refusal(name, est, window_minutes):
@@ -308,12 +329,7 @@ def stage_window_refusal(name, est, window_minutes):
     window_s = float(window_minutes) * 60.0
     if est["total_s"] <= window_s:
         return None
-    used, names = 0.0, []
-    for step in est["steps"]:
-        if used + step["seconds"] > window_s:
-            break
-        used += step["seconds"]
-        names.append(step["name"])
+    names, used = _prefix_fitting([(step["name"], step["seconds"]) for step in est["steps"]], window_s)
     fits = ("the first step(s) would fit (%s, %s): pack one rank per window with --limit is refused (the restart "
             "needs every rank), so ask for a longer window" % (", ".join(names), duration(used))
             if names else "not even the first step fits: ask for a longer window")

@@ -433,10 +433,11 @@ def effects_record(fingerprint, declared, effects, known=None):
     return {"fingerprint": fingerprint, "keys": keys}
 
 
-def prediction(launcher, launch):
+def prediction(launcher, launch, shown=None):
     """What launcher_effective returns for a launch (every container's environment and mounts masked): the
-    prediction the engine role compares the running containers with after a boot."""
-    shown = masked(launch)
+    prediction the engine role compares the running containers with after a boot. ``shown``: ``masked(launch)``
+    when the caller has it already."""
+    shown = shown or masked(launch)
     return {
         "launcher": launcher, "containers": shown["containers"], "ranks": summary(launch),
         "order": ["%s/%s" % (c["host"], c["name"]) for c in launch["containers"]],

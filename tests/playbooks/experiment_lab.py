@@ -94,28 +94,44 @@ def flat(out):
     return " ".join(out.split())
 
 
-def kill_during(name, args, marker, timeout=1500):
-    """Run playbooks/<name> and kill it (SIGKILL, as a lost terminal or an operator's kill -9 would) as soon
-    as a line containing marker is printed. Returns (killed, output so far)."""
-    from labhelpers import ledger_inventories
-    inventories = [x for inv in ledger_inventories() for x in ("-i", str(inv))]
+def follow_playbook(name, args, on_line, inventories=None, timeout=1800):
+    """Run playbooks/<name> (with the ledger layer the test module asks for), handing each output line to
+    on_line(line, proc), which returns True to stop reading; a watchdog kills the run after ``timeout`` seconds.
+    Returns (returncode, output read)."""
+    from labhelpers import LAB_INVENTORY, ledger_inventories
+    inventories = [x for inv in ledger_inventories(inventories or (LAB_INVENTORY,)) for x in ("-i", str(inv))]
     proc = subprocess.Popen(["ansible-playbook", str(ROOT / "playbooks" / name), *inventories, *args], cwd=ROOT, env=env(),
                             text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     watchdog = threading.Timer(timeout, proc.kill)
     watchdog.start()
-    lines, killed = [], False
+    lines = []
     try:
         for line in proc.stdout:
             lines.append(line)
-            if marker in line:
-                proc.kill()
-                killed = True
+            if on_line(line, proc):
                 break
+        else:
+            proc.wait()
     finally:
         watchdog.cancel()
         proc.kill()
         proc.wait()
-    return killed, "".join(lines)
+    return proc.returncode, "".join(lines)
+
+
+def kill_during(name, args, marker, timeout=1500):
+    """Run playbooks/<name> and kill it (SIGKILL, as a lost terminal or an operator's kill -9 would) as soon
+    as a line containing marker is printed. Returns (killed, output so far)."""
+    killed = []
+
+    def on_line(line, proc):
+        if marker in line:
+            proc.kill()
+            killed.append(True)
+            return True
+        return False
+    _, out = follow_playbook(name, args, on_line, timeout=timeout)
+    return bool(killed), out
 
 
 def inventory_layer(directory, group_vars_text):
@@ -238,22 +254,12 @@ def act_during(name, args, marker, action, inventories=None, timeout=1800):
     """Run playbooks/<name> to its end, calling action() once as soon as a line containing marker is printed
     (a knob changed while the run goes, as the fleet's state can change in a window). Returns
     (returncode, output, acted)."""
-    from labhelpers import LAB_INVENTORY, ledger_inventories
-    inventories = [x for inv in ledger_inventories(inventories or (LAB_INVENTORY,)) for x in ("-i", str(inv))]
-    proc = subprocess.Popen(["ansible-playbook", str(ROOT / "playbooks" / name), *inventories, *args], cwd=ROOT, env=env(),
-                            text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    watchdog = threading.Timer(timeout, proc.kill)
-    watchdog.start()
-    lines, acted = [], False
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if not acted and marker in line:
-                action()
-                acted = True
-        proc.wait()
-    finally:
-        watchdog.cancel()
-        proc.kill()
-        proc.wait()
-    return proc.returncode, "".join(lines), acted
+    acted = []
+
+    def on_line(line, proc):
+        if not acted and marker in line:
+            action()
+            acted.append(True)
+        return False
+    rc, out = follow_playbook(name, args, on_line, inventories, timeout)
+    return rc, out, bool(acted)
