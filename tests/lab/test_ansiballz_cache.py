@@ -111,3 +111,37 @@ def test_the_sitecustomize_it_shadows_still_runs(tmp_path):
     (other / "sitecustomize.py").write_text("import os\nos.environ['CHAINED'] = 'yes'\n")
     assert _started_with([CONTROL, other], DSV41_LAB_ANSIBALLZ_CACHE=str(tmp_path / "c")) == ["True", "yes"]
     assert _started_with([CONTROL, other]) == ["False", "yes"]
+
+
+def test_a_cached_import_compiles_nothing_and_names_each_file_as_zipimport_does(tmp_path):
+    """Python 3.11's zipimport compiles a module just to tell its file name (get_filename, asked for every
+    module found); the hook answers the same name from the archive's table. A cache hit compiles nothing."""
+    probe = ("import builtins, sys, zipimport, dsv41_lab_ansiballz_cache as c; compiled = []; real = builtins.compile\n"
+             "def counting(source, name, *a, **k):\n"
+             "    compiled.append(name); return real(source, name, *a, **k)\n"
+             "builtins.compile = counting\n"
+             "z = sys.argv[1]; sys.path.insert(0, z); import pkg, pkg.sub, pkg.sub.mod\n"
+             "plain = zipimport.zipimporter(z + '/pkg/sub')\n"
+             "names = [m.__spec__.origin for m in (pkg, pkg.sub, pkg.sub.mod)]\n"
+             "assert names[2] == c.CachingZipImporter(z + '/pkg/sub').get_filename('pkg.sub.mod') == "
+             "plain.get_filename('pkg.sub.mod'), names\n"
+             "print(len([n for n in compiled if n.startswith(z)]), *names)\n")
+    env = dict(os.environ, PYTHONPATH=str(STANDINS), DSV41_LAB_ANSIBALLZ_CACHE=str(tmp_path / "cache"))
+
+    def imported(zip_path):
+        out = subprocess.run([sys.executable, "-c", probe, str(zip_path)], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        count, *names = out.stdout.split()
+        return int(count), names
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = payload(tmp_path / "a" / "ansible_stat_payload.zip", 41)
+    count, names = imported(first)
+    # only the plain zipimporter the probe built compiles (its get_filename), once per miss: three modules
+    # compiled for the cache and one by the probe's own comparison
+    assert count == 4
+    assert names == [str(first / "pkg" / "__init__.py"), str(first / "pkg" / "sub" / "__init__.py"),
+                     str(first / "pkg" / "sub" / "mod.py")]
+    count, names = imported(payload(tmp_path / "b" / "ansible_stat_payload.zip", 41))
+    assert count == 1          # the probe's plain zipimporter; the cached import itself compiled nothing
