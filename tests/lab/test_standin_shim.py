@@ -25,7 +25,8 @@ def test_the_shim_answers_as_the_stand_in_and_runs_it_from_bytecode(tmp_path):
         os.chmod(bindir / tool, 0o755)
     env = dict(os.environ, DSV41_LAB_STANDIN_DIR=str(lib), LAB_DOCKER_STATE_DIR=str(tmp_path / "state"))
     env.pop("PYTHONDONTWRITEBYTECODE", None)   # a lab host's sessions do not set it
-    for argv in (["nvidia-smi"], ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+    # (the plain nvidia-smi table carries the time and live figures; these answers are fixed)
+    for argv in (["nvidia-smi", "-L"], ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                  ["docker", "--version"], ["docker", "ps", "-a"], ["docker", "no-such-command"]):
         direct = answer([sys.executable, str(lib / argv[0]), *argv[1:]], env)
         shimmed = answer([str(bindir / argv[0]), *argv[1:]], env)
