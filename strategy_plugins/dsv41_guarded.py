@@ -8,6 +8,7 @@ is sent to a host. Tags cannot skip it and extra variables cannot change what it
 """
 from __future__ import absolute_import, division, print_function
 
+import gc
 import os
 import sys
 
@@ -55,10 +56,24 @@ def _preload_jinja_plugins():
             pass
 
 
+def _freeze_before_forks():
+    """Collect, then move every object this controller holds into the collector's permanent generation.
+
+    Each worker is a fork that shares the controller's memory copy-on-write; a collection inside a worker
+    walks every tracked object it inherited and writes to each one's header, so the kernel copies page after
+    page of the parent's heap into a process that lives for one task. Frozen objects are left out of those
+    walks (Python's documented recipe for fork without exec). The collection first keeps today's garbage out
+    of the frozen set; a later play freezes what it added. bench/bench_controller.py measures it with the
+    preload (fleet_status --check: 5.7 -> 4.9 CPU-s on the control node, alternated runs)."""
+    gc.collect()
+    gc.freeze()
+
+
 class StrategyModule(LinearStrategyModule):
 
     def run(self, iterator, play_context):
         _preload_jinja_plugins()
+        _freeze_before_forks()
         # The preflight play (playbooks/preflight.yml, read-only) refuses first with the fuller message; the
         # guard holds for every play after it, so a skipped preflight still stops the run before any change.
         path = str(iterator._play.get_path() or "")

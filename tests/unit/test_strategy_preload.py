@@ -36,3 +36,18 @@ def test_the_project_config_polls_results_every_10_ms():
     cfg.read(ROOT / "ansible.cfg")
     assert cfg.getfloat("defaults", "internal_poll_interval") == 0.01
     assert cfg.get("defaults", "strategy") == "dsv41_guarded"
+
+
+def test_objects_the_controller_holds_are_frozen_before_the_workers_fork():
+    import gc
+    mod = strategy()
+    held = [{"result": i} for i in range(1000)]      # what the controller holds when a play starts
+    gc.unfreeze()
+    before = gc.get_freeze_count()
+    try:
+        mod._freeze_before_forks()
+        assert gc.get_freeze_count() >= before + len(held)
+        # a collection in a forked worker no longer walks them: they are out of every generation
+        assert not any(gc.is_tracked(obj) and any(obj is o for o in gc.get_objects(generation=2)) for obj in held[:3])
+    finally:
+        gc.unfreeze()
