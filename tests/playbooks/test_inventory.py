@@ -116,6 +116,7 @@ FLEET_SCOPE = {"fleet_status.yml": "any", "drift.yml": "any", "drift_schedule.ym
                "stage_b_autotune.yml": "whole_only", "stage_c_fence.yml": "whole_only", "stage_d_wo_a.yml": "whole_only",
                "stage_e_prefetch.yml": "whole_only", "stage_f_drop.yml": "whole_only", "stage_g_spec.yml": "whole_only",
                "stage_h_sampling.yml": "whole_only", "stage_i_experiments.yml": "whole_only",
+               "campaign.yml": "whole_only",
                "stage_a_pack.yml": "whole", "site.yml": "whole",
                "contention.yml": "whole", "rollback.yml": "whole", "adopt.yml": "whole"}
 # Playbooks whose plays stop every host on the first host's failure (rollback restores what it can).
