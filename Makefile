@@ -146,15 +146,17 @@ lab-suites: lab-image ## lab-level jobs of one TIER (fast, slow, all) on several
 	$(PY) tests/run_lab_suites.py --tier $(TIER)
 
 # `make test` and `make test-all` run lint and the unit tests beside the lab shares (--with lint unit): they
-# need no lab, and their CPU fills the shares' waits. Each failure is named in the runner's summary.
-test: argspecs lab-image ## the fast suite, at most 10 min warm: lint, unit, testinfra, molecule, smoke playbook tests
-	$(PY) tests/run_lab_suites.py --tier fast --with lint unit-launch unit-rest
+# need no lab, and their CPU fills the shares' waits. They start first, and the runner builds the lab image
+# beside them (--build-image): on a fresh machine the base image's debootstrap waits on the network. Each
+# failure is named in the runner's summary.
+test: argspecs setup ## the fast suite, at most 10 min warm: lint, unit, testinfra, molecule, smoke playbook tests
+	$(PY) tests/run_lab_suites.py --tier fast --build-image --with lint unit-launch unit-rest
 
 test-slow: lab-image ## every playbook test not in `make test`: stages, experiments, packs, converges run for real
 	$(PY) tests/run_lab_suites.py --tier slow
 
-test-all: argspecs lab-image ## everything (what CI runs): the fast suite and the slow tier in one plan
-	$(PY) tests/run_lab_suites.py --tier all --with lint unit-launch unit-rest
+test-all: argspecs setup ## everything (what CI runs): the fast suite and the slow tier in one plan
+	$(PY) tests/run_lab_suites.py --tier all --build-image --with lint unit-launch unit-rest
 
 bench: setup ## benchmarks (ratios against a baseline in the same run)
 	$(PY) bench/bench_plan.py

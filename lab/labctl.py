@@ -190,7 +190,20 @@ def image_ref(base):
     return f"{IMAGE_REPO}:{digest(base, tree_digest(image_inputs()))}"
 
 
+# One build at a time on this machine (images are the machine's, not a checkout's): CI builds the image in
+# the test runner while `make fresh-check` may ask for the same base image beside it; the second waits, then
+# finds the image current.
+BUILD_LOCK = Path(tempfile.gettempdir()) / "dsv41-lab-build.lock"
+
+
 def build():
+    import fcntl
+    with open(BUILD_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build()
+
+
+def _build():
     base = build_base()
     ref = image_ref(base)
     if image_exists(ref):

@@ -290,6 +290,10 @@ def main():
                         help="also run these Makefile targets, which need no lab, beside the shares: lint "
                              "(yamllint, ansible-lint), unit (pytest tests/unit tests/lab), or unit's two halves "
                              "side by side: unit-launch (the launcher evaluations) and unit-rest")
+    parser.add_argument("--build-image", action="store_true",
+                        help="build the lab image (lab/labctl.py build) here, while the --with jobs already run, "
+                             "instead of before the runner starts: on a fresh machine the base image's "
+                             "debootstrap waits on the network and the jobs that need no lab fill that time")
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     parser.add_argument("--keep-labs", action="store_true", help="leave the share labs up afterwards")
     args = parser.parse_args()
@@ -316,11 +320,18 @@ def main():
         old.unlink()
     results, lock = [], threading.Lock()
     t0, machine0 = time.monotonic(), machine_busy_seconds()
-    threads = [threading.Thread(target=run_share, args=(i, share, work, results, lock)) for i, share in enumerate(plan)]
-    threads += [threading.Thread(target=run_local, args=(name, work, results, lock)) for name in args.local]
-    for t in threads:
+    local = [threading.Thread(target=run_local, args=(name, work, results, lock)) for name in args.local]
+    for t in local:
         t.start()
-    for t in threads:
+    shares_threads = [threading.Thread(target=run_share, args=(i, share, work, results, lock))
+                      for i, share in enumerate(plan)]
+    # the shares' labs need the image; a failed build fails the plan, named in the summary like any job
+    built = not args.build_image or run_job("lab-image", ["python3", "lab/labctl.py", "build"], ROOT,
+                                            dict(os.environ), work / "logs", "image", results, lock) == 0
+    if built:
+        for t in shares_threads:
+            t.start()
+    for t in local + (shares_threads if built else []):
         t.join()
     wall, machine = time.monotonic() - t0, machine_busy_seconds() - machine0
     if not args.keep_labs:  # every share's lab at once
@@ -333,7 +344,7 @@ def main():
             down.wait()
         print("[suites] share labs down in %.0f s" % (time.monotonic() - t_down), flush=True)
     for r in results:
-        if r["rc"] == 0 and not r["job"].startswith(("lab-up-", "lab-reset-")):
+        if r["rc"] == 0 and not r["job"].startswith(("lab-up-", "lab-reset-", "lab-image")):
             measured[r["job"]] = r["seconds"]
     DURATIONS.parent.mkdir(parents=True, exist_ok=True)
     DURATIONS.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
