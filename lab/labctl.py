@@ -18,6 +18,7 @@ Every name this script creates carries the label ``dsv41-lab=1`` so ``down`` can
 interrupted run left behind. Paths and figures: lab/README.md.
 """
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -197,7 +198,6 @@ BUILD_LOCK = Path(tempfile.gettempdir()) / "dsv41-lab-build.lock"
 
 
 def build():
-    import fcntl
     with open(BUILD_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return _build()

@@ -50,8 +50,11 @@ class CachingZipImporter(zipimport.zipimporter):
     def get_code(self, fullname):
         if not _is_payload(self.archive):
             return super().get_code(fullname)
+        source_path = self._source_entry(fullname)
+        if source_path is None:
+            return super().get_code(fullname)
         try:
-            source = self.get_data(self._source_path(fullname))
+            source = self.get_data(source_path)
         except (OSError, zipimport.ZipImportError):
             return super().get_code(fullname)
         path = _cache_file(fullname, source)
@@ -79,27 +82,19 @@ class CachingZipImporter(zipimport.zipimporter):
 
         Python 3.11's zipimport decides a module's file name by compiling it (``_get_module_code``), and the
         import system asks for the name of every module it finds (``spec_from_loader``): for a payload zip
-        that compile happened once per module per task even with the cache, a third of a module run's CPU.
-        The name is the archive entry zipimport would pick, in its own search order; where that entry is
-        bytecode (a payload carries none) zipimport answers as it always does."""
-        if not _is_payload(self.archive):
-            return super().get_filename(fullname)
+        that compile happened once per module per task even with the cache, a third of a module run's CPU."""
+        return (_is_payload(self.archive) and self._source_entry(fullname)) or super().get_filename(fullname)
+
+    def _source_entry(self, fullname):
+        """The archive path of the source zipimport would load for the module (a package's __init__.py
+        first, in zipimport's own search order), or None where that is bytecode (a payload carries none) or
+        the module is not in this directory of the zip: zipimport then answers as it always does."""
         path = self.prefix + fullname.rpartition(".")[2]
         for suffix, isbytecode, _ispackage in zipimport._zip_searchorder:
             entry = self._files.get(path + suffix)
-            if entry is None:
-                continue
-            if isbytecode:
-                break
-            return entry[0]
-        return super().get_filename(fullname)
-
-    def _source_path(self, fullname):
-        """The archive path of the module's .py (a package's __init__.py), as zipimport finds it: the
-        importer's prefix (its directory in the zip) and the last part of the dotted name."""
-        name = fullname.rpartition(".")[2]
-        inner = self.prefix + (name + os.sep + "__init__.py" if self.is_package(fullname) else name + ".py")
-        return os.path.join(self.archive, inner)
+            if entry is not None:
+                return None if isbytecode else entry[0]
+        return None
 
 
 def install():
