@@ -199,6 +199,13 @@ def status_line(record, now, host_label=None):
     if cur:
         where = "%s running (%s of %s requests)" % (_which(cur), cur.get("requests_done"), cur.get("requests"))
     else:
-        where = "every round done, writing the result" if rounds and rounds >= planned else "between rounds"
+        done = record.get("rounds") or []
+        if rounds and rounds >= planned:
+            where = "every round done, writing the result"
+        elif done:
+            # name the round it left: a benchmark that dies here is found by where it stopped
+            where = "between rounds, after %s" % _which(done[-1])
+        else:
+            where = "starting its first round"
     return "%s %s: %s; %d of %d rounds done; elapsed %s, ETA %s" % (
         clock_text(now), _head(record, host_label), where, rounds, planned, eta_text(elapsed), eta_text(eta))

@@ -5,6 +5,7 @@ against a fake endpoint, followed to its end, and killed mid-run."""
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,19 @@ def test_status_line_counts_the_running_repetition_s_requests(tmp_path):
     assert bp.status_line(record, clock.now, "spark2") == (
         "10:23:01 UTC spark2 benchmark baseline: prose C1 repetition 1 of 5 running (5 of 8 requests); "
         "1 of 6 rounds done; elapsed 3 min 01 s, ETA 8 min 07 s")  # 13 of 48 units in 181 s
+
+
+def test_status_line_between_rounds_names_the_round_it_left(tmp_path):
+    clock = Clock()
+    p, path = _progress(tmp_path, clock)
+    assert "baseline: starting its first round; 0 of 6 rounds done" in bp.status_line(p.record, clock.now)
+    p.round_started("prose", 1, 0, 1, 5, 8)
+    clock.now += 120
+    p.round_done(_round())
+    # a benchmark killed here is found by where it stopped, not only "between rounds"
+    assert bp.status_line(bp.read_progress(path), clock.now, "spark2") == (
+        "10:22:00 UTC spark2 benchmark baseline: between rounds, after prose C1 warm-up 1 of 1; "
+        "1 of 6 rounds done; elapsed 2 min 00 s, ETA 10 min 00 s")
 
 
 def test_requests_are_written_at_most_every_half_second(tmp_path):
@@ -356,7 +370,8 @@ def test_a_benchmark_killed_mid_run_ends_the_wait_in_the_next_round(async_bench,
     os.kill(bp.read_progress(job["progress"])["pid"], signal.SIGKILL)
     seen, out = _wait(job, rounds=40)     # the kernel takes a moment to end it
     assert (out["finished"], out["failed"], out["state"]) == (True, True, "killed"), out
-    assert len(seen) < 40 and "repetition" in out["msg"], "its last progress is named"
+    # its last progress is named: the round running, or the round it had just finished
+    assert len(seen) < 40 and re.search(r"Last: .* prose C1 (warm-up|repetition) \d of \d", out["msg"]), out["msg"]
 
 
 def test_the_trace_wait_says_what_it_waits_for_until_the_trace_is_there():
