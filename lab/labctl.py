@@ -533,7 +533,7 @@ fi
 if has state; then
   rm -rf "$home/.local/state/dsv41-fleet" /tmp/dsv41-*
 fi
-systemctl daemon-reload
+# (the seed that follows every reset reloads systemd once, after it has written the units back)
 systemctl reset-failed >/dev/null 2>&1 || true
 """
 

@@ -633,11 +633,12 @@ class Seeder:
         self.mkdir("/etc/systemd/system", owner=False)
         for n in names:
             self.write(self.p("/etc/systemd/system") / n, UNITS[n], mode=0o644, owner=False)
+        # One reload for the whole seed: enable and set-default reload the manager each by default, and a
+        # reload costs systemd about 0.13 CPU-s, paid on every lab reset (the reset script leaves it to here).
         self.run("systemctl", "daemon-reload")
-        for n in names:
-            self.run("systemctl", "enable", "--now", n)
+        self.run("systemctl", "enable", "--no-reload", "--now", *names)
         target = "graphical.target" if self.host == "spark3" else "multi-user.target"
-        self.run("systemctl", "set-default", target)
+        self.run("systemctl", "set-default", "--no-reload", target)
         self.log("units: %s enabled and started; default %s" % (", ".join(names), target))
 
     def journal(self):
