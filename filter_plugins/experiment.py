@@ -13,14 +13,28 @@ def _module_utils():
     if path not in list(amu.__path__):
         amu.__path__.append(path)
     from ansible.module_utils import (decode_steps, engram_cache_state, experiment_campaign, experiment_checks,
-                                      experiment_evidence, experiment_nodes, experiment_snapshot, memory_ledger,
-                                      meminfo, nvidia_smi, quality_checks, sampling_checks)
+                                      experiment_estimate, experiment_evidence, experiment_nodes,
+                                      experiment_snapshot, memory_ledger, meminfo, nvidia_smi, quality_checks,
+                                      sampling_checks)
     return (experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence,
-            sampling_checks, nvidia_smi, engram_cache_state, quality_checks, experiment_nodes, experiment_campaign)
+            sampling_checks, nvidia_smi, engram_cache_state, quality_checks, experiment_nodes, experiment_campaign,
+            experiment_estimate)
 
 
 (_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi, _cache, _quality,
- _nodes, _campaign) = _module_utils()
+ _nodes, _campaign, _estimate) = _module_utils()
+
+
+def dsv41_stage_b_estimate(hosts, record_root=None, window_minutes=0, fleet=None):
+    """Stage B's expected duration on this fleet (module_utils/experiment_estimate.py): the image rebuild and
+    four boots, the boot and apply figures from this fleet's experiment records under ``record_root`` (runs
+    whose snapshot holds exactly ``hosts`` and that recorded no other fleet name than ``fleet``) when there are
+    any. Returns {estimate, lines, refusal} (refusal: None, or the window_minutes refusal naming what fits)."""
+    records = _estimate.read_records(record_root, list(hosts), fleet=fleet or None) if record_root else []
+    est = _estimate.stage_b_estimate(_estimate.recorded_figures(records))
+    return {"estimate": est, "lines": _estimate.stage_lines("stage_b_autotune", est),
+            "refusal": _estimate.stage_window_refusal("stage_b_autotune", est, window_minutes,
+                                                      _estimate.STAGE_B_ADVICE)}
 
 
 def dsv41_campaign_drift(conditions, definition):
@@ -219,6 +233,7 @@ class FilterModule:
         return {
             "dsv41_experiment_evidence": dsv41_experiment_evidence,
             "dsv41_campaign_drift": dsv41_campaign_drift,
+            "dsv41_stage_b_estimate": dsv41_stage_b_estimate,
             "dsv41_campaign_stage": dsv41_campaign_stage,
             "dsv41_experiment_preconditions": dsv41_experiment_preconditions,
             "dsv41_experiment_pin_images": dsv41_experiment_pin_images,

@@ -52,6 +52,11 @@ options:
     description: The fleet's hosts; only records of runs on exactly these hosts are read for the estimate.
     type: list
     elements: str
+  fleet:
+    description:
+      - The fleet's name (C(dsv41_fleet_name)); records of runs that recorded another fleet's name are not read
+        for the estimate (the lab's hosts may carry the fleet's host names).
+    type: str
   prompt_dir:
     description: The prompt sets (one C(<workload>.json) list each); a round sends every prompt of its workload.
     type: path
@@ -152,6 +157,7 @@ def run_module():
             known_workloads=dict(type="list", elements="str"),
             record_root=dict(type="path"),
             hosts=dict(type="list", elements="str"),
+            fleet=dict(type="str"),
             prompt_dir=dict(type="path"),
             slots=dict(type="int", default=4),
             window_minutes=dict(type="float"),
@@ -184,7 +190,8 @@ def run_module():
     if window is not None and window <= 0:
         module.fail_json(msg="%s: window_minutes must be a positive number of minutes, got %s" % (path, window),
                          source=path)
-    records = experiment_estimate.read_records(params["record_root"], params["hosts"]) if params["record_root"] else []
+    records = experiment_estimate.read_records(params["record_root"], params["hosts"],
+                                                 fleet=params["fleet"]) if params["record_root"] else []
     workloads = sorted(set(defn["baseline"]["benchmark"]["workloads"]) | set(
         w for arm in defn["arms"] if arm["benchmark"] for w in arm["benchmark"]["workloads"]))
     prompts = experiment_estimate.prompt_counts(params["prompt_dir"], dict((w, w + ".json") for w in workloads)) \

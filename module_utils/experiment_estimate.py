@@ -41,11 +41,23 @@ FLEET_SOURCES = {
 STEPS = ("apply_s", "boot_s", "benchmark_s", "evidence_s")
 
 
-def read_records(root, hosts=None, limit=20):
+def _run_fleet(run_dir):
+    """The fleet name a run recorded when it started (``run.json``: module_utils/experiment_runs.py), or None."""
+    try:
+        with open(os.path.join(run_dir, "run.json")) as handle:
+            run = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return run.get("fleet") if isinstance(run, dict) and isinstance(run.get("fleet"), str) else None
+
+
+def read_records(root, hosts=None, limit=20, fleet=None):
     """The record.json of the newest ``limit`` finished runs under ``root`` (a run directory each), oldest first.
 
-    With ``hosts``, only runs whose snapshot holds exactly those hosts (this fleet's runs; a lab run is not a
-    fleet run). A record that cannot be read is passed over: an estimate never fails on an old record."""
+    Only this fleet's runs: with ``fleet``, a run that recorded another fleet's name is passed over (the lab's
+    hosts may carry the fleet's host names: a lab boot of seconds is no fleet figure); with ``hosts``, only runs
+    whose snapshot holds exactly those hosts. A record that cannot be read is passed over: an estimate never
+    fails on an old record."""
     out = []
     try:
         names = sorted(os.listdir(root))
@@ -62,6 +74,8 @@ def read_records(root, hosts=None, limit=20):
         if not isinstance(rec, dict) or not isinstance(rec.get("conditions"), dict):
             continue
         if wanted is not None and sorted((rec.get("snapshot") or {}).keys()) != wanted:
+            continue
+        if fleet and _run_fleet(os.path.join(root, name)) not in (None, fleet):
             continue
         out.append(rec)
         if len(out) >= limit:
@@ -312,26 +326,61 @@ def stage_a_estimate(to_write, bench, prompts=None, figures=None, max_mib_s=0):
                         "contention": "assumed 1 min: inventory-declared pauses and stops"}}
 
 
+# --------------------------------------------------------------------------- stage B (autotune retention)
+
+FLEET_IMAGE_BUILD_S = 300.0
+IMAGE_BUILD_SOURCE = ("assumed 5 min: the retention adapter deployed and the image rebuilt on every rank by the "
+                      "launcher (the report gives no build time)")
+# stage_b_autotune.yml's four boots, in order, with what each must show on every rank
+STAGE_B_BOOTS = (("boot1-first", "tunes and saves, or reuses a valid cache"),
+                 ("boot2-repeat", "identical settings: reuses on every rank, cache files unchanged"),
+                 ("boot3-changed", "a setting that alters the tuned shapes: every rank retunes"),
+                 ("boot4-restored", "the retention baseline again: reuses the first cache"))
+
+
+def stage_b_estimate(figures=None):
+    """Stage B's expected steps: the adapter deployed and the image rebuilt, then four boots, each with its
+    settings written and validated (apply) and the autotune outcome read on every rank (the boot's time; the
+    tuning boots are not known to take longer). Boot and apply from this fleet's records when there are any
+    (``figures``: :func:`recorded_figures`), else the fleet's figures."""
+    figures = figures or {}
+    boot_s, boot_src = _step(figures, "boot_s", FLEET_BOOT_S)
+    apply_s, apply_src = _step(figures, "apply_s", FLEET_APPLY_S)
+    steps = [{"name": "the retention adapter deployed and the image rebuilt", "seconds": FLEET_IMAGE_BUILD_S}]
+    steps += [{"name": "%s (%s)" % (label, what), "seconds": round(apply_s + boot_s, 1)}
+              for label, what in STAGE_B_BOOTS]
+    return {"steps": steps, "boots": len(STAGE_B_BOOTS), "total_s": round(sum(s["seconds"] for s in steps), 1),
+            "figures": {"image build": IMAGE_BUILD_SOURCE, "boot": boot_src, "apply": apply_src}}
+
+
 def stage_lines(name, est):
-    """A stage estimate (stage_a_estimate) as plan lines."""
+    """A stage estimate (stage_a_estimate, stage_b_estimate) as plan lines."""
     lines = ["%s expected on this fleet: %s in all, %d boot(s)" % (name, duration(est["total_s"]), est["boots"])]
     lines += ["  %s: %s" % (s["name"], duration(s["seconds"])) for s in est["steps"]]
-    lines.append("  figures: packing %s; boot %s; benchmark rate %s" % (
-        est["figures"]["pack_rate"], est["figures"]["boot_s"], est["figures"]["benchmark"]))
+    figures = est["figures"]
+    if "pack_rate" in figures:
+        lines.append("  figures: packing %s; boot %s; benchmark rate %s" % (
+            figures["pack_rate"], figures["boot_s"], figures["benchmark"]))
+    else:
+        lines.append("  figures: " + "; ".join("%s %s" % item for item in figures.items()))
     return lines
 
 
-def stage_window_refusal(name, est, window_minutes):
+STAGE_A_ADVICE = "pack one rank per window with --limit is refused (the restart needs every rank), so ask for a longer window"
+STAGE_B_ADVICE = ("its four boots prove retention only together (a partial run proposes nothing for the ledger), "
+                  "so ask for a longer window")
+
+
+def stage_window_refusal(name, est, window_minutes, advice=STAGE_A_ADVICE):
     """None when the stage fits ``window_minutes`` (0 or None: no budget), else the refusal naming what fits:
-    the steps from the start that fit, in order."""
+    the steps from the start that fit, in order, and ``advice`` (why a part of the stage is no way out)."""
     if not window_minutes or float(window_minutes) <= 0:
         return None
     window_s = float(window_minutes) * 60.0
     if est["total_s"] <= window_s:
         return None
     names, used = _prefix_fitting([(step["name"], step["seconds"]) for step in est["steps"]], window_s)
-    fits = ("the first step(s) would fit (%s, %s): pack one rank per window with --limit is refused (the restart "
-            "needs every rank), so ask for a longer window" % (", ".join(names), duration(used))
+    fits = ("the first step(s) would fit (%s, %s): %s" % (", ".join(names), duration(used), advice)
             if names else "not even the first step fits: ask for a longer window")
     return ("%s refused, nothing changed: it is expected to take %s on this fleet, more than the %s-minute window "
             "(window_minutes=%s); %s" % (name, duration(est["total_s"]), _fmt_minutes(window_minutes),

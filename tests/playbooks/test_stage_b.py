@@ -81,7 +81,10 @@ def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit
     from labhelpers import LAB_INVENTORY, running_image_digest, stage_ledger_layer
     start = running_image_digest()
     committed = stage_ledger_layer(tmp_path / "ledger", ["stage_a"])
-    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true", inventories=(LAB_INVENTORY, committed))
+    # no experiment records: the estimate uses the fleet's figures
+    no_records = "experiment_record_root=%s" % (tmp_path / "no-records")
+    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true", "-e", no_records,
+                       inventories=(LAB_INVENTORY, committed))
     assert rc == 0, out[-4000:]
     text = flat(out)
     record = sorted((ROOT / "records").glob("*-stage_b-boot4-restored"))[-1]
@@ -92,6 +95,9 @@ def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit
                         {"name": "stage_a", "image_digest": end, "record": "records/%s" % record.name,
                          "carried_from": start}]
     assert "Stage ledger: commit to dsv41_stages_passed" in text
+    # the plan said how long it takes on the fleet: the rebuild and four boots of 767 s each (no records yet)
+    assert "stage_b_autotune expected on this fleet: 1 h 00 min in all, 4 boot(s)" in text, text[:6000]
+    assert "boot2-repeat (identical settings: reuses on every rank, cache files unchanged): 13 min 47 s" in text
     # the retention switch B leaves in the .env is proposed for the declared baseline (drift stays quiet)
     diff = (record / "baseline.diff").read_text()
     assert diff.startswith("--- a/inventory/common/launcher_baseline.yml") and '+  DSV41_AUTOTUNE_KEEP: "1"' in diff
@@ -115,3 +121,12 @@ def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit
     assert "boot1-first: the ranks' autotune outcomes are" in text
     assert "'spark2': 'tuned'" in text and "'spark1': 'reused'" in text
     assert "a partial hit desynchronises the collectives" in text
+    # a window too short for the four boots: refused before anything changes, naming what would fit
+    env_before = sh("spark1", "sha256sum ~/dsv41-3x-spark/.env", user="mia")
+    rc, out = playbook("stage_b_autotune.yml", "-e", "maintenance_window=true", "-e", "window_minutes=30",
+                       "-e", no_records)
+    text = flat(out)
+    assert rc != 0 and "stage_b_autotune refused, nothing changed: it is expected to take 1 h 00 min" in text, text[-3000:]
+    assert ("the first step(s) would fit (the retention adapter deployed and the image rebuilt, boot1-first (tunes "
+            "and saves, or reuses a valid cache), 18 min 47 s)") in text
+    assert "TASK [adapters" not in text and sh("spark1", "sha256sum ~/dsv41-3x-spark/.env", user="mia") == env_before

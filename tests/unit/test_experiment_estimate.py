@@ -129,6 +129,16 @@ def test_module_plan_carries_the_estimate_and_the_refusal(tmp_path):
     assert "refused, nothing changed" in out["window_refusal"] and "window_minutes=30" in out["window_refusal"]
 
 
+def test_module_reads_no_other_fleet_s_records_for_the_estimate(tmp_path):
+    _boot_record(tmp_path, "20261204T000000Z-stage_c_fence", HOSTS, 15.0)
+    (tmp_path / "20261204T000000Z-stage_c_fence" / "run.json").write_text(json.dumps({"fleet": "lab"}))
+    args = {"path": str(ROOT / "experiments" / "stage_d_wo_a.yml"), "record_root": str(tmp_path), "hosts": HOSTS,
+            "prompt_dir": str(PROMPTS)}
+    fleet = run_module(experiment_definition.main, dict(args, fleet="production"))
+    assert fleet["estimate"]["conditions"][0]["boot_s"] == 767.0, "the lab's 15 s boot is no fleet figure"
+    assert run_module(experiment_definition.main, dict(args, fleet="lab"))["estimate"]["conditions"][0]["boot_s"] == 15.0
+
+
 def test_module_refuses_a_window_that_is_not_positive():
     out = run_module(experiment_definition.main, {"path": str(ROOT / "experiments" / "stage_c_fence.yml"),
                                                   "window_minutes": 0})
@@ -182,3 +192,57 @@ def test_the_stage_a_filter_reads_each_rank_plan_and_the_prompt_sets():
     assert out["estimate"]["bytes"] == 6 * REPORT_LAYER
     assert out["lines"][0].startswith("stage_a_pack expected on this fleet: ")
     assert out["refusal"] and "window_minutes=30" in out["refusal"]
+
+
+# --------------------------------------------------------------------------- stage B
+
+def _boot_record(root, name, hosts, boot_s, apply_s=20.0):
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "record.json").write_text(json.dumps({
+        "snapshot": {h: {} for h in hosts},
+        "conditions": {"baseline": {"timing": {"apply_s": apply_s, "boot_s": boot_s}}}}))
+
+
+def test_stage_b_is_the_image_rebuild_and_four_boots_at_the_fleet_boot():
+    est = ee.stage_b_estimate()
+    assert [s["name"].split(" (")[0] for s in est["steps"]] == [
+        "the retention adapter deployed and the image rebuilt", "boot1-first", "boot2-repeat", "boot3-changed",
+        "boot4-restored"]
+    assert est["boots"] == 4 and all(s["seconds"] == 60.0 + 767.0 for s in est["steps"][1:])
+    assert est["total_s"] == 300.0 + 4 * 827.0
+    lines = ee.stage_lines("stage_b_autotune", est)
+    assert lines[0] == "stage_b_autotune expected on this fleet: 1 h 00 min in all, 4 boot(s)"
+    assert "boot a fleet boot: Ready about 767 s after start (scheduler_e2e=761.30)" in lines[-1]
+
+
+def test_the_stage_b_filter_takes_this_fleet_s_recorded_boots_only(tmp_path):
+    import experiment as f
+    _boot_record(tmp_path, "20261201T000000Z-stage_c_fence", HOSTS, 700.0)
+    _boot_record(tmp_path, "20261202T000000Z-stage_c_fence", HOSTS, 720.0)
+    _boot_record(tmp_path, "20261203T000000Z-lab", ["lab1", "lab2", "lab3"], 15.0)   # another fleet's run
+    # the lab's hosts carry the fleet's names: its runs are told apart by the fleet name they recorded
+    _boot_record(tmp_path, "20261204T000000Z-stage_c_fence", HOSTS, 15.0)
+    (tmp_path / "20261204T000000Z-stage_c_fence" / "run.json").write_text(json.dumps({"fleet": "lab"}))
+    (tmp_path / "20261202T000000Z-stage_c_fence" / "run.json").write_text(json.dumps({"fleet": "production"}))
+    assert [r["conditions"]["baseline"]["timing"]["boot_s"]
+            for r in ee.read_records(str(tmp_path), HOSTS, fleet="production")] == [700.0, 720.0]
+    assert [r["conditions"]["baseline"]["timing"]["boot_s"]
+            for r in ee.read_records(str(tmp_path), HOSTS, fleet="lab")] == [700.0, 15.0], "no name: by hosts"
+    out = f.dsv41_stage_b_estimate(HOSTS, str(tmp_path), 0, "production")
+    boots = [s["seconds"] for s in out["estimate"]["steps"][1:]]
+    assert boots == [20.0 + 710.0] * 4, "the median of this fleet's two boots and applies"
+    assert out["estimate"]["figures"]["boot"] == "recorded on this fleet (median of 2)"
+    assert out["refusal"] is None
+    # no records at all: the fleet's figures
+    assert f.dsv41_stage_b_estimate(HOSTS, str(tmp_path / "none"), 0)["estimate"]["steps"][1]["seconds"] == 827.0
+
+
+def test_stage_b_window_refusal_names_the_steps_that_fit_and_why_not_part_of_it():
+    said = ee.stage_window_refusal("stage_b_autotune", ee.stage_b_estimate(), 30, ee.STAGE_B_ADVICE)
+    assert said.startswith("stage_b_autotune refused, nothing changed: it is expected to take 1 h 00 min on this "
+                           "fleet, more than the 30-minute window (window_minutes=30); the first step(s) would fit "
+                           "(the retention adapter deployed and the image rebuilt, boot1-first")
+    assert said.endswith("its four boots prove retention only together (a partial run proposes nothing for the "
+                         "ledger), so ask for a longer window")
+    assert ee.stage_window_refusal("stage_b_autotune", ee.stage_b_estimate(), 61, ee.STAGE_B_ADVICE) is None
