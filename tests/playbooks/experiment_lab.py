@@ -119,7 +119,7 @@ def follow_playbook(name, args, on_line, inventories=None, timeout=1800):
     return proc.returncode, "".join(lines)
 
 
-def kill_during(name, args, marker, timeout=1500):
+def kill_during(name, args, marker, timeout=1500, inventories=None):
     """Run playbooks/<name> and kill it (SIGKILL, as a lost terminal or an operator's kill -9 would) as soon
     as a line containing marker is printed. Returns (killed, output so far)."""
     killed = []
@@ -130,7 +130,7 @@ def kill_during(name, args, marker, timeout=1500):
             killed.append(True)
             return True
         return False
-    _, out = follow_playbook(name, args, on_line, timeout=timeout)
+    _, out = follow_playbook(name, args, on_line, inventories, timeout=timeout)
     return bool(killed), out
 
 

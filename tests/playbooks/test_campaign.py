@@ -6,6 +6,8 @@
   slowed by a lab knob while the arms run: 7 boots, every stage judged and recorded with its own definition
   under the run, the A-B-A table says the baseline moved, every comparison fails saying so, and the fleet ends
   equal to its snapshot.
+- the same campaign killed as stage D's first arm comes up: the next run refused naming it, rollback.yml
+  back to the campaign's snapshot, the record keeping the start baseline, marked interrupted.
 """
 import json
 
@@ -13,7 +15,8 @@ import pytest
 import yaml
 
 import experiment_lab
-from experiment_lab import (act_during, flat, fleet_state, inventory_layer, knobs, lab_definition, record)
+from experiment_lab import (act_during, engine_healthy, flat, fleet_state, inventory_layer, kill_during, knobs,
+                            lab_definition, record)
 from experiment_lab import STAGE_TEST_SPEED
 from labhelpers import playbook
 
@@ -59,7 +62,8 @@ def prepared(tmp_path_factory):
     return inventories
 
 
-def test_a_campaign_whose_end_baseline_moved_fails_every_comparison_and_restores(tmp_path, prepared, fast_engine):
+def lab_campaign(tmp_path):
+    """(definitions dir, campaign file) of a campaign of the lab copies of stages D and E."""
     defs = tmp_path / "defs"
     for name in ("stage_d_wo_a", "stage_e_prefetch"):
         path = lab_definition(tmp_path, name, trim=True).split("=", 1)[1]
@@ -68,6 +72,11 @@ def test_a_campaign_whose_end_baseline_moved_fails_every_comparison_and_restores
     camp = tmp_path / "lab_d_e.yml"
     camp.write_text(yaml.safe_dump({"name": "lab_d_e", "description": "stages D and E, lab copies",
                                     "stages": ["stage_d_wo_a", "stage_e_prefetch"]}))
+    return defs, camp
+
+
+def test_a_campaign_whose_end_baseline_moved_fails_every_comparison_and_restores(tmp_path, prepared, fast_engine):
+    defs, camp = lab_campaign(tmp_path)
     before = fleet_state()
     # the end baseline's boot reads the knob: the engine then serves ten times slower than during the start baseline
     rc, out, acted = act_during(
@@ -100,3 +109,43 @@ def test_a_campaign_whose_end_baseline_moved_fails_every_comparison_and_restores
         print(stage, [(v["arm"], v["verdict"], v["checks_passed"]) for v in own["verdicts"]])
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before
+
+
+def test_a_campaign_killed_in_its_first_arm_blocks_the_next_run_until_rollback_finishes_it(tmp_path, prepared,
+                                                                                          fast_engine):
+    """Killed (SIGKILL) as stage D's first arm comes up, after the campaign's start baseline: the fleet is left
+    in the arm's state; the next run is refused naming the campaign's run; rollback.yml puts the fleet back to
+    the campaign's one snapshot and marks the run finished, its record keeping the baseline it measured."""
+    defs, camp = lab_campaign(tmp_path)
+    root = tmp_path / "rec"
+    before = fleet_state()
+    killed, out = kill_during("campaign.yml", ["-e", "maintenance_window=true", "-e", "campaign=%s" % camp,
+                                               "-e", "experiment_definitions_dir=%s" % defs,
+                                               "-e", "experiment_record_root=%s" % root],
+                              "Note when the engine was up: w8", inventories=prepared)
+    assert killed, out[-3000:]
+    (run,) = [p for p in root.iterdir() if p.is_dir()]
+    text = flat(out)
+    assert text.index("If it is interrupted, finish it with: ansible-playbook playbooks/rollback.yml") \
+        < text.index("changed: ["), "the way back is printed before the first change"
+    assert "-e experiment_rollback_run=%s " % run.name in text
+    assert fleet_state() != before, "killed with the w8 settings in place"
+
+    rc, refused = playbook("campaign.yml", "--check", "-e", "campaign=%s" % camp,
+                           "-e", "experiment_definitions_dir=%s" % defs, "-e", "experiment_record_root=%s" % root,
+                           inventories=prepared)
+    assert rc != 0 and "Refused before touching any host: 1 experiment run(s) on the lab fleet" in flat(refused)
+    assert "run %s (lab_d_e, stopped in condition w8" % run.name in flat(refused), flat(refused)[-3000:]
+
+    rc, out = playbook("rollback.yml", "-e", "maintenance_window=true", "-e", "experiment_rollback_run=%s" % run.name,
+                       "-e", "experiment_record_root=%s" % root, inventories=prepared)
+    assert rc == 0, out[-4000:]
+    assert "The fleet equals run %s's snapshot." % run.name in flat(out)
+    assert fleet_state() == before and engine_healthy()
+    rec = json.loads((run / "record.json").read_text())
+    print("interrupted:", rec.get("interrupted"), "conditions:", sorted(rec.get("conditions") or {}))
+    assert rec["interrupted"]["condition"] == "w8" and rec["interrupted"]["measured"] == ["baseline"]
+    assert rec["conditions"]["baseline"]["results"][0]["rounds"] == 5
+    assert rec["restore"] == {"equal": True, "differences": {}}
+    assert json.loads((run / "finished.json").read_text())["by"] == "rollback"
+

@@ -194,6 +194,19 @@ def test_the_stage_a_filter_reads_each_rank_plan_and_the_prompt_sets():
     assert out["refusal"] and "window_minutes=30" in out["refusal"]
 
 
+def test_the_stage_a_filter_takes_the_restart_from_this_fleet_s_records(tmp_path):
+    import engram_pack_filters as f
+    _boot_record(tmp_path, "20261201T000000Z-stage_c_fence", HOSTS, 700.0)
+    _boot_record(tmp_path, "20261202T000000Z-stage_c_fence", HOSTS, 15.0)
+    (tmp_path / "20261202T000000Z-stage_c_fence" / "run.json").write_text(json.dumps({"fleet": "lab"}))
+    hostvars = {h: {"engram_pack_plan": {"to_write_bytes": 2 * REPORT_LAYER}} for h in HOSTS}
+    bench = dict(BENCH, workloads={"prose": "prose.json", "code": "code.json"})
+    out = f.dsv41_stage_a_estimate(HOSTS, hostvars, bench, str(PROMPTS), 0, 0, str(tmp_path), "production")
+    restart = [s for s in out["estimate"]["steps"] if s["name"] == "restart"][0]
+    assert restart["seconds"] == 700.0 and out["estimate"]["figures"]["boot_s"] == "recorded on this fleet (median of 1)"
+    assert "  restart: 11 min 40 s" in out["lines"]
+
+
 # --------------------------------------------------------------------------- stage B
 
 def _boot_record(root, name, hosts, boot_s, apply_s=20.0):
