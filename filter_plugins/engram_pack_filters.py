@@ -214,15 +214,14 @@ def dsv41_stage_a_estimate(hosts, hostvars, bench, prompt_dir=None, max_mib_s=0,
     {name: file}, concurrency, repetitions, warmups, max_tokens), the contention step. The restart and the
     benchmark rounds from this fleet's experiment records under ``record_root`` when there are any. Returns
     {estimate, lines, refusal} (refusal: None, or the window_minutes refusal naming what fits)."""
-    records = experiment_estimate.read_records(record_root, list(hosts), fleet=fleet or None) if record_root else []
     to_write = dict((h, ((hostvars[h].get("engram_pack_plan") or {}).get("to_write_bytes") or 0)) for h in hosts)
     workloads = bench.get("workloads") or {}
     prompts = experiment_estimate.prompt_counts(prompt_dir, workloads if isinstance(workloads, dict) else {})
     plan = {"workloads": sorted(workloads), "concurrency": list(bench.get("concurrency") or [1]),
             "repetitions": int(bench.get("repetitions") or 0), "warmups": int(bench.get("warmups") or 0),
             "max_tokens": int(bench.get("max_tokens") or 256)}
-    est = experiment_estimate.stage_a_estimate(to_write, plan, prompts, experiment_estimate.recorded_figures(records),
-                                               max_mib_s)
+    figures = experiment_estimate.fleet_figures(record_root, list(hosts), fleet)
+    est = experiment_estimate.stage_a_estimate(to_write, plan, prompts, figures, max_mib_s)
     return {"estimate": est, "lines": experiment_estimate.stage_lines("stage_a_pack", est),
             "refusal": experiment_estimate.stage_window_refusal("stage_a_pack", est, window_minutes)}
 

@@ -30,8 +30,7 @@ def dsv41_stage_b_estimate(hosts, record_root=None, window_minutes=0, fleet=None
     four boots, the boot and apply figures from this fleet's experiment records under ``record_root`` (runs
     whose snapshot holds exactly ``hosts`` and that recorded no other fleet name than ``fleet``) when there are
     any. Returns {estimate, lines, refusal} (refusal: None, or the window_minutes refusal naming what fits)."""
-    records = _estimate.read_records(record_root, list(hosts), fleet=fleet or None) if record_root else []
-    est = _estimate.stage_b_estimate(_estimate.recorded_figures(records))
+    est = _estimate.stage_b_estimate(_estimate.fleet_figures(record_root, list(hosts), fleet))
     return {"estimate": est, "lines": _estimate.stage_lines("stage_b_autotune", est),
             "refusal": _estimate.stage_window_refusal("stage_b_autotune", est, window_minutes,
                                                       _estimate.STAGE_B_ADVICE)}

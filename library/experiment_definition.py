@@ -190,13 +190,12 @@ def run_module():
     if window is not None and window <= 0:
         module.fail_json(msg="%s: window_minutes must be a positive number of minutes, got %s" % (path, window),
                          source=path)
-    records = experiment_estimate.read_records(params["record_root"], params["hosts"],
-                                                 fleet=params["fleet"]) if params["record_root"] else []
     workloads = sorted(set(defn["baseline"]["benchmark"]["workloads"]) | set(
         w for arm in defn["arms"] if arm["benchmark"] for w in arm["benchmark"]["workloads"]))
     prompts = experiment_estimate.prompt_counts(params["prompt_dir"], dict((w, w + ".json") for w in workloads)) \
         if params["prompt_dir"] else {}
-    est = experiment_estimate.estimate(defn, experiment_estimate.recorded_figures(records), prompts, params["slots"])
+    figures = experiment_estimate.fleet_figures(params["record_root"], params["hosts"], params["fleet"])
+    est = experiment_estimate.estimate(defn, figures, prompts, params["slots"])
     module.exit_json(changed=False, definition=defn, plan=plan + experiment_estimate.plan_lines(est),
                      estimate=est, window_refusal=experiment_estimate.window_refusal(defn["name"], est, window),
                      source=path, campaign=campaign)

@@ -25,6 +25,8 @@ import math
 import os
 import statistics
 
+from ansible.module_utils import experiment_runs
+
 FLEET_BOOT_S = 767.0
 FLEET_APPLY_S = 60.0
 FLEET_EVIDENCE_S = 300.0
@@ -42,13 +44,12 @@ STEPS = ("apply_s", "boot_s", "benchmark_s", "evidence_s")
 
 
 def _run_fleet(run_dir):
-    """The fleet name a run recorded when it started (``run.json``: module_utils/experiment_runs.py), or None."""
+    """The fleet name a run recorded when it started (its ``run.json``), or None (none recorded, or unreadable)."""
     try:
-        with open(os.path.join(run_dir, "run.json")) as handle:
-            run = json.load(handle)
-    except (OSError, ValueError):
+        run = experiment_runs.read_json(os.path.join(run_dir, experiment_runs.RUN_FILE)) or {}
+    except experiment_runs.RunError:
         return None
-    return run.get("fleet") if isinstance(run, dict) and isinstance(run.get("fleet"), str) else None
+    return run.get("fleet") if isinstance(run.get("fleet"), str) else None
 
 
 def read_records(root, hosts=None, limit=20, fleet=None):
@@ -131,6 +132,12 @@ def recorded_figures(records):
     out["rounds"] = {k: (statistics.median(v), len(v)) for k, v in per_token.items()}
     out["rates"] = {k: (statistics.median(v), len(v)) for k, v in rates.items()}
     return out
+
+
+def fleet_figures(record_root, hosts=None, fleet=None):
+    """:func:`recorded_figures` of this fleet's runs under ``record_root`` (:func:`read_records`); {} without a
+    root, so every estimate falls back to the fleet's figures the same way."""
+    return recorded_figures(read_records(record_root, hosts, fleet=fleet or None)) if record_root else {}
 
 
 def _step(figures, step, fleet):
