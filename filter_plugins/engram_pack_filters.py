@@ -226,6 +226,21 @@ def dsv41_stage_a_estimate(hosts, hostvars, bench, prompt_dir=None, max_mib_s=0,
             "refusal": experiment_estimate.stage_window_refusal("stage_a_pack", est, window_minutes)}
 
 
+def dsv41_stage_a_expected_vs_actual(estimate, hosts, hostvars, check_mode=False):
+    """Stage A's expected seconds per step (``estimate``: dsv41_stage_a_estimate's ``estimate``) beside what this
+    run measured: each host's ``run_record_step_seconds`` ({step name: seconds}, set around each step by
+    roles/run_record's step_start / step_end), merged over ``hosts`` (a step every rank timed, such as the
+    restart, counts its longest)."""
+    actual = {}
+    for host in hosts:
+        for step, seconds in ((hostvars[host].get("run_record_step_seconds") or {}).items()):
+            try:
+                actual[step] = max(actual.get(step, 0.0), float(seconds))
+            except (TypeError, ValueError):
+                continue
+    return experiment_estimate.stage_expected_vs_actual(estimate or {}, actual, check_mode)
+
+
 class FilterModule:
     """Engram pack filters."""
 
@@ -247,4 +262,5 @@ class FilterModule:
             "dsv41_pack_choice_lines": dsv41_pack_choice_lines,
             "dsv41_pack_restore_groups": dsv41_pack_restore_groups,
             "dsv41_stage_a_estimate": dsv41_stage_a_estimate,
+            "dsv41_stage_a_expected_vs_actual": dsv41_stage_a_expected_vs_actual,
         }

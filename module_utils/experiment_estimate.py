@@ -373,6 +373,28 @@ def stage_lines(name, est):
     return lines
 
 
+def stage_expected_vs_actual(est, actual, check_mode=False):
+    """[{step, expected_s, actual_s}] for every step of a stage estimate (stage_a_estimate, stage_b_estimate),
+    in the estimate's order, then its total. ``actual``: {step name: seconds this run measured}. A step the run
+    did not take (left out by --tags, or the restart when nothing needed one) has actual None; the total's
+    actual is the sum of the steps measured, None when none was. Check mode measures nothing (its steps
+    change nothing and take no fleet time): every actual is None. No estimate (the plan left out by --tags):
+    no rows."""
+    if not est or not est.get("steps"):
+        return []
+    actual = {} if check_mode else dict(actual or {})
+    rows, measured = [], []
+    for step in est.get("steps") or []:
+        seconds = _number(actual.get(step["name"]))
+        if seconds is not None:
+            measured.append(seconds)
+            seconds = round(seconds, 1)
+        rows.append({"step": step["name"], "expected_s": step["seconds"], "actual_s": seconds})
+    rows.append({"step": "total", "expected_s": est.get("total_s"),
+                 "actual_s": round(sum(measured), 1) if measured else None})
+    return rows
+
+
 STAGE_A_ADVICE = "pack one rank per window with --limit is refused (the restart needs every rank), so ask for a longer window"
 STAGE_B_ADVICE = ("its four boots prove retention only together (a partial run proposes nothing for the ledger), "
                   "so ask for a longer window")

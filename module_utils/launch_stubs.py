@@ -44,16 +44,32 @@ command_not_found_handle() { "@INSIDE@/bin/__unknown" "$@"; }
 '''
 
 STUB_HEAD = r'''# launch sandbox stand-in (one program for every stubbed name; the name is argv[0])
-import fnmatch
-import hashlib
 import json
 import os
 import re
 import signal
-import socket
-import subprocess
 import sys
 import time
+
+
+class _OnFirstUse(object):
+    """A module imported where it is first used. Most stand-in calls (``docker rm``, ``date``, a recorded
+    ``mkdir``) never ask the broker, start a process, hash or match a glob, and a call's cost is mostly its
+    imports: a launcher's serve path makes dozens of calls, on a head that serves."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        module = __import__(self._name)
+        globals()[self._name] = module
+        return getattr(module, attr)
+
+
+fnmatch = _OnFirstUse("fnmatch")
+hashlib = _OnFirstUse("hashlib")
+socket = _OnFirstUse("socket")
+subprocess = _OnFirstUse("subprocess")
 
 ROOT = "@INSIDE@"
 with open(os.path.join(ROOT, "config.json")) as _fh:

@@ -256,6 +256,18 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
     after_pack = json.loads((record / "benchmark-after_pack.json").read_text())
     assert {(r["workload"], r["concurrency"]) for r in after_pack["results"]} == conditions
     assert "## Decode benchmark after pack" in (record / "summary.md").read_text()
+    # Expected beside actual for every step of the plan's estimate, in its order, each one this run took measured
+    rows = json.loads((record / "expected-vs-actual.json").read_text())
+    assert [r["step"] for r in rows] == ["pack spark1", "pack spark2", "pack spark3", "restart",
+                                         "benchmark after packing", "contention", "benchmark after contention",
+                                         "total"], rows
+    # (the mini checkpoint's shards are kilobytes: their packing is expected to take 0.0 s at the fleet's rate)
+    assert all(r["expected_s"] >= 0 and r["actual_s"] > 0 for r in rows), rows
+    assert rows[3]["expected_s"] > 0 and rows[-1]["expected_s"] > 0
+    assert rows[-1]["actual_s"] == pytest.approx(sum(r["actual_s"] for r in rows[:-1]), abs=0.5)
+    assert rows[-1]["actual_s"] < 1800, "the lab run's steps add up to its own duration, minutes"
+    summary = (record / "summary.md").read_text()
+    assert "## Expected and actual, per step" in summary and "| restart | " in summary
 
     # The stage ledger: a pass proposes stage_a for the image the fleet runs, beside the record and printed;
     # the inventory is never edited by the run (the operator commits the entry)
@@ -279,8 +291,14 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
                                   "run_record : Write summary.md",
                                   "run_record : Write the proposed entries beside the run record",
                                   "run_record : Write the other benchmarks of this run (stage A's timings after packing, "
-                                  "before contention)"}, changed_tasks(out)
+                                  "before contention)",
+                                  "run_record : Write the stage's expected seconds per step beside what this run took"}, \
+        changed_tasks(out)
     assert "Stop the engine" not in out or "skipping" in out.split("Stop the engine", 1)[1][:300]
+    # nothing needed a restart: the record says the restart was not taken, the steps that ran are timed
+    rows = {r["step"]: r for r in json.loads((sorted((ROOT / "records").glob("*-stage_a"))[-1]
+                                              / "expected-vs-actual.json").read_text())}
+    assert rows["restart"]["actual_s"] is None and rows["contention"]["actual_s"] > 0, rows
 
 
 def test_a_pack_spanning_many_rounds_prints_each_round_and_leaves_exact_shards(paced_inventory, paced_checkpoint):

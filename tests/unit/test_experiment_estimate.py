@@ -207,6 +207,39 @@ def test_the_stage_a_filter_takes_the_restart_from_this_fleet_s_records(tmp_path
     assert "  restart: 11 min 40 s" in out["lines"]
 
 
+def test_stage_a_record_puts_each_step_measured_beside_its_estimate_in_the_plan_order():
+    est = ee.stage_a_estimate({h: 2 * REPORT_LAYER for h in HOSTS}, BENCH, prompts())
+    # a second run: nothing to restart (no actual), the other steps timed; a stray step name is no row
+    actual = {"pack spark1": 1.24, "pack spark2": 0.5, "pack spark3": 0.51, "benchmark after packing": 30.0,
+              "contention": 4.0, "benchmark after contention": 31.06, "not a step": 99.0}
+    rows = ee.stage_expected_vs_actual(est, actual)
+    assert [r["step"] for r in rows] == [s["name"] for s in est["steps"]] + ["total"]
+    by_step = {r["step"]: r for r in rows}
+    assert by_step["restart"] == {"step": "restart", "expected_s": 767.0, "actual_s": None}
+    assert by_step["pack spark1"]["actual_s"] == 1.2 and by_step["benchmark after contention"]["actual_s"] == 31.1
+    assert by_step["total"] == {"step": "total", "expected_s": est["total_s"], "actual_s": 67.3}
+    # check mode measures nothing; a run whose plan was left out by --tags has no estimate and no rows
+    assert all(r["actual_s"] is None for r in ee.stage_expected_vs_actual(est, actual, check_mode=True))
+    assert ee.stage_expected_vs_actual({}, actual) == []
+    # a figure that is not a duration is not taken for one
+    assert ee.stage_expected_vs_actual(est, {"contention": "soon", "restart": -3})[-1]["actual_s"] is None
+
+
+def test_the_stage_a_record_filter_merges_every_rank_s_timed_steps():
+    import engram_pack_filters as f
+    est = ee.stage_a_estimate({h: 2 * REPORT_LAYER for h in HOSTS}, BENCH, prompts())
+    hostvars = {"spark1": {"run_record_step_seconds": {"pack spark1": 3.0, "restart": 20.1, "contention": 2.0}},
+                "spark2": {"run_record_step_seconds": {"pack spark2": 4.0, "restart": 20.3, "contention": 2.2,
+                                                       "benchmark after packing": 12.0}},
+                "spark3": {}}
+    rows = {r["step"]: r["actual_s"] for r in f.dsv41_stage_a_expected_vs_actual(est, HOSTS, hostvars)}
+    # each rank's own pack, the fleet-wide steps at the longest any rank took, a step no rank took left open
+    assert rows["pack spark1"] == 3.0 and rows["pack spark2"] == 4.0 and rows["pack spark3"] is None
+    assert rows["restart"] == 20.3 and rows["contention"] == 2.2 and rows["benchmark after contention"] is None
+    assert rows["total"] == 41.5
+    assert f.dsv41_stage_a_expected_vs_actual(None, HOSTS, hostvars) == []
+
+
 # --------------------------------------------------------------------------- stage B
 
 def _boot_record(root, name, hosts, boot_s, apply_s=20.0):
