@@ -94,6 +94,28 @@ def _first_json(res):
     return data[0] if isinstance(data, list) and data else None
 
 
+def dsv41_predicted_images(prediction, hosts, hostvars, default=None):
+    """{inventory host: the image its rank's container runs at the next serve} from the launch predicted before a
+    restart (``launcher_effective``), matched by rank; a host the prediction has no container for gets
+    ``default`` (the .env's IMAGE), and every host does when there is no prediction (check mode)."""
+    by_rank = {}
+    for c in (prediction or {}).get("containers") or []:
+        if isinstance(c, dict) and c.get("rank") is not None and c.get("image"):
+            by_rank.setdefault(int(c["rank"]), c["image"])
+    return dict((h, by_rank.get(int(hostvars[h]["dsv41_rank"]), default)) for h in hosts)
+
+
+def dsv41_running_image_ids(containers):
+    """{inventory host: its running container's image id} from the registered loop of ``docker inspect`` per rank
+    host (a host whose inspect failed is left out)."""
+    out = {}
+    for res in (containers or {}).get("results", []):
+        first = _first_json(res)
+        if first and first.get("Image"):
+            out[res["item"]] = first["Image"]
+    return out
+
+
 MAX_HOME_ENTRIES = 20000
 
 
@@ -133,4 +155,5 @@ class FilterModule:
     def filters(self):
         return {"dsv41_engram_settings": dsv41_engram_settings, "dsv41_engram_advice": dsv41_engram_advice,
                 "dsv41_launch_lines": dsv41_launch_lines, "dsv41_launch_truth": dsv41_launch_truth,
-                "dsv41_worker_homes": dsv41_worker_homes}
+                "dsv41_worker_homes": dsv41_worker_homes, "dsv41_predicted_images": dsv41_predicted_images,
+                "dsv41_running_image_ids": dsv41_running_image_ids}

@@ -130,3 +130,80 @@ def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit
     assert ("the first step(s) would fit (the retention adapter deployed and the image rebuilt, boot1-first (tunes "
             "and saves, or reuses a valid cache), 18 min 47 s)") in text
     assert "TASK [adapters" not in text and sh("spark1", "sha256sum ~/dsv41-3x-spark/.env", user="mia") == env_before
+    # last (it rebuilds the image): a cache tuned under another kernel or image is moved aside on every rank
+    autotune_provenance_moves_every_cache_after_a_kernel_or_image_change(tmp_path)
+
+
+CACHE_USERS = (("spark1", "mia"), ("spark2", "zurih"), ("spark3", "zurih"))
+ENGINE_CONVERGE = ROOT / "roles" / "engine" / "molecule" / "default" / "converge.yml"
+
+
+def cache_root(user):
+    return f"/home/{user}/.cache/sglang/flashinfer/autotune"
+
+
+def restart(tmp_path):
+    """One restart through the launcher (the engine role), retention still on from stage B."""
+    import subprocess
+    from labhelpers import env
+    res = subprocess.run(["ansible-playbook", str(ENGINE_CONVERGE), "-e", f"engine_log_dir={tmp_path}"], cwd=ROOT,
+                         env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:]
+    return flat(res.stdout)
+
+
+def boot_outcomes():
+    """{host: (reused, tuned and saved)} counted in each rank's running container's log (this boot only)."""
+    out = {}
+    for host, _user in CACHE_USERS:
+        log = sh(host, "docker logs %s 2>&1" % ("dsv41-head" if host == "spark1" else "dsv41-worker"))
+        out[host] = (log.count("[autotune_keep] reused "), log.count("[autotune_keep] tuned and saved "))
+    return out
+
+
+def invalidated(user_host):
+    host, user = user_host
+    return sh(host, f"ls {cache_root(user)}.invalidated 2>/dev/null || true", user=user).split()
+
+
+def autotune_provenance_moves_every_cache_after_a_kernel_or_image_change(tmp_path):
+    """After stage B: every boot recorded the image id and kernel beside each rank's cache; a kernel change on one
+    rank, then an image rebuild, each move every rank's cache aside (kept) so every rank retunes together."""
+    image_id = json.loads(sh("spark1", "docker image inspect dsv41-sglang:tp3"))[0]["Id"]
+    kernel = sh("spark1", "uname -r").strip()
+    for host, user in CACHE_USERS:
+        doc = json.loads(sh(host, f"cat {cache_root(user)}/.dsv41-provenance.json", user=user))
+        assert doc["image_id"] == image_id and doc["kernel"] == kernel and doc["entries"], (host, doc)
+    before = {h: invalidated((h, u)) for h, u in CACHE_USERS}
+    # the same image and kernel: the restart keeps every cache and every rank reuses it
+    text = restart(tmp_path)
+    assert "Move aside every rank's autotune cache" not in text or "skipping" in text.split(
+        "Move aside every rank's autotune cache", 1)[1][:200]
+    assert all(reused and not tuned for reused, tuned in boot_outcomes().values()), boot_outcomes()
+    # spark3's cache recorded as tuned under an older kernel: every rank's cache moves, every rank tunes
+    sh("spark3", "python3 - <<'EOF'\n"
+                 "import json\n"
+                 f"p = '{cache_root('zurih')}/.dsv41-provenance.json'\n"
+                 "d = json.load(open(p)); d['kernel'] = '6.8.0-1004-nvidia'; json.dump(d, open(p, 'w'))\n"
+                 "EOF", user="zurih")
+    text = restart(tmp_path)
+    assert "spark3: autotune cache %s moved to %s.invalidated/" % (cache_root("zurih"), cache_root("zurih")) in text
+    assert "kernel changed: tuned under 6.8.0-1004-nvidia, this rank runs %s" % kernel in text, text[-6000:]
+    assert "spark1: autotune cache %s moved to" % cache_root("mia") in text and "moved with the others" in text
+    assert all(tuned and not reused for reused, tuned in boot_outcomes().values()), boot_outcomes()
+    after_kernel = {h: invalidated((h, u)) for h, u in CACHE_USERS}
+    assert all(len(after_kernel[h]) == len(before[h]) + 1 for h in after_kernel), after_kernel
+    # the image rebuilt (an adapter file edited on every host, then the launcher's build): every rank tunes again
+    for host, user in CACHE_USERS:
+        sh(host, f"echo '# rebuilt' >> /home/{user}/dsv41-3x-spark/adapter/autotune_keep.py", user=user)
+    sh("spark1", "cd ~/dsv41-3x-spark && ./start.sh build", user="mia")
+    new_id = json.loads(sh("spark1", "docker image inspect dsv41-sglang:tp3"))[0]["Id"]
+    assert new_id != image_id
+    text = restart(tmp_path)
+    assert "image changed: tuned under %s (dsv41-sglang:tp3), the next boot runs %s" % (
+        image_id[:19], new_id[:19]) in text, text[-6000:]
+    assert all(tuned and not reused for reused, tuned in boot_outcomes().values()), boot_outcomes()
+    for host, user in CACHE_USERS:
+        doc = json.loads(sh(host, f"cat {cache_root(user)}/.dsv41-provenance.json", user=user))
+        assert doc["image_id"] == new_id and doc["kernel"] == kernel
+        assert len(invalidated((host, user))) == len(before[host]) + 2    # both moves kept, none deleted

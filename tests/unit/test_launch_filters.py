@@ -61,3 +61,25 @@ def test_worker_homes_from_one_find_per_host():
                 "spark3": {"files": [{"path": "/home/zurih/nccl-2.30.7", "isdir": True}]}}
     hostvars = {"spark2": {"ansible_user": "zurih"}, "spark3": {"ansible_user": "zurih"}}
     assert dsv41_worker_homes(per_host, hostvars) == {"zurih": ["nccl-2.30.7/"]}
+
+
+HOSTVARS = {"spark1": {"dsv41_rank": 0}, "spark2": {"dsv41_rank": 1}, "spark3": {"dsv41_rank": "2"}}
+
+
+def test_the_image_each_rank_runs_next_is_the_predicted_container_s_matched_by_rank():
+    prediction = {"containers": [{"rank": 1, "host": "10.0.0.2", "image": "dsv41-sglang:canary"},
+                                 {"rank": 0, "host": "spark1", "image": "dsv41-sglang:tp3"},
+                                 {"rank": None, "host": "spark1", "image": "nfs-exporter:1"}]}
+    hosts = ["spark1", "spark2", "spark3"]
+    assert launch.dsv41_predicted_images(prediction, hosts, HOSTVARS, "dsv41-sglang:tp3") == {
+        "spark1": "dsv41-sglang:tp3", "spark2": "dsv41-sglang:canary", "spark3": "dsv41-sglang:tp3"}
+    # no prediction (check mode): the .env's image on every rank
+    assert set(launch.dsv41_predicted_images({}, hosts, HOSTVARS, "dsv41-sglang:tp3").values()) == {"dsv41-sglang:tp3"}
+
+
+def test_the_image_id_each_rank_runs_is_read_from_its_inspected_container():
+    running = {"results": [{"item": "spark1", "rc": 0, "stdout": '[{"Image": "sha256:aaa", "Name": "/dsv41-head"}]'},
+                           {"item": "spark2", "rc": 1, "stdout": ""},
+                           {"item": "spark3", "skipped": True}]}
+    assert launch.dsv41_running_image_ids(running) == {"spark1": "sha256:aaa"}
+    assert launch.dsv41_running_image_ids({}) == {}

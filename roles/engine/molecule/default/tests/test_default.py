@@ -48,3 +48,14 @@ def test_head_is_ready_and_healthy(host):
         pytest.skip("only the head serves the API")
     assert latest_boot(host).ready
     assert host.check_output("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8888/health") == "200"
+
+
+def test_the_autotune_cache_records_the_image_and_kernel_it_was_used_under(host):
+    """Beside each rank's autotune cache: the running container's image id and this rank's kernel (what the next
+    restart compares before reusing the cache)."""
+    info = json.loads(host.check_output(f"docker inspect {container(host)}"))[0]
+    record = host.file(host.user().home + "/.cache/sglang/flashinfer/autotune/.dsv41-provenance.json")
+    assert record.exists and record.mode == 0o644
+    doc = json.loads(record.content_string)
+    assert doc["image_id"] == info["Image"] and doc["kernel"] == host.check_output("uname -r")
+    assert doc["entries"] and all(e.startswith("0.6.18/sm121/") for e in doc["entries"])
