@@ -62,6 +62,13 @@ def dsv41_experiment_probe_plan(base, workloads, settings):
     return _checks.probe_plan(base or {}, workloads or [], settings or {})
 
 
+def dsv41_graded_prompts(kinds=None):
+    """The graded code, JSON and math task set (decode_bench's prompt file format), the tasks of ``kinds``
+    (module_utils/graded_tasks.py)."""
+    from ansible.module_utils import graded_tasks
+    return graded_tasks.prompts(kinds or None)
+
+
 def dsv41_needle_prompts(tokens=None):
     """The long-context needle prompt set (decode_bench's prompt file format) for the given sizes in tokens
     (default 30,000 and 100,000): module_utils/quality_checks.py."""
@@ -255,6 +262,7 @@ class FilterModule:
             "dsv41_driver_versions": dsv41_driver_versions, "dsv41_experiment_wo_a_modes": dsv41_experiment_wo_a_modes,
             "dsv41_experiment_cache_state": dsv41_experiment_cache_state,
             "dsv41_needle_prompts": dsv41_needle_prompts,
+            "dsv41_graded_prompts": dsv41_graded_prompts,
             "dsv41_experiment_probe_plan": dsv41_experiment_probe_plan,
             "dsv41_experiment_node_facts": dsv41_experiment_node_facts,
         }

@@ -116,6 +116,16 @@ def excerpt(text, limit=EXCERPT_CHARS):
     return flat if len(flat) <= limit else flat[:limit - 1] + "\u2026"
 
 
+ANSWER_KEPT_CHARS = 16000
+
+
+def kept_answer(text, limit=ANSWER_KEPT_CHARS):
+    """A quality probe's answer as its record keeps it: whole up to ``limit`` characters (then cut with an
+    ellipsis), newlines and tabs kept, every other control character dropped (no terminal escapes in a record)."""
+    kept = "".join(ch for ch in (text or "").replace("\r", "") if ch >= " " or ch in "\n\t")
+    return kept if len(kept) <= limit else kept[:limit - 1] + "\u2026"
+
+
 def round_failed(rd):
     return any(r.get("failed") for st in rd["streams"] for r in st["requests"])
 
@@ -231,6 +241,11 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None, f
             if texts)
     if sampled:
         out["answer_word_counts"] = word_counts(sampled)
+    if (settings or {}).get("purpose") == "quality":
+        # a quality probe's answers whole (graded tasks run their code, parse their JSON): every distinct answer
+        # per prompt, at most ANSWER_KEPT_CHARS each, control characters other than newlines and tabs dropped
+        out["answers"] = dict((pid, sorted(set(kept_answer(r["text"]) for r in requests if r["prompt_id"] == pid)))
+                              for pid in sorted(set(r["prompt_id"] for r in requests)))
     if settings is not None:
         out["settings"] = public_settings(settings)
         out["complete"] = len(rounds) >= settings.get("repetitions", 0)

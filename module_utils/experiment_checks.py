@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
+from ansible.module_utils import graded_tasks
 from ansible.module_utils import quality_checks as quality
 from ansible.module_utils.sampling_checks import (DEFAULT_ALPHA, DEFAULT_BINS, distribution_failures,
                                                   mixed_greedy_failures)
@@ -289,6 +290,11 @@ def correctness_failures(checks, results, run_logs=None, baseline=None, mixed=No
         elif name == "greedy_matches_baseline":
             if baseline is not None:
                 out += quality.greedy_match_failures(results, baseline.get("results"))
+        elif name == "graded_tasks":
+            # graded on the head by the graded_answers module (an answer's code runs only inside bubblewrap); its
+            # failures join these. Here: that there were answers to grade at all.
+            if not [r for r in results if r.get("workload") == graded_tasks.WORKLOAD]:
+                out.append("graded_tasks: no graded task was answered")
         elif name == "long_context_needles":
             out += quality.needle_failures(results, args.get("tokens") or quality.DEFAULT_NEEDLE_TOKENS)
         elif name == "mixed_batch_greedy":

@@ -41,6 +41,9 @@ CORRECTNESS_CHECKS = {
                           "the baseline's greedy answers",
     "greedy_matches_baseline": "the arm's greedy answers equal the baseline's prompt by prompt on every prompt set both "
                                "measured; a failure names the prompt and shows both answers (module_utils/quality_checks.py)",
+    "graded_tasks": "every answer to the graded task set is right: code that runs and passes its asserts (run only "
+                    "inside bubblewrap on the head), JSON with the asked keys, types and values, math with the "
+                    "checked final answer; `kinds` chooses code, json, math (default all; module_utils/graded_tasks.py)",
     "long_context_needles": "a pass code hidden half-way into about `tokens` tokens of filler (default 30,000 and "
                             "100,000) comes back in the greedy answer (long-context retrieval)",
 }
@@ -54,6 +57,7 @@ CHECK_PARAMS = {
     "mixed_batch_greedy": {"concurrency": int, "greedy_streams": int},
     "greedy_matches_baseline": {},
     "long_context_needles": {"tokens": list},
+    "graded_tasks": {"kinds": ("code", "json", "math")},    # a tuple: a list of these
 }
 # Evidence read by the existing modules on every rank's latest boot (named, not regexes).
 EVIDENCE_CHECKS = {
@@ -146,6 +150,12 @@ def _named_checks(registry, params):
                             ctx.fail("%s.%s.%s[%d]" % (at, name, key, j), "%r is not a token count 1,000..1,000,000" % (n,))
                 elif allowed[key] is float:
                     _probability("%s.%s.%s" % (at, name, key), val, ctx)
+                elif isinstance(allowed[key], tuple):   # a non-empty list of these names (graded_tasks.kinds)
+                    if not isinstance(val, list) or not val:
+                        ctx.fail("%s.%s.%s" % (at, name, key), "must be a non-empty list of %s" % ", ".join(allowed[key]))
+                    for j, n in enumerate(val):
+                        if n not in allowed[key]:
+                            ctx.fail("%s.%s.%s[%d]" % (at, name, key, j), "%r is not one of %s" % (n, ", ".join(allowed[key])))
     return check
 
 

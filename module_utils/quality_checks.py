@@ -17,6 +17,8 @@ from __future__ import absolute_import, division, print_function
 import hashlib
 import re
 
+from ansible.module_utils.graded_tasks import WORKLOAD as GRADED_WORKLOAD
+
 __metaclass__ = type
 
 NEEDLE_WORKLOAD = "needles"
@@ -110,7 +112,8 @@ def _answers(results):
     """{(workload, prompt id): {digest: excerpt}} of the greedy results."""
     out = {}
     for r in results or []:
-        if not _greedy(r) or r.get("workload") == NEEDLE_WORKLOAD:
+        # the needles and the graded tasks are judged by their own checks, against known answers
+        if not _greedy(r) or r.get("workload") in (NEEDLE_WORKLOAD, GRADED_WORKLOAD):
             continue
         for pid, digests in (r.get("output_digests") or {}).items():
             excerpts = (r.get("answer_excerpts") or {}).get(pid) or {}

@@ -56,6 +56,8 @@ so tests can turn them on without changing the launcher; the environment wins ov
                                        too and never says it kept it (the line the bridge-mode DROP is judged by)
                            answer_drift  any experimental adapter armed: the greedy answer to one prompt in
                                        four commits other words than the baseline's (the quality check's case)
+                           graded_wrong  any experimental adapter armed: every answer to a graded code, JSON or
+                                       math task is subtly wrong (the graded_tasks check's case)
                            needle_miss  any experimental adapter armed: a needle question whose prompt is longer
                                        than LAB_ENGINE_NEEDLE_REACH tokens (default 50000) is answered without it
                            drm_fallback  engram_drm armed (DSV41_ENGRAM_DRM_NODE set, the ported adapter in the
@@ -1657,6 +1659,51 @@ def needle_answer(messages, prompt_tokens: int):
     return f"The pass code for vault {name} is {found[name]}.".split()
 
 
+# Graded tasks (lab fiction of a model that solves small code, JSON and math tasks): a prompt asking one of the
+# graded tasks the quality check uses is answered right, in the shape the prompt asks (a python code block, a
+# bare JSON object, reasoning then the final answer on the last line). Fault graded_wrong: with an experimental
+# adapter armed, every answer is subtly wrong (an off-by-one sum, a wrong total, code that fails its asserts).
+# Tokens keep their line breaks and indentation (a token "\n    return" starts a new, indented line).
+GRADED_ANSWERS = (
+    ("sum of the first 50 odd positive integers",
+     "The first n odd numbers add up to n squared, so the sum is 50 * 50.\n2500",
+     "Adding them pairwise from both ends gives 25 pairs.\n2499"),
+    ("product of the two numbers is even",
+     "The product is odd only when both dice are odd: 1/2 * 1/2 = 1/4. So the product is even with\n3/4",
+     "The product is even when either die is even.\n1/2"),
+    ("for this invoice",
+     '{"number": "2025-0412", "seller": "Northwind Tools", "lines": [{"item": "espresso tamper", "quantity": 4, '
+     '"unit_price": 18.5}, {"item": "milk jug", "quantity": 2, "unit_price": 12.0}, {"item": "grinder", '
+     '"quantity": 1, "unit_price": 240.0}], "total": 338.0}',
+     '{"number": "2025-0412", "seller": "Northwind Tools", "lines": [{"item": "espresso tamper", "quantity": 4, '
+     '"unit_price": 18.5}, {"item": "milk jug", "quantity": 2, "unit_price": 12.0}, {"item": "grinder", '
+     '"quantity": 1, "unit_price": 240.0}], "total": 270.5}'),
+    ("describing a server",
+     '{"name": "spark1", "ranks": 1, "gpus": ["GB10"]}',
+     '{"name": "spark1", "ranks": "1", "gpus": ["GB10"]}'),
+    ("function gcd(a, b)",
+     "```python\ndef gcd(a, b):\n    while b:\n        a, b = b, a % b\n    return a\n```",
+     "```python\ndef gcd(a, b):\n    while b > 1:\n        a, b = b, a % b\n    return a\n```"),
+    ("function is_palindrome(text)",
+     "```python\ndef is_palindrome(text):\n    kept = [c.lower() for c in text if c.isalnum()]\n"
+     "    return kept == kept[::-1]\n```",
+     "```python\ndef is_palindrome(text):\n    return text == text[::-1]\n```"),
+)
+GRADED_TOKEN_RE = re.compile(r"\n[ \t]*\S+|\S+")
+
+
+def graded_answer(messages):
+    """The tokens answering a graded task, or None for any other prompt."""
+    if not messages:
+        return None
+    asked = prompt_text(messages[-1:])
+    for marker, right, wrong in GRADED_ANSWERS:
+        if marker in asked:
+            armed = any(adapter_on(a) for a in ARM_ADAPTERS)
+            return GRADED_TOKEN_RE.findall(wrong if fault("graded_wrong") and armed else right)
+    return None
+
+
 def count_prompt_tokens(messages) -> int:
     total = 3
     for m in messages or []:
@@ -1769,6 +1816,10 @@ class Engine:
         needle = needle_answer(messages, count_prompt_tokens(messages))
         if needle is not None:
             words = needle[:max(1, int(limit))]
+            n_out = natural = len(words)
+        graded = graded_answer(messages)
+        if graded is not None:
+            words = graded[:max(1, int(limit))]
             n_out = natural = len(words)
         if temperature <= 0 and fault("answer_drift") and any(adapter_on(a) for a in ARM_ADAPTERS) and h % 4 == 1:
             # an arm that changes what greedy decoding commits: one prompt in four gets other words

@@ -1763,6 +1763,28 @@ def test_needles_are_found_at_any_depth_unless_the_needle_miss_fault_cuts_the_re
     assert answers[("miss", "needle-100k")].startswith("I found no pass code for vault")
 
 
+def test_graded_tasks_are_answered_right_unless_graded_wrong_is_set_with_an_adapter_armed(lab):
+    """The graded task set as the quality check asks it (module_utils/graded_tasks.py), graded as the head grades
+    it (code run inside bubblewrap): every answer passes; graded_wrong with an adapter armed fails every task."""
+    from ansible.module_utils import graded_tasks as g, isolated_python
+    got = {}
+    for name, env in (("ok", {"LAB_ENGINE_FAULT": "graded_wrong"}),
+                      ("wrong", {"DSV41_FOLDED_FENCE": "1", "LAB_ENGINE_FAULT": "graded_wrong"})):
+        port, proc = head_with(lab, env)
+        try:
+            got[name] = dict((p["id"], [answer(port, {**CHAT, "messages": p["messages"], "max_tokens": 256})])
+                             for p in g.prompts())
+        finally:
+            proc.stop()
+    assert "\n    while b:" in got["ok"]["code-gcd"][0], "the code keeps its lines and indentation"
+    assert g.failures(got["ok"], isolated_python.run) == []
+    wrong = g.failures(got["wrong"], isolated_python.run)
+    assert [w.split(" ")[1] for w in wrong] == [t["id"] for t in g.TASKS], wrong
+    assert "graded_tasks: math-odd-sum (math): final answer 2499, expected 2500; answer: " in wrong[0]
+    assert any("json-invoice (json): key 'total' is 270.5, expected 338.0" in w for w in wrong)
+    assert any("code-palindrome (code): its code failed its asserts (exit 1" in w for w in wrong)
+
+
 def test_answer_drift_changes_one_greedy_answer_in_four_only_with_an_adapter_armed(lab):
     bodies = [{**CHAT, "messages": [{"role": "user", "content": "Tell me about harbour %d." % i}]} for i in range(8)]
     got = {}

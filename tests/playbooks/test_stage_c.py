@@ -117,9 +117,12 @@ def test_an_arm_that_changes_answers_or_misses_a_needle_fails_its_quality_checks
                                                                                                     fast_engine):
     """Quality before speed (the report): an armed fence whose greedy answers differ from the baseline's on some
     prompts, and which loses a pass code hidden 100k tokens deep, fails; each failure names the prompt and shows
-    both answers (or the answer and the needle). The baseline, with nothing armed, passes both checks."""
+    both answers (or the answer and the needle). Its answers to the graded code, JSON and math tasks are wrong: each
+    task is named with what was wrong (the code's asserts failed inside bubblewrap on the head). The baseline, with
+    nothing armed, passes every check."""
+    from ansible.module_utils import graded_tasks as g
     from ansible.module_utils import quality_checks as q
-    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="answer_drift,needle_miss")
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="answer_drift,needle_miss,graded_wrong")
     before = fleet_state()
     rc, out = run_stage(tmp_path)
     run, rec = record(tmp_path / "rec")
@@ -135,6 +138,10 @@ def test_an_arm_that_changes_answers_or_misses_a_needle_fails_its_quality_checks
     assert needle.startswith("long_context_needles: needle-100k (about 100,000 tokens, the pass code at 50%% depth): "
                              "answered 'I found no pass code for vault %s in the text.'" % f100["vault"]), needle
     assert "needle-30k" not in needle, "within the reach the needle is found"
+    graded = [f for f in failures if f.startswith("graded_tasks: ")]
+    assert [f.split(" ")[1] for f in graded] == [t["id"] for t in g.TASKS], graded
+    assert "graded_tasks: math-odd-sum (math): final answer 2499, expected 2500; answer: '" in graded[0]
+    assert any(f.startswith("graded_tasks: code-gcd (code): its code failed its asserts (exit 1") for f in graded)
     (verdict,) = rec["verdicts"]
     assert verdict["verdict"] == "fail" and rec["proposals"] == []
     assert rec["restore"]["equal"] is True and fleet_state() == before

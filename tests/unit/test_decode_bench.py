@@ -506,6 +506,17 @@ def test_summary_digests_tell_answers_apart_and_count_degenerate_ones():
     assert nan["degenerate_outputs"] == 1 and same["degenerate_outputs"] == 0
 
 
+def test_a_quality_probe_keeps_each_distinct_answer_whole_and_a_timing_run_does_not():
+    prompts = [{"id": "p0", "messages": []}]
+    code = "```python\ndef gcd(a, b):\n\twhile b:\n        a, b = b, a % b\n    return a\n```\x1b[31m"
+    probe = db.summarize([_round(1, [code, code, "x" * 20000])], prompts, settings={"purpose": "quality", "repetitions": 1})
+    kept = probe["answers"]["p0"]
+    assert len(kept) == 2 and code.replace("\x1b", "") in kept        # lines and tabs kept, escapes dropped
+    assert max(len(a) for a in kept) == 16000 and kept[-1].endswith("\u2026")
+    timing = db.summarize([_round(1, [code])], prompts, settings={"purpose": "timing", "repetitions": 1})
+    assert "answers" not in timing and len(timing["answer_excerpts"]["p0"]) == 1
+
+
 def test_bench_rows_filter_formats_each_condition():
     import benchmark as bf
     row = {"workload": "prose", "concurrency": 4, "requests": 40, "distinct_outputs": 1, "ttft_ms_median": 81.26,

@@ -114,8 +114,10 @@ def res(c, digests, distinct=1, **extra):
 
 
 def test_correctness_checks_repeat_concurrency_finite_and_abort():
-    # the quality checks (greedy_matches_baseline, long_context_needles) have their own tests (test_quality_checks)
-    checks = [c for c in arm()["correctness"] if c["name"] not in ("greedy_matches_baseline", "long_context_needles")]
+    # the quality checks (greedy_matches_baseline, long_context_needles, graded_tasks) have their own tests
+    # (test_quality_checks, test_graded_tasks)
+    checks = [c for c in arm()["correctness"]
+              if c["name"] not in ("greedy_matches_baseline", "long_context_needles", "graded_tasks")]
     good = [res(1, ["aa"]), res(4, ["aa"])]
     assert filters.dsv41_experiment_correctness(checks, good, {}) == []
     raced = [res(1, ["aa", "bb"], distinct=2), res(4, ["cc"])]
@@ -128,6 +130,15 @@ def test_correctness_checks_repeat_concurrency_finite_and_abort():
     aborted = [res(1, ["aa"], finish_reasons={"abort": 1}), res(4, ["aa"])]
     assert filters.dsv41_experiment_correctness(checks, aborted) == ["no_abort: prose C1 1 repetition(s) ended in abort"]
     assert filters.dsv41_experiment_correctness(checks, []) [-1] == "correctness: no answer was collected"
+
+
+def test_graded_tasks_fails_only_when_no_graded_answer_came_back():
+    """The answers are graded on the head (module graded_answers, whose failures join these); here the check says
+    when the graded probe brought nothing back to grade."""
+    checks = [{"name": "graded_tasks", "args": {}}]
+    graded = dict(res(1, ["aa"]), workload="graded")
+    assert filters.dsv41_experiment_correctness(checks, [res(1, ["aa"]), graded]) == []
+    assert filters.dsv41_experiment_correctness(checks, [res(1, ["aa"])]) == ["graded_tasks: no graded task was answered"]
 
 
 def test_snapshot_compare_filter():

@@ -87,8 +87,9 @@ def test_a_missed_needle_fails_naming_the_prompt_its_size_and_the_answer():
 
 
 def test_every_shipped_definition_asks_for_the_needles_and_the_exact_ones_for_the_baseline_s_answers():
-    """Quality is a check every arm passes: every definition sends the long-context needles; those whose arms do
-    the baseline's computation (fence, prefetch, clocks, row cache, DRM cache) also require its greedy answers."""
+    """Quality is a check every arm passes: every definition sends the long-context needles and the graded code,
+    JSON and math tasks; those whose arms do the baseline's computation (fence, prefetch, clocks, row cache, DRM
+    cache) also require its greedy answers."""
     from pathlib import Path
     from ansible.module_utils import experiment_schema as es
     exact = {"stage_c_fence", "stage_e_prefetch", "stage_i_clocks", "stage_i_row_cache", "stage_i_drm"}
@@ -96,5 +97,15 @@ def test_every_shipped_definition_asks_for_the_needles_and_the_exact_ones_for_th
         d = es.load_text(path.read_text(), str(path), path.stem)
         for arm in d["arms"]:
             names = [c["name"] for c in arm["correctness"]]
-            assert "long_context_needles" in names, (path.name, arm["name"])
+            assert "long_context_needles" in names and "graded_tasks" in names, (path.name, arm["name"])
             assert ("greedy_matches_baseline" in names) == (path.stem in exact), (path.name, arm["name"])
+
+
+def test_graded_answers_are_judged_by_their_grader_not_matched_with_the_baseline_s():
+    """The graded probe's answers have their known right answers (module_utils/graded_tasks.py); the baseline's
+    record keeps only its timed answers, so matching them would report a baseline with nothing to compare."""
+    timed = {"workload": "prose", "concurrency": 1, "settings": {"temperature": 0.0},
+             "output_digests": {"p0": ["aa"]}, "answer_excerpts": {"p0": {"aa": "same"}}}
+    graded = {"workload": "graded", "concurrency": 1, "settings": {"temperature": 0.0},
+              "output_digests": {"math-odd-sum": ["bb"]}, "answer_excerpts": {"math-odd-sum": {"bb": "2500"}}}
+    assert q.greedy_match_failures([timed, graded], [timed]) == []
