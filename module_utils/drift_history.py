@@ -38,6 +38,39 @@ def fleet_key(inventories, default="lab"):
     return default
 
 
+# Exit codes from the best to the worst: no drift, drift, a host unreachable or a probe failed, could not run
+# (a check that did not run at all says the least about its fleet).
+EXIT_SEVERITY = (0, 2, 3, 1)
+
+
+def worst_exit(codes):
+    """The worst of several fleet-drift exit codes (EXIT_SEVERITY); an unknown code counts as "could not run"."""
+    worst = 0
+    for code in codes:
+        code = code if code in EXIT_SEVERITY else 1
+        if EXIT_SEVERITY.index(code) > EXIT_SEVERITY.index(worst):
+            worst = code
+    return worst
+
+
+def fleet_inventories(directory):
+    """[(fleet key, inventory directory)] of every fleet inventory under ``directory`` (``inventory/``): each
+    subdirectory holding a ``hosts.yml`` (``common/``, the layer every fleet shares, holds none), sorted; two
+    directories that would share a history key are refused."""
+    found, keys = [], {}
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path) and os.path.isfile(os.path.join(path, "hosts.yml")):
+            key = fleet_key([path])
+            if key in keys:
+                raise HistoryError("%s and %s would share the drift history %r" % (keys[key], path, key))
+            keys[key] = path
+            found.append((key, path))
+    if not found:
+        raise HistoryError("no fleet inventory (a directory holding hosts.yml) under %s" % directory)
+    return found
+
+
 def _real_dir(path, what):
     """Create ``path`` if missing; refuse a symlink or anything but a directory there."""
     try:

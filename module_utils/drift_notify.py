@@ -18,10 +18,12 @@ TIMEOUT = 30  # seconds a notifier may take; a hanging one is a reported failure
 
 
 def payload(report):
-    return {"run": report["run"], "exit_code": report["exit_code"], "inventory": report["inventory"],
+    fleet = report.get("fleet") or "?"
+    return {"fleet": fleet, "run": report["run"], "exit_code": report["exit_code"], "inventory": report["inventory"],
             "hosts": report["hosts"], "findings": report["findings"], "resolved": report["resolved"],
-            "summary": "%d open finding(s), %d new, %d resolved" % (
-                len(report["findings"]), sum(1 for f in report["findings"] if f.get("new")), len(report["resolved"]))}
+            "summary": "fleet %s: %d open finding(s), %d new, %d resolved" % (
+                fleet, len(report["findings"]), sum(1 for f in report["findings"] if f.get("new")),
+                len(report["resolved"]))}
 
 
 def _clean(text, token):

@@ -62,10 +62,16 @@ def clock_snapshot(run, p, unit_dir=None):
     res = clock_lock.gather(run, "locked", p["clock_unit"], p["clock_min_mhz"], p["clock_max_mhz"],
                             reset_unit=p["clock_reset_unit"], nvidia_smi=p["nvidia_smi"], sample_clock=False)
     state = res.get("unit_state") or {}
+    enabled = state.get("UnitFileState")
+    if not enabled and text is not None:
+        # `systemctl show` can leave the property out while the manager is busy (seen with two checks probing
+        # one host at once); `is-enabled` answers the same question its own way before "unknown" is reported
+        rc, out, _err = run(["systemctl", "is-enabled", p["clock_unit"]])
+        enabled = (out or "").strip().splitlines()[0] if (out or "").strip() else None
     return {
         "unit_file": unit_path if text is not None else None,
         "exec_start": exec_start(text),
-        "enabled": state.get("UnitFileState"),
+        "enabled": enabled,
         "active": state.get("ActiveState"),
         "reset_unit_file": os.path.exists(os.path.join(unit_dir, p["clock_reset_unit"])) if p["clock_reset_unit"] else False,
         "verdict": res.get("verdict"),

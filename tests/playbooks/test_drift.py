@@ -236,3 +236,44 @@ def test_unreachable_host_exit_3_and_the_others_reported(lab_run, tmp_path, hook
 def test_retention_keeps_the_last_runs(lab_run):
     runs = [p for p in (lab_run["records"] / "drift" / "lab").iterdir() if p.is_dir()]
     assert 1 <= len(runs) <= 6  # drift_retention_runs: 6 in this inventory layer
+
+
+def test_all_fleets_checked_at_once_each_reported_apart_and_the_worst_exit(lab_run, tmp_path, hook):
+    """bin/fleet-drift --all: every fleet inventory under --fleets checked by its own run, all at once. Two fleets
+    on the lab's hosts: "lab" as converged, "lab-b" declaring 6 request slots where the hosts run 4. The drift is
+    lab-b's alone (its finding, its notification naming it, its metrics), lab stays clean, records apart, and the
+    exit code is the worst (2)."""
+    import shutil
+    import yaml
+    layer = yaml.safe_load((lab_run["inv"] / "group_vars" / "dsv41_ranks.yml").read_text())
+    fleets = tmp_path / "fleets"
+    for name, extra in (("lab", {}), ("lab-b", {"dsv41_fleet_name": "lab-b",
+                                                "dsv41_launcher_overrides": {"MAX_RUNNING_REQUESTS": 6}})):
+        shutil.copytree(LAB_INVENTORY, fleets / name)       # the baseline link copied as the file it names
+        (fleets / name / "group_vars" / "dsv41_ranks" / "zz_fleet_test.yml").write_text(
+            "---\n" + yaml.safe_dump(dict(layer, **extra)))
+    (tmp_path / "fleets" / "common").mkdir()                  # a shared layer holds no hosts.yml: no fleet
+    calls = len(hook.calls)
+    records, metrics_dir = tmp_path / "records", tmp_path / "metrics"
+    res = subprocess.run([sys.executable, str(ROOT / "bin" / "fleet-drift"), "--all", "--fleets", str(fleets),
+                          "--records", str(records), "--metrics-dir", str(metrics_dir)], cwd=ROOT, env=env(),
+                         text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    assert res.returncode == 2, res.stdout
+    assert "fleet lab (%s): exit 0" % (fleets / "lab") in res.stdout
+    assert "fleet lab-b (%s): exit 2" % (fleets / "lab-b") in res.stdout
+    assert "fleet-drift --all: 2 fleet(s), exit 2 (the worst: lab 0, lab-b 2)" in res.stdout
+    reports = {}
+    for name in ("lab", "lab-b"):
+        (run_dir,) = [p for p in (records / "drift" / name).iterdir() if p.is_dir()]
+        reports[name] = json.loads((run_dir / "drift.json").read_text())
+    assert reports["lab"]["findings"] == [] and reports["lab"]["fleet"] == "lab"
+    # the one declared difference, in the head's .env and in what every rank's launch would receive
+    assert sorted((f["host"], f["area"], f["item"]) for f in reports["lab-b"]["findings"]) == [
+        ("spark1", "env", "MAX_RUNNING_REQUESTS"), ("spark1", "launch", "env MAX_RUNNING_REQUESTS"),
+        ("spark2", "launch", "env MAX_RUNNING_REQUESTS"), ("spark3", "launch", "env MAX_RUNNING_REQUESTS")]
+    assert sorted(p.name for p in metrics_dir.iterdir()) == ["dsv41_drift_lab-b.prom", "dsv41_drift_lab.prom"]
+    assert 'fleet="lab-b"' in (metrics_dir / "dsv41_drift_lab-b.prom").read_text()
+    assert 'fleet="lab-b"' not in (metrics_dir / "dsv41_drift_lab.prom").read_text()
+    new = hook.calls[calls:]
+    assert [c["body"]["fleet"] for c in new] == ["lab-b"], new
+    assert new[0]["body"]["summary"].startswith("fleet lab-b: 4 open finding(s), 4 new")

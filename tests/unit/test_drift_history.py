@@ -303,3 +303,36 @@ def test_shards_verified_forgets_an_identity_that_changed_and_survives_odd_histo
         assert dh.shards_verified(odd, {"spark1": {"shards": None}}) == {"spark1": {}}
         # a history this tool did not write never stops the run, and vouches for nothing
         assert dh.shards_verified(odd, {"spark2": moved}) == {"spark2": {}}
+
+
+def test_every_fleet_inventory_is_found_and_common_layers_are_not_fleets(tmp_path):
+    for name in ("production", "lab", "tp4-example"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "hosts.yml").write_text("---\n")
+    (tmp_path / "common").mkdir()                    # the shared layer: no hosts.yml
+    (tmp_path / "README.md").write_text("x")
+    assert dh.fleet_inventories(str(tmp_path)) == [(n, str(tmp_path / n)) for n in ("lab", "production", "tp4-example")]
+    # the repository's own: the lab and production, never common
+    assert [k for k, _ in dh.fleet_inventories(str(ROOT / "inventory"))] == ["lab", "production"]
+    (tmp_path / "lab b").mkdir()
+    (tmp_path / "lab b" / "hosts.yml").write_text("---\n")
+    (tmp_path / "lab_b").mkdir()
+    (tmp_path / "lab_b" / "hosts.yml").write_text("---\n")
+    with pytest.raises(dh.HistoryError, match="would share the drift history 'lab_b'"):
+        dh.fleet_inventories(str(tmp_path))
+    with pytest.raises(dh.HistoryError, match="no fleet inventory"):
+        dh.fleet_inventories(str(tmp_path / "common"))
+
+
+def test_the_worst_exit_code_of_several_fleets():
+    assert dh.worst_exit([0, 0]) == 0 and dh.worst_exit([0, 2]) == 2 and dh.worst_exit([2, 3, 0]) == 3
+    assert dh.worst_exit([3, 1, 2]) == 1, "a check that could not run says the least"
+    assert dh.worst_exit([0, -9]) == 1, "a run killed by a signal could not run"
+    assert dh.worst_exit([]) == 0
+
+
+def test_the_notification_names_its_fleet():
+    report = {"fleet": "tp4-example", "run": "r", "exit_code": 2, "inventory": "inventory/tp4-example",
+              "hosts": {}, "findings": [{"new": True}], "resolved": []}
+    body = dn.payload(report)
+    assert body["fleet"] == "tp4-example" and body["summary"] == "fleet tp4-example: 1 open finding(s), 1 new, 0 resolved"

@@ -181,3 +181,23 @@ def test_values_shaped_like_secrets_never_leave_in_clear_whatever_their_name(tmp
     assert snap["actual"]["UPSTREAM_HDR"] == "Bearer ***"
     text = json.dumps(snap)
     assert not [v for v in shaped.values() if v in text] and "other" not in text and "pw9876" not in text
+
+
+def test_a_unit_state_systemd_left_out_is_asked_again_with_is_enabled(host, monkeypatch, capsys):
+    """`systemctl show` can omit UnitFileState while the manager is busy: the snapshot asks `is-enabled` before
+    calling the state unknown (which the comparison would report as drift)."""
+    base = fake_commands(host["files"])
+    asked = []
+
+    def run(cmd):
+        c = " ".join(cmd)
+        if c.startswith("systemctl show nvidia-clock-lock.service"):
+            return 0, "LoadState=loaded\nActiveState=active\nResult=success\nUnitFileState=\n", ""
+        if c == "systemctl is-enabled nvidia-clock-lock.service":
+            asked.append(c)
+            return 0, "enabled\n", ""
+        return base(cmd)
+    res = run_module(fleet_snapshot.main, host["args"], run_command=run)
+    assert asked and res["snapshot"]["clock"]["enabled"] == "enabled"
+    found = {(f["area"], f["item"]) for f in drift_compare.compare_host("spark1", res["snapshot"], res["declared"])}
+    assert ("clock_lock", "enabled at boot") not in found
