@@ -204,6 +204,13 @@ def dsv41_experiment_workload_steps(logs, ranks, results, concurrency=1):
     return _steps.workload_steps(logs or {}, ranks or {}, results or [], concurrency)
 
 
+def dsv41_experiment_round_metrics(results, logs, ranks):
+    """A condition's decode_bench results with committed tokens per step, step time and their quotient per
+    measured round from rank 0's step lines (module_utils/decode_steps.py: with_round_metrics), so a definition
+    can judge by them."""
+    return _steps.with_round_metrics(results or [], logs or {}, ranks or {})
+
+
 def dsv41_experiment_decode_steps(logs, ranks, benchmarked=()):
     """Committed tokens per step and step time of a condition, from rank 0's Decode batch lines: at C1, C2, C4
     and at every concurrency the condition's benchmark ran (``benchmarked``; more slots adds C8)."""
@@ -263,6 +270,7 @@ class FilterModule:
             "dsv41_experiment_cache_state": dsv41_experiment_cache_state,
             "dsv41_needle_prompts": dsv41_needle_prompts,
             "dsv41_graded_prompts": dsv41_graded_prompts,
+            "dsv41_experiment_round_metrics": dsv41_experiment_round_metrics,
             "dsv41_experiment_probe_plan": dsv41_experiment_probe_plan,
             "dsv41_experiment_node_facts": dsv41_experiment_node_facts,
         }

@@ -213,6 +213,10 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None, f
         # belong to this workload and concurrency (module_utils/decode_steps.py: workload_steps)
         "window": ({"start": min(rd["started_at"] for rd in rounds), "end": max(rd["ended_at"] for rd in rounds)}
                    if rounds and all("started_at" in rd for rd in rounds) else None),
+        # each measured round's own window, in order: the engine's step lines of one round (decode_steps.py
+        # round_metrics: committed tokens per step over step time, per repetition, a judged metric)
+        "round_windows": ([[rd["started_at"], rd["ended_at"]] for rd in rounds]
+                          if rounds and all("started_at" in rd for rd in rounds) else None),
         "distinct_outputs": distinct,
         "distinct_outputs_per_prompt": per_prompt,
         "deterministic": distinct == 1,

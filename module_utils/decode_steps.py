@@ -143,6 +143,39 @@ def condition_steps(logs, ranks, concurrency=(1,)):
     return out
 
 
+# Speculative-step figures a definition may judge by (experiment_stats.DIRECTIONS), one value per measured round.
+ROUND_METRICS = ("committed_per_s", "committed_per_step", "step_ms")
+
+
+def round_metrics(text, result):
+    """{metric: {"rounds": [one value per measured round]}} of one decode_bench result from rank 0's Decode batch
+    lines logged in each round's window at the result's concurrency: committed tokens per step (median), step
+    time in ms (median) and their quotient, committed tokens per second of step time (the report's rank for
+    the block size). {} when a round has no usable line (the verdict then names the metric as unmeasured)."""
+    windows = result.get("round_windows") or []
+    if not windows or not result.get("concurrency"):
+        return {}
+    per, ms, quotient = [], [], []
+    for start, end in windows:
+        st = step_stats(text, running=int(result["concurrency"]), window=(start, end))
+        p, m = st["committed_tokens_per_step"], st["step_ms"]
+        if not p or not m or not m["median"]:
+            return {}
+        per.append(p["median"])
+        ms.append(m["median"])
+        quotient.append(round(p["median"] / (m["median"] / 1000.0), 3))
+    return {"committed_per_step": {"rounds": per}, "step_ms": {"rounds": ms}, "committed_per_s": {"rounds": quotient}}
+
+
+def with_round_metrics(results, logs, ranks):
+    """``results`` (a condition's decode_bench results), each with :func:`round_metrics` from the head rank's
+    latest boot added (copies; the results are returned as they are without rank 0's log)."""
+    heads = [h for h, r in (ranks or {}).items() if int(r) == 0 and h in (logs or {})]
+    if not heads:
+        return list(results or [])
+    return [dict(r, **round_metrics(logs[heads[0]], r)) for r in results or []]
+
+
 def workload_steps(logs, ranks, results, concurrency=1):
     """Per workload, the speculative-step figures of the lines rank 0 logged while that workload ran at
     ``concurrency`` (the decode_bench result's ``window``), and the rank the report uses for the block

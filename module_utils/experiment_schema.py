@@ -79,6 +79,7 @@ METRICS = {
     "ttft_ms": "lower",
     "step_ms": "lower",
     "committed_per_step": "higher",
+    "committed_per_s": "higher",     # committed tokens per step / step time, per round (decode_steps.round_metrics)
 }
 WIN_RULES = ("separation",)
 HOOKS = ("clock_state",)

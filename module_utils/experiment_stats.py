@@ -36,7 +36,7 @@ __metaclass__ = type
 
 RULE = "separation"
 DIRECTIONS = {"aggregate_tok_s": "higher", "per_stream_tok_s": "higher", "ttft_ms": "lower",
-              "step_ms": "lower", "committed_per_step": "higher"}
+              "step_ms": "lower", "committed_per_step": "higher", "committed_per_s": "higher"}
 MIN_REPETITIONS = 5
 
 

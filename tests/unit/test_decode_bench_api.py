@@ -236,8 +236,32 @@ def test_workload_steps_split_rank0_lines_by_each_workload_window():
         "no Decode batch line with #running-req: 1 in the measured window in the latest boot")
 
 
+def test_each_round_is_judged_by_committed_tokens_per_step_over_step_time():
+    """The report's rank for the block size, per measured round (a judged metric): the lines rank 0 logged in
+    each round's window at the result's concurrency; a round without a usable line leaves the metric out."""
+    import calendar
+    t0 = calendar.timegm((2026, 9, 24, 2, 55, 0, 0, 0, 0))
+    text = "\n".join([BOOT, NEW.format(s=1, r=1, a="3.00", t="30.00"), NEW.format(s=2, r=1, a="3.00", t="20.00"),
+                      NEW.format(s=4, r=1, a="2.00", t="40.00"), NEW.format(s=5, r=4, a="9.00", t="9.00")]) + "\n"
+    result = {"workload": "prose", "concurrency": 1,
+              "round_windows": [[t0 + 0.5, t0 + 2.5], [t0 + 3.5, t0 + 5.5]]}
+    got = decode_steps.round_metrics(text, result)
+    assert got["committed_per_step"] == {"rounds": [3.0, 2.0]}
+    # round 1: steps of 100 and 150 ms (median 125) -> 3 / 0.125 = 24 tokens/s; round 2: 2 / 0.05 = 40 (C4 line left out)
+    assert got["step_ms"]["rounds"] == pytest.approx([125.0, 50.0]) and got["committed_per_s"] == {"rounds": [24.0, 40.0]}
+    assert decode_steps.round_metrics(text, dict(result, round_windows=[[t0 + 60, t0 + 61]])) == {}
+    assert decode_steps.round_metrics(text, dict(result, round_windows=None)) == {}
+    both = decode_steps.with_round_metrics([result], {"spark1": text}, {"spark1": 0})
+    assert both[0]["committed_per_s"] == {"rounds": [24.0, 40.0]} and "committed_per_s" not in result
+    assert decode_steps.with_round_metrics([result], {"spark2": text}, {"spark2": 1}) == [result]
+
+
 def test_results_carry_the_window_of_their_measured_rounds(engine, prompt_files):  # noqa: F811
     import time
     before = time.time()
     (r,) = bench(engine, prompt_files, names=("code",), warmups=1, timeout=30)["results"]
     assert before <= r["window"]["start"] < r["window"]["end"] <= time.time()
+    # each measured round's own window (the warm-up's is not one of them), in order, inside the whole
+    assert len(r["round_windows"]) == r["rounds"]
+    assert r["round_windows"][0][0] == r["window"]["start"] and r["round_windows"][-1][1] == r["window"]["end"]
+    assert all(a[1] <= b[0] for a, b in zip(r["round_windows"], r["round_windows"][1:]))

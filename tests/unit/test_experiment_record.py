@@ -122,8 +122,10 @@ def test_k5_that_loses_to_k3_still_unlocks_the_cap():
     d = definition("stage_g_spec")
     slower = [80.0, 81.0, 79.0, 80.0, 82.0]
     conds = {"baseline": {"results": [res("prose", 1, BASE)]}, "k5": {"results": [res("prose", 1, slower)]}}
+    # stage G judges committed tokens per step over step time, per round (decode_steps.round_metrics)
+    assert d["arms"][0]["acceptance"]["metric"] == "committed_per_s"
     for r in conds["baseline"]["results"] + conds["k5"]["results"]:
-        r["per_stream_tok_s"] = r["aggregate_tok_s"]
+        r["committed_per_s"] = r["aggregate_tok_s"]
     (k5,) = er.evaluate(d, conds, {})
     assert k5["verdict"] == "fail" and k5["losses"] and k5["checks_passed"] is True
     (prop,) = er.proposals(d, [k5], BASELINE_FILE.read_text(), "sha256:abc", "records/g/record.json")
