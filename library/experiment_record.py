@@ -93,8 +93,9 @@ options:
   interrupted:
     description:
       - The run was interrupted and is recorded by playbooks/rollback.yml from what it kept (C(run.json)),
-        with C(condition) and C(step) where it stopped and C(measured) the conditions it had finished. The
-        record says so first and does not pass.
+        with C(condition) and C(step) where it stopped and C(measured) the conditions it had finished, and
+        C(unfinished_benchmarks) the benchmarks it left (M(decode_bench_leftovers)), whose finished rounds
+        are listed, never judged. The record says so first and does not pass.
     type: dict
   chart:
     description: Draw chart.png (needs matplotlib on the interpreter running the module).

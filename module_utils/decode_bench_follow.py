@@ -10,6 +10,7 @@ leaves it at "started" forever).
 """
 from __future__ import annotations
 
+import os
 import time
 
 from ansible.module_utils.decode_bench_progress import read_progress, round_lines, status_line
@@ -115,3 +116,71 @@ def _round(results_file, progress_file, run_id, host_label, time_limit, startup_
                        "; it still runs: stop it with kill -TERM %s" % record["pid"], line()),
                     record, now, True, True, host_label, changed=bool(stopped))
     return _out("running", line(), record, now, host_label=host_label)
+
+
+# A progress record is named after the benchmark's run id: <experiment run id>-<call>.progress.json.
+PROGRESS_SUFFIX = ".progress.json"
+
+
+def leftovers(directory, run, stop=True):
+    """The benchmarks an experiment run ``run`` started in ``directory`` on this host, for a run that was
+    interrupted (its controller killed while a benchmark ran: the async job goes on without it and keeps
+    loading the engine, up to its time limit, through the rollback's boot and into the next run).
+
+    Each progress record whose run id is ``<run>-<call>`` is read; a benchmark whose process still runs
+    (its pid and start time, so a recycled pid is never signalled) is stopped with SIGTERM when ``stop``.
+    Returns one entry per record, oldest first: ``label`` (the condition), ``file``, ``state`` (the
+    record's), ``running`` (before this call), ``stopped``, ``rounds`` (every round it finished: workload,
+    concurrency, kind, number, of, the rates and wall time, failed) and ``plan_rounds`` (warm-ups and
+    repetitions planned). Records of other runs, symlinks and unreadable files are left alone."""
+    out = []
+    prefix = "%s-" % run
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return out
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(PROGRESS_SUFFIX)):
+            continue
+        path = os.path.join(directory, name)
+        record = read_progress(path)         # refuses a symlink or FIFO planted at the name
+        if record is None or not str(record.get("run_id") or "").startswith(prefix):
+            continue
+        running = pid_alive(record["pid"], record.get("pid_start"))
+        stopped = bool(running and stop and stop_packer(record))
+        keys = ("workload", "concurrency", "kind", "number", "of", "aggregate_tok_s", "per_stream_tok_s", "wall_s",
+                "failed", "at")
+        rounds = [dict((k, r.get(k)) for k in keys) for r in (record.get("rounds") or []) if isinstance(r, dict)]
+        planned = sum(int(p.get("rounds") or 0) + int(p.get("warmup_rounds") or 0)
+                      for p in (record.get("plan") or []) if isinstance(p, dict))
+        out.append({"label": record.get("label") or name[len(prefix):-len(PROGRESS_SUFFIX)], "file": path,
+                    "state": record["state"], "pid": record["pid"], "running": running, "stopped": stopped,
+                    "rounds": rounds, "plan_rounds": planned, "started": record.get("started")})
+    return sorted(out, key=lambda e: e.get("started") or 0)
+
+
+def leftover_lines(entries, host_label, check_mode=False):
+    """One line per benchmark that did not finish (a finished one's figures are in its condition's results):
+    whether it was (or would be) stopped and what it had finished."""
+    lines = []
+    for e in entries:
+        if e["state"] == "done" and not e["running"]:
+            continue
+        measured = [r for r in e["rounds"] if r.get("kind") != "warmup" and not r.get("failed")]
+        if e["running"] and check_mode:
+            how = "is still running (pid %s): it would be stopped with SIGTERM" % e["pid"]
+        elif e["running"] and e["stopped"]:
+            how = "was still running (pid %s): stopped with SIGTERM" % e["pid"]
+        elif e["running"]:
+            how = "is still running (pid %s) and did not stop on SIGTERM: stop it with kill -KILL %s" % (
+                e["pid"], e["pid"])
+        elif e["state"] == "running":
+            how = "had died without finishing (its record still says running)"
+        else:
+            how = "had ended (%s)" % e["state"]
+        lines.append("%s benchmark %s %s; %d of %d rounds finished, %d measured repetition(s) kept in the record%s"
+                     % (host_label, e["label"], how, len(e["rounds"]), e["plan_rounds"], len(measured),
+                        ": " + ", ".join("%s C%s #%s %.1f tok/s" % (r["workload"], r["concurrency"], r["number"],
+                                                                     r.get("aggregate_tok_s") or 0.0)
+                                         for r in measured) if measured else ""))
+    return lines

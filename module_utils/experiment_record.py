@@ -151,6 +151,24 @@ def metric_tables(definition, conditions, order):
     return out
 
 
+def unfinished_benchmark_lines(entries):
+    """record.md lines for the benchmarks an interrupted run left (``decode_bench_follow.leftovers``): each
+    one's finished rounds, kept as measured but never judged (a condition is judged on all its repetitions)."""
+    out = []
+    for e in entries:
+        rounds = [r for r in e.get("rounds") or [] if isinstance(r, dict)]
+        measured = [r for r in rounds if r.get("kind") != "warmup" and not r.get("failed")]
+        out.append("Benchmark **%s** was cut off after %d of %d rounds (%s%s); its measured repetitions, kept "
+                   "here and not judged: %s." % (
+                       e.get("label") or "?", len(rounds), e.get("plan_rounds") or 0, e.get("state") or "?",
+                       ", stopped by the rollback" if e.get("stopped") else "",
+                       "; ".join("%s C%s repetition %s of %s: %.1f tok/s (%.1f per stream)" % (
+                           r.get("workload"), r.get("concurrency"), r.get("number"), r.get("of"),
+                           r.get("aggregate_tok_s") or 0.0, r.get("per_stream_tok_s") or 0.0)
+                           for r in measured) or "none"))
+    return out + ([""] if out else [])
+
+
 def markdown(record):
     """record.md: the verdicts, then the side-by-side table per workload (prose and code apart)."""
     d = record["definition"]
@@ -167,6 +185,7 @@ def markdown(record):
                 "snapshot, below). Measured before it stopped: %s; the other conditions were not run." % (
                     "in condition %s " % at["condition"] if at.get("condition") else "", at.get("step") or "unknown",
                     ", ".join(at.get("measured") or []) or "nothing"), ""]
+        out += unfinished_benchmark_lines(at.get("unfinished_benchmarks") or [])
     out += ["## Verdicts", ""]
     for v in verdicts:
         out.append("- **%s**: %s%s" % (v["arm"], v["verdict"].upper(),

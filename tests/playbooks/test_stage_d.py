@@ -272,3 +272,56 @@ def test_a_run_killed_in_an_arm_blocks_the_next_one_until_rollback_finishes_it(t
     # finished: the next stage's preflight no longer refuses (its guard runs with every tag)
     rc, out = playbook("stage_c_fence.yml", "--check", "--tags", "preflight", "-e", "experiment_record_root=%s" % root)
     assert rc == 0 and "Refused before touching any host" not in out, out[-3000:]
+
+
+LONG_REPETITIONS = 60
+
+
+def test_a_run_killed_mid_benchmark_leaves_no_benchmark_running_and_keeps_its_rounds(tmp_path, fast_engine):
+    """Killed while the baseline's benchmark runs: the benchmark (an async job on the load-generating worker)
+    outlives its controller and keeps loading the engine; the rollback stops it before the restore's boot (check
+    mode only says so) and the record keeps the repetitions it finished, unjudged."""
+    fast_engine(LAB_ENGINE_SPEED=PROGRESS_TEST_SPEED)
+    before = fleet_state()
+    root = tmp_path / "rec"
+    # sixty repetitions (about two seconds each here): the benchmark left behind still runs through the
+    # check-mode rollback below, however busy the machine
+    definition = lab_definition(tmp_path, "stage_d_wo_a", trim=True)
+    path = Path(definition.split("=", 1)[1])
+    doc = yaml.safe_load(path.read_text())
+    doc["benchmark"]["repetitions"] = LONG_REPETITIONS
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    killed, out = kill_during("stage_d_wo_a.yml", [*RUN, "-e", definition, "-e", "experiment_record_root=%s" % root,
+                                                   "-e", "experiment_bench_poll_seconds=1"],
+                              "benchmark baseline: prose C1 repetition 1 of %d done" % LONG_REPETITIONS)
+    assert killed, out[-3000:]
+    (run,) = [p for p in root.iterdir() if p.is_dir()]
+    progress = "/tmp/dsv41-experiment/%s-baseline.progress.json" % run.name
+    left = json.loads(sh("spark2", "cat %s" % progress))
+    alive = "kill -0 %d 2>/dev/null && echo alive || echo gone" % left["pid"]
+    assert left["state"] == "running" and sh("spark2", alive).strip() == "alive", "the benchmark outlived its run"
+
+    args = ("-e", "experiment_rollback_run=%s" % run.name, "-e", "experiment_record_root=%s" % root)
+    rc, checked = playbook("rollback.yml", "--check", *RUN, *args)
+    assert rc == 0, checked[-3000:]
+    assert "spark2 benchmark baseline is still running (pid %d): it would be stopped with SIGTERM" % left["pid"] \
+        in flat(checked)
+    assert sh("spark2", alive).strip() == "alive", "check mode stops nothing"
+
+    rc, out = playbook("rollback.yml", *RUN, *args)
+    assert rc == 0, out[-4000:]
+    said = re.search(r"spark2 benchmark baseline was still running \(pid %d\): stopped with SIGTERM; (\d+) of \d+ "
+                     r"rounds finished, (\d+) measured repetition\(s\) kept in the record: prose C1 #1 " % left["pid"],
+                     flat(out))
+    assert said and int(said.group(2)) >= 1, flat(out)[-3000:]
+    assert flat(out).index("stopped with SIGTERM") < flat(out).index("The fleet equals run")
+    assert sh("spark2", alive).strip() == "gone"
+    assert fleet_state() == before and engine_healthy()
+    rec = json.loads((run / "record.json").read_text())
+    (cut,) = [b for b in rec["interrupted"]["unfinished_benchmarks"] if b["label"] == "baseline"]
+    assert cut["stopped"] and [(r["kind"], r["number"]) for r in cut["rounds"]][:2] == [("warmup", 1), ("measured", 1)]
+    assert rec["interrupted"]["step"] == "benchmark" and rec["interrupted"]["condition"] == "baseline"
+    md = (run / "record.md").read_text()
+    assert re.search(r"Benchmark \*\*baseline\*\* was cut off after \d+ of \d+ rounds \(\w+, stopped by the "
+                     r"rollback\); its measured repetitions, kept here and not judged: prose C1 repetition 1 of 60: ", md)
+    print(md.split("## Verdicts")[0])
