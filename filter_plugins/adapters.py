@@ -24,6 +24,56 @@ def adapters_source_problems(stat_results, manifest, source_dir):
     return out
 
 
+def adapters_manifest_proposal(stat_results, manifest, source_dir, pinned_results=None, pinned_dir=""):
+    """The manifest the source files prove (``stat`` results with sha256 checksums, one per deployed file),
+    compared with the inventory's (``manifest``) and, for the adapters the report calls byte-identical to the
+    pinned downstream revision, with that revision's copies (``pinned_results``: ``stat`` results of the
+    files under ``pinned_dir``, each with ``item`` the local file name). Returns ``manifest`` (name -> sha256
+    of every file present), ``problems`` (a file missing, a pinned adapter that is not byte-identical),
+    ``changes`` (what committing the proposal would change in the inventory's manifest), ``lines`` (for the
+    operator) and ``yaml`` (the inventory lines to commit)."""
+    manifest = manifest or {}
+    proposed, problems = {}, []
+    for res in stat_results or []:
+        name, stat = res.get("item"), res.get("stat") or {}
+        if stat.get("exists") and stat.get("isreg", True) and stat.get("checksum"):
+            proposed[name] = stat["checksum"]
+        else:
+            problems.append("%s/%s: missing (or not a regular file)" % (source_dir, name))
+    identical = []
+    pinned_results = [r for r in pinned_results or [] if not r.get("skipped")]   # no pinned_dir: not compared
+    for res in pinned_results:
+        name, stat = res.get("item"), res.get("stat") or {}
+        path = stat.get("path") or ((res.get("invocation") or {}).get("module_args") or {}).get("path")
+        if not stat.get("exists"):
+            problems.append("%s: the pinned revision's copy %s is missing" % (name, path))
+        elif name in proposed and stat.get("checksum") != proposed[name]:
+            problems.append("%s/%s: sha256 %s, not byte-identical to the pinned revision's %s (%s)"
+                            % (source_dir, name, proposed[name], path, stat.get("checksum")))
+        elif name in proposed:
+            identical.append(name)
+    changes = []
+    for name in sorted(proposed):
+        if name not in manifest or not manifest.get(name):
+            changes.append("%s: added (%s)" % (name, proposed[name]))
+        elif manifest[name] != proposed[name]:
+            changes.append("%s: %s -> %s%s" % (name, manifest[name], proposed[name],
+                                               TP4_HINT if name == "wo_a_w8.py" else ""))
+    for name in sorted(set(manifest) - set(proposed)):
+        if not any(p.startswith("%s/%s:" % (source_dir, name)) for p in problems):
+            changes.append("%s: in the inventory's manifest but not deployed (kept; remove it by hand if unused)" % name)
+    lines = ["%d file(s) hashed in %s" % (len(proposed), source_dir)]
+    if pinned_results:
+        lines.append("byte-identical to the pinned revision: %s" % (", ".join(sorted(identical)) or "none"))
+    lines += ["problem: %s" % p for p in problems]
+    lines += (["the inventory's manifest (dsv41_adapters_manifest) differs; committing the proposal changes:"]
+              + ["  " + c for c in changes]) if changes else ["the inventory's manifest (dsv41_adapters_manifest) "
+                                                               "already equals the files"]
+    text = "dsv41_adapters_manifest:\n" + "".join("  %s: %s\n" % (n, proposed[n]) for n in sorted(proposed))
+    return {"manifest": proposed, "problems": problems, "changes": changes, "identical": sorted(identical),
+            "lines": lines, "yaml": text}
+
+
 def adapters_image_hashes(stdout_lines):
     """``{file name: sha256}`` from ``sha256sum`` output lines (``<hash>  <path>``)."""
     out = {}
@@ -75,4 +125,5 @@ class FilterModule(object):
             "adapters_image_hashes": adapters_image_hashes,
             "adapters_image_problems": adapters_image_problems,
             "adapters_registry_lines": adapters_registry_lines,
+            "adapters_manifest_proposal": adapters_manifest_proposal,
         }

@@ -112,7 +112,7 @@ def test_an_inventory_named_production_is_refused_from_a_lab_only_machine(broken
 
 # Which part of the ranks each playbook may run on (roles/preflight/README.md): read-only playbooks any
 # subset, stage B never a subset, every other playbook the whole fleet unless -e allow_partial_fleet=true.
-FLEET_SCOPE = {"fleet_status.yml": "any", "drift.yml": "any", "drift_schedule.yml": "any",
+FLEET_SCOPE = {"fleet_status.yml": "any", "drift.yml": "any", "drift_schedule.yml": "any", "adapters_manifest.yml": "any",
                "stage_b_autotune.yml": "whole_only", "stage_c_fence.yml": "whole_only", "stage_d_wo_a.yml": "whole_only",
                "stage_e_prefetch.yml": "whole_only", "stage_f_drop.yml": "whole_only", "stage_g_spec.yml": "whole_only",
                "stage_h_sampling.yml": "whole_only", "stage_i_experiments.yml": "whole_only",
