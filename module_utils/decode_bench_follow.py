@@ -147,7 +147,10 @@ def leftovers(directory, run, stop=True):
         if record is None or not str(record.get("run_id") or "").startswith(prefix):
             continue
         running = pid_alive(record["pid"], record.get("pid_start"))
-        stopped = bool(running and stop and stop_packer(record))
+        try:
+            stopped = bool(running and stop and stop_packer(record))
+        except PermissionError:          # another user's process: named in the line, never forced
+            stopped = False
         keys = ("workload", "concurrency", "kind", "number", "of", "aggregate_tok_s", "per_stream_tok_s", "wall_s",
                 "failed", "at")
         rounds = [dict((k, r.get(k)) for k in keys) for r in (record.get("rounds") or []) if isinstance(r, dict)]

@@ -113,3 +113,18 @@ def test_the_interrupted_record_lists_the_cut_off_benchmark_s_repetitions_unjudg
     line = ("Benchmark **baseline** was cut off after 2 of 24 rounds (running, stopped by the rollback); its measured "
             "repetitions, kept here and not judged: code C1 repetition 1 of 5: 25.9 tok/s (25.9 per stream).")
     assert line in md and md.index("**Interrupted**") < md.index(line) < md.index("## Verdicts")
+
+
+def test_a_benchmark_of_another_user_is_named_not_forced(tmp_path, monkeypatch):
+    me, my_start = os.getpid(), pack_lock.process_start_ticks(os.getpid())
+    _record(tmp_path, "%s-baseline.progress.json" % RUN, RUN + "-baseline", me, my_start)
+
+    def denied(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+    from ansible.module_utils import engram_follow
+    monkeypatch.setattr(engram_follow.os, "kill", denied)
+    (entry,) = follow.leftovers(str(tmp_path), RUN)
+    assert entry["running"] and not entry["stopped"]
+    assert follow.leftover_lines([entry], "spark2")[0].startswith(
+        "spark2 benchmark baseline is still running (pid %d) and did not stop on SIGTERM: stop it with kill -KILL %d"
+        % (me, me))
