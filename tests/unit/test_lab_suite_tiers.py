@@ -14,6 +14,21 @@ import run_lab_suites  # noqa: E402
 PLAYBOOK_MODULES = {p.name for p in (ROOT / "tests" / "playbooks").glob("test_*.py")}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def collect_each_selection_once():
+    """pytest's collection of tests/playbooks (a subprocess of about a second) once per -m expression for this
+    module's tests, instead of once per call: the runner's own jobs() calls go through it too."""
+    real, seen = run_lab_suites.playbook_tests, {}
+
+    def cached(marker_expression=None):
+        if marker_expression not in seen:
+            seen[marker_expression] = real(marker_expression)
+        return {module: list(tests) for module, tests in seen[marker_expression].items()}
+    run_lab_suites.playbook_tests = cached
+    yield
+    run_lab_suites.playbook_tests = real
+
+
 def selected_by(job_list):
     """{module: the -m expression its job runs} for the playbook jobs of a job list."""
     out = {}
