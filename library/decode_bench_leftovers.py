@@ -67,6 +67,9 @@ benchmarks:
     stopped:
       description: Whether this call stopped it.
       type: bool
+    finished:
+      description: Whether it ended by itself with every round done (its figures are in its condition's results).
+      type: bool
     rounds:
       description: Every round it finished (workload, concurrency, kind, number, of, aggregate_tok_s,
         per_stream_tok_s, wall_s, failed, at).

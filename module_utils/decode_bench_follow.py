@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from ansible.module_utils.decode_bench_progress import read_progress, round_lines, status_line
+from ansible.module_utils.decode_bench_progress import (figures, measured_rounds, read_progress, round_lines,
+                                                        status_line)
 from ansible.module_utils.engram_follow import job_started, read_async_job, stop_packer, wrapper_failure
 from ansible.module_utils.pack_lock import pid_alive
 from ansible.module_utils.pack_progress import eta_text
@@ -130,7 +131,7 @@ def leftovers(directory, run, stop=True):
     Each progress record whose run id is ``<run>-<call>`` is read; a benchmark whose process still runs
     (its pid and start time, so a recycled pid is never signalled) is stopped with SIGTERM when ``stop``.
     Returns one entry per record, oldest first: ``label`` (the condition), ``file``, ``state`` (the
-    record's), ``running`` (before this call), ``stopped``, ``rounds`` (every round it finished: workload,
+    record's), ``running`` (before this call), ``stopped``, ``finished`` (it ended by itself, done), ``rounds`` (every round it finished: workload,
     concurrency, kind, number, of, the rates and wall time, failed) and ``plan_rounds`` (warm-ups and
     repetitions planned). Records of other runs, symlinks and unreadable files are left alone."""
     out = []
@@ -154,10 +155,12 @@ def leftovers(directory, run, stop=True):
         keys = ("workload", "concurrency", "kind", "number", "of", "aggregate_tok_s", "per_stream_tok_s", "wall_s",
                 "failed", "at")
         rounds = [dict((k, r.get(k)) for k in keys) for r in (record.get("rounds") or []) if isinstance(r, dict)]
-        planned = sum(int(p.get("rounds") or 0) + int(p.get("warmup_rounds") or 0)
-                      for p in (record.get("plan") or []) if isinstance(p, dict))
+        # the rounds planned as its progress lines counted them (a failed repetition adds one)
+        planned = figures(record, record.get("updated") or time.time())[3]
         out.append({"label": record.get("label") or name[len(prefix):-len(PROGRESS_SUFFIX)], "file": path,
                     "state": record["state"], "pid": record["pid"], "running": running, "stopped": stopped,
+                    # ended by itself with every round done: its figures are in its condition's results
+                    "finished": record["state"] == "done" and not running,
                     "rounds": rounds, "plan_rounds": planned, "started": record.get("started")})
     return sorted(out, key=lambda e: e.get("started") or 0)
 
@@ -167,9 +170,9 @@ def leftover_lines(entries, host_label, check_mode=False):
     whether it was (or would be) stopped and what it had finished."""
     lines = []
     for e in entries:
-        if e["state"] == "done" and not e["running"]:
+        if e["finished"]:
             continue
-        measured = [r for r in e["rounds"] if r.get("kind") != "warmup" and not r.get("failed")]
+        measured = measured_rounds(e["rounds"])
         if e["running"] and check_mode:
             how = "is still running (pid %s): it would be stopped with SIGTERM" % e["pid"]
         elif e["running"] and e["stopped"]:

@@ -191,6 +191,11 @@ def figures(record, now):
     return elapsed, eta, rounds, planned + extra
 
 
+def measured_rounds(rounds):
+    """The measured repetitions among a record's finished rounds: warm-ups and failed rounds left out."""
+    return [r for r in rounds or [] if isinstance(r, dict) and r.get("kind") != "warmup" and not r.get("failed")]
+
+
 def status_line(record, now, host_label=None):
     """Where a running benchmark is at ``now``: '14:40:31 UTC spark2 benchmark baseline: prose C1
     repetition 3 of 5 running (4 of 8 requests); 8 of 36 rounds done; elapsed 6 min 32 s, ETA 11 min 02 s'."""

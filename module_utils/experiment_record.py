@@ -17,6 +17,7 @@ import os
 import re
 
 from ansible.module_utils import experiment_stats as st
+from ansible.module_utils.decode_bench_progress import measured_rounds
 
 __metaclass__ = type
 
@@ -157,7 +158,7 @@ def unfinished_benchmark_lines(entries):
     out = []
     for e in entries:
         rounds = [r for r in e.get("rounds") or [] if isinstance(r, dict)]
-        measured = [r for r in rounds if r.get("kind") != "warmup" and not r.get("failed")]
+        measured = measured_rounds(rounds)
         out.append("Benchmark **%s** was cut off after %d of %d rounds (%s%s); its measured repetitions, kept "
                    "here and not judged: %s." % (
                        e.get("label") or "?", len(rounds), e.get("plan_rounds") or 0, e.get("state") or "?",
