@@ -89,6 +89,15 @@ def make_server(engine):
             with engine.lock:
                 engine.in_flight += 1
                 engine.max_in_flight = max(engine.max_in_flight, engine.in_flight)
+            done = []
+
+            def leave():
+                # before the answer's last bytes: the client may send its next request the moment it has
+                # read them, before this handler's thread runs again (that request would count twice)
+                if not done:
+                    done.append(True)
+                    with engine.lock:
+                        engine.in_flight -= 1
             try:
                 time.sleep(engine.delay)
                 words = engine.text_for(body, n)
@@ -98,6 +107,7 @@ def make_server(engine):
                 fail = engine.fail.get(n)
                 nr = engine.reasoning_messages
                 if not body.get("stream"):
+                    leave()
                     if fail == "error":
                         self._json(200, {"error": {"message": "lost a rank", "code": 503}})
                         return
@@ -120,6 +130,8 @@ def make_server(engine):
                 def sse(obj):
                     if engine.echo is not None and isinstance(obj, dict):
                         obj = dict(obj, session_token="tok-private-9876")
+                    if obj == "[DONE]" and not engine.chunked:
+                        leave()
                     self._write(("data: %s\n\n" % (obj if isinstance(obj, str) else json.dumps(obj))).encode())
 
                 sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "usage": None})
@@ -139,10 +151,10 @@ def make_server(engine):
                     sse({"choices": [], "usage": usage})
                 sse("[DONE]")
                 if engine.chunked:
+                    leave()
                     self.wfile.write(b"0\r\n\r\n")
             finally:
-                with engine.lock:
-                    engine.in_flight -= 1
+                leave()
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
