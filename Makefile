@@ -8,9 +8,9 @@ VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 # The venv's interpreter: Debian's own python3 (the python3-venv package below), not whichever python3 is first
-# on PATH. A Python built from source without profile-guided optimisation (pyenv's default build) runs the
-# controller's work (ansible-playbook, ansible-lint's syntax checks, pytest) about a quarter slower on the
-# same packages: bench/bench_interpreter.py. The stamp names the interpreter, so changing it rebuilds the venv.
+# on PATH. A Python built from source without profile-guided optimisation (pyenv's default build) spends about
+# 40 % more CPU on the controller's work (ansible-playbook, ansible-lint's syntax checks, pytest) with the same
+# packages: bench/bench_interpreter.py. The stamp names the interpreter, so changing it rebuilds the venv.
 VENV_PYTHON ?= /usr/bin/python3
 STAMP := $(VENV)/.installed-$(shell sha256sum requirements.txt | cut -c1-12)-$(shell printf %s '$(VENV_PYTHON)' | sha256sum | cut -c1-8)
 # Development and CI machines never reach the real fleet (see roles/preflight).

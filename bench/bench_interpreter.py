@@ -32,7 +32,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,10 +100,12 @@ def main():
     env = dict(os.environ, ANSIBLE_DEPRECATION_WARNINGS="0", PYTHONNOUSERSITE="1")
     env.pop("PYTHONPATH", None)
     base_env = dict(env, PYTHONPATH=site_packages(project))
-    versions = {}
+    versions, config_args = {}, {}
     for name, python, e in (("project", project, env), ("baseline", baseline, base_env)):
-        versions[name] = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0], sys.executable)"],
-                                        env=e, capture_output=True, text=True, check=True).stdout.strip()
+        out = subprocess.run([python, "-c", "import sys, sysconfig; print(sys.version.split()[0], sys.executable); "
+                              "print(sysconfig.get_config_var('CONFIG_ARGS'))"],
+                             env=e, capture_output=True, text=True, check=True).stdout.splitlines()
+        versions[name], config_args[name] = out[0], "\n".join(out[1:])
     sides = {"project": (workloads(project), env), "baseline": (workloads(baseline), base_env)}
     for name, (work, e) in sides.items():       # warm-up
         for argvs in work.values():
@@ -130,7 +131,7 @@ def main():
     with open(os.path.join(OUT, "bench_interpreter.json"), "w") as handle:
         json.dump({"versions": versions, "rounds": args.rounds, "runs": results, "summary": summary,
                    "cpu": cpu, "ratio": ratio, "max_ratio": args.max_ratio,
-                   "config_args": sysconfig.get_config_var("CONFIG_ARGS")}, handle, indent=2)
+                   "config_args": config_args}, handle, indent=2)
     return 0 if ratio <= args.max_ratio else 1
 
 

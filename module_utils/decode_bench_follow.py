@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from ansible.module_utils.decode_bench_progress import (figures, measured_rounds, read_progress, round_lines,
+from ansible.module_utils.decode_bench_progress import (measured_rounds, planned_rounds, read_progress, round_lines,
                                                         status_line)
 from ansible.module_utils.engram_follow import job_started, read_async_job, stop_packer, wrapper_failure
 from ansible.module_utils.pack_lock import pid_alive
@@ -131,9 +131,9 @@ def leftovers(directory, run, stop=True):
     Each progress record whose run id is ``<run>-<call>`` is read; a benchmark whose process still runs
     (its pid and start time, so a recycled pid is never signalled) is stopped with SIGTERM when ``stop``.
     Returns one entry per record, oldest first: ``label`` (the condition), ``file``, ``state`` (the
-    record's), ``running`` (before this call), ``stopped``, ``finished`` (it ended by itself, done), ``rounds`` (every round it finished: workload,
-    concurrency, kind, number, of, the rates and wall time, failed) and ``plan_rounds`` (warm-ups and
-    repetitions planned). Records of other runs, symlinks and unreadable files are left alone."""
+    record's), ``running`` (before this call), ``stopped``, ``finished`` (it ended by itself, done),
+    ``rounds`` (every round it finished: workload, concurrency, kind, number, of, the rates and wall time,
+    failed) and ``plan_rounds`` (warm-ups and repetitions planned, plus one per failed repetition). Records of other runs, symlinks and unreadable files are left alone."""
     out = []
     prefix = "%s-" % run
     try:
@@ -155,8 +155,7 @@ def leftovers(directory, run, stop=True):
         keys = ("workload", "concurrency", "kind", "number", "of", "aggregate_tok_s", "per_stream_tok_s", "wall_s",
                 "failed", "at")
         rounds = [dict((k, r.get(k)) for k in keys) for r in (record.get("rounds") or []) if isinstance(r, dict)]
-        # the rounds planned as its progress lines counted them (a failed repetition adds one)
-        planned = figures(record, record.get("updated") or time.time())[3]
+        planned = planned_rounds(record)      # as its progress lines counted them
         out.append({"label": record.get("label") or name[len(prefix):-len(PROGRESS_SUFFIX)], "file": path,
                     "state": record["state"], "pid": record["pid"], "running": running, "stopped": stopped,
                     # ended by itself with every round done: its figures are in its condition's results

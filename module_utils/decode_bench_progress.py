@@ -185,10 +185,18 @@ def figures(record, now):
     partial = (cur.get("requests_done") or 0) / float(cur.get("concurrency") or 1) if cur else 0.0
     units = done + min(partial, cur.get("depth") or 0)
     eta = elapsed / units * max(0.0, total - units) if units else None
-    rounds = len(record.get("rounds") or [])
-    planned = sum(p["warmup_rounds"] + p["rounds"] for p in record.get("plan") or [])
-    extra = sum(1 for r in record.get("rounds") or [] if r.get("failed") and r.get("kind") == "measured")
-    return elapsed, eta, rounds, planned + extra
+    return elapsed, eta, len(record.get("rounds") or []), planned_rounds(record)
+
+
+def planned_rounds(record):
+    """Rounds a record's benchmark plans: warm-ups and repetitions of every plan entry, plus one for each
+    failed repetition (an extra round replaces it). Entries that are not what the benchmark writes (a
+    record broken on disk) count for nothing instead of raising."""
+    planned = sum(int(p.get("warmup_rounds") or 0) + int(p.get("rounds") or 0)
+                  for p in record.get("plan") or [] if isinstance(p, dict))
+    extra = sum(1 for r in record.get("rounds") or []
+                if isinstance(r, dict) and r.get("failed") and r.get("kind") == "measured")
+    return planned + extra
 
 
 def measured_rounds(rounds):

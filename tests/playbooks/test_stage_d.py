@@ -323,6 +323,6 @@ def test_a_run_killed_mid_benchmark_leaves_no_benchmark_running_and_keeps_its_ro
     assert rec["interrupted"]["step"] == "benchmark" and rec["interrupted"]["condition"] == "baseline"
     md = (run / "record.md").read_text()
     assert re.search(r"Benchmark \*\*baseline\*\* was cut off after \d+ of \d+ rounds \(\w+, stopped by the "
-                     r"rollback\); its measured repetitions, kept here and not judged: prose C1 repetition 1 of %d: " % LONG_REPETITIONS,
-                     md)
+                     r"rollback\); its measured repetitions, kept here and not judged: prose C1 repetition 1 of "
+                     r"%d: " % LONG_REPETITIONS, md)
     print(md.split("## Verdicts")[0])

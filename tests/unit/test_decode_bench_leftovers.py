@@ -128,3 +128,22 @@ def test_a_benchmark_of_another_user_is_named_not_forced(tmp_path, monkeypatch):
     assert follow.leftover_lines([entry], "spark2")[0].startswith(
         "spark2 benchmark baseline is still running (pid %d) and did not stop on SIGTERM: stop it with kill -KILL %d"
         % (me, me))
+
+
+def test_a_record_broken_on_disk_counts_what_it_can_and_never_raises(tmp_path):
+    """A plan entry or round that is not what the benchmark writes (a half-written or edited record) counts for
+    nothing: the rollback still lists the record and its good rounds instead of failing on it."""
+    me = os.getpid()
+    path = _record(tmp_path, "%s-baseline.progress.json" % RUN, RUN + "-baseline", me,
+                   pack_lock.process_start_ticks(me) + 1, state="failed",
+                   rounds=[{"workload": "code", "concurrency": 1, "kind": "measured", "number": 1, "of": 5,
+                            "aggregate_tok_s": 25.86, "per_stream_tok_s": 25.86, "wall_s": 79.2, "failed": True},
+                           "garbage"])
+    record = json.loads(open(path).read())
+    record["plan"] += ["not an entry", {"workload": "prose", "concurrency": 2, "rounds": None}]
+    open(path, "w").write(json.dumps(record))
+    (entry,) = follow.leftovers(str(tmp_path), RUN)
+    # 5 repetitions + 1 warm-up of the good entry, nothing of the broken ones, one extra for the failed repetition
+    assert entry["plan_rounds"] == 7 and bp.planned_rounds(record) == 7
+    assert [r["number"] for r in entry["rounds"]] == [1] and not entry["finished"]
+    assert bp.figures(record, record["updated"])[2:] == (2, 7)
