@@ -35,7 +35,7 @@ def verdicts(text):
 def drift(records):
     cmd = [sys.executable, str(ROOT / "bin" / "fleet-drift"), "-i", str(LAB_INVENTORY), "--records", str(records)]
     res = subprocess.run(cmd, cwd=ROOT, env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    run_dir = sorted(p for p in (records / "drift").iterdir() if p.is_dir())[-1]
+    run_dir = sorted(p for p in (records / "lab" / "drift").iterdir() if p.is_dir())[-1]
     report = json.loads((run_dir / "drift.json").read_text())
     return res.returncode, json.dumps(sorted((f["host"], f["area"], f["item"], f["class"]) for f in report["findings"]))
 

@@ -2,13 +2,40 @@
 
 Each returns one message per file that is missing or whose sha256 differs from the inventory's
 manifest (``dsv41_adapters_manifest``), so the role fails in one task with every problem listed.
+
+``wo_a_w8.py`` follows the fleet's TP size (``tp_size``, the inventory's): on TP3 it is the local TP3
+generalisation (four local output groups), and the downstream TP4 file (two groups per rank; it asserts a
+tensor-parallel size of 4) is refused; on TP4 that TP4 file is the right one, byte-identical to the pinned
+revision like the six others. A TP size the adapters know nothing about is an error naming it.
 """
+from ansible.errors import AnsibleFilterError
 
-TP4_HINT = " (the local TP3 generalisation; never replace it with the TP4 file)"
+WO_A = "wo_a_w8.py"
+# What a wo_a_w8.py that differs from the manifest must be, per TP size (quoted with the difference).
+WO_A_HINTS = {
+    3: " (the local TP3 generalisation; never replace it with the TP4 file)",
+    4: " (on TP4 the downstream TP4 file of the pinned revision, never the TP3 generalisation)",
+}
 
 
-def adapters_source_problems(stat_results, manifest, source_dir):
-    """Messages for the control-node source files (``stat`` results with sha256 checksums, one per file)."""
+def _tp(tp_size):
+    """The TP size as an int when the adapters know it (WO_A_HINTS), else a filter error naming it."""
+    tp = tp_size if isinstance(tp_size, int) and not isinstance(tp_size, bool) else (
+        int(tp_size) if isinstance(tp_size, str) and tp_size.isdigit() else None)
+    if tp not in WO_A_HINTS:
+        raise AnsibleFilterError("tp_size %r: the adapters know which wo_a_w8.py a fleet runs on %s only"
+                                 % (tp_size, " and ".join("TP%d" % n for n in sorted(WO_A_HINTS))))
+    return tp
+
+
+def _hint(name, tp):
+    return WO_A_HINTS[tp] if name == WO_A else ""
+
+
+def adapters_source_problems(stat_results, manifest, source_dir, tp_size):
+    """Messages for the control-node source files (``stat`` results with sha256 checksums, one per file);
+    ``tp_size`` says which ``wo_a_w8.py`` the fleet runs (quoted with a difference)."""
+    tp = _tp(tp_size)
     out = []
     for res in stat_results or []:
         name = res.get("item")
@@ -20,18 +47,22 @@ def adapters_source_problems(stat_results, manifest, source_dir):
             out.append("%s: no sha256 in the manifest (adapters_manifest)" % name)
         elif stat.get("checksum") != want:
             out.append("%s/%s: sha256 %s, manifest expects %s%s"
-                       % (source_dir, name, stat.get("checksum"), want, TP4_HINT if name == "wo_a_w8.py" else ""))
+                       % (source_dir, name, stat.get("checksum"), want, _hint(name, tp)))
     return out
 
 
-def adapters_manifest_proposal(stat_results, manifest, source_dir, pinned_results=None, pinned_dir=""):
+def adapters_manifest_proposal(stat_results, manifest, source_dir, tp_size, pinned_results=None, pinned_dir=""):
     """The manifest the source files prove (``stat`` results with sha256 checksums, one per deployed file),
     compared with the inventory's (``manifest``) and, for the adapters the report calls byte-identical to the
     pinned downstream revision, with that revision's copies (``pinned_results``: ``stat`` results of the
-    files under ``pinned_dir``, each with ``item`` the local file name). Returns ``manifest`` (name -> sha256
-    of every file present), ``problems`` (a file missing, a pinned adapter that is not byte-identical),
-    ``changes`` (what committing the proposal would change in the inventory's manifest), ``lines`` (for the
-    operator) and ``yaml`` (the inventory lines to commit)."""
+    files under ``pinned_dir``, each with ``item`` the local file name). The pinned revision's ``wo_a_w8.py``
+    is its TP4 file: on a TP4 fleet (``tp_size``) the local one must be byte-identical to it like the six
+    others; on TP3 the local one must differ from it (the TP3 generalisation), and being it is a problem.
+    Returns ``manifest`` (name -> sha256 of every file present), ``problems`` (a file missing, a pinned adapter
+    that is not byte-identical, the TP4 ``wo_a_w8.py`` on TP3), ``changes`` (what committing the proposal would
+    change in the inventory's manifest), ``lines`` (for the operator) and ``yaml`` (the inventory lines to
+    commit)."""
+    tp = _tp(tp_size)
     manifest = manifest or {}
     proposed, problems = {}, []
     for res in stat_results or []:
@@ -40,11 +71,19 @@ def adapters_manifest_proposal(stat_results, manifest, source_dir, pinned_result
             proposed[name] = stat["checksum"]
         else:
             problems.append("%s/%s: missing (or not a regular file)" % (source_dir, name))
-    identical = []
+    identical, tp3_wo_a = [], []
     pinned_results = [r for r in pinned_results or [] if not r.get("skipped")]   # no pinned_dir: not compared
     for res in pinned_results:
         name, stat = res.get("item"), res.get("stat") or {}
         path = stat.get("path") or ((res.get("invocation") or {}).get("module_args") or {}).get("path")
+        if name == WO_A and tp == 3:    # the pinned copy is the TP4 file: the TP3 one must not be it
+            if stat.get("exists") and name in proposed and stat.get("checksum") == proposed[name]:
+                problems.append("%s/%s: sha256 %s is the pinned revision's TP4 file %s: a TP3 fleet runs the local "
+                                "TP3 generalisation (four local groups), never the TP4 file"
+                                % (source_dir, name, proposed[name], path))
+            elif stat.get("exists") and name in proposed:
+                tp3_wo_a.append(name)
+            continue
         if not stat.get("exists"):
             problems.append("%s: the pinned revision's copy %s is missing" % (name, path))
         elif name in proposed and stat.get("checksum") != proposed[name]:
@@ -57,14 +96,14 @@ def adapters_manifest_proposal(stat_results, manifest, source_dir, pinned_result
         if name not in manifest or not manifest.get(name):
             changes.append("%s: added (%s)" % (name, proposed[name]))
         elif manifest[name] != proposed[name]:
-            changes.append("%s: %s -> %s%s" % (name, manifest[name], proposed[name],
-                                               TP4_HINT if name == "wo_a_w8.py" else ""))
+            changes.append("%s: %s -> %s%s" % (name, manifest[name], proposed[name], _hint(name, tp)))
     for name in sorted(set(manifest) - set(proposed)):
         if not any(p.startswith("%s/%s:" % (source_dir, name)) for p in problems):
             changes.append("%s: in the inventory's manifest but not deployed (kept; remove it by hand if unused)" % name)
     lines = ["%d file(s) hashed in %s" % (len(proposed), source_dir)]
     if pinned_results:
         lines.append("byte-identical to the pinned revision: %s" % (", ".join(sorted(identical)) or "none"))
+        lines += ["%s: not the pinned revision's TP4 file (the local TP3 generalisation)" % n for n in tp3_wo_a]
     lines += ["problem: %s" % p for p in problems]
     lines += (["the inventory's manifest (dsv41_adapters_manifest) differs; committing the proposal changes:"]
               + ["  " + c for c in changes]) if changes else ["the inventory's manifest (dsv41_adapters_manifest) "

@@ -32,6 +32,31 @@ REQUIRED_HOST_VARS = {
     "dsv41_head_container": ("a container name", lambda v: isinstance(v, str) and bool(NAME_RE.match(v))),
     "dsv41_worker_container": ("a container name", lambda v: isinstance(v, str) and bool(NAME_RE.match(v))),
 }
+# Fleet-wide variables every rank host must agree on. dsv41_fleet_name names the fleet's records directory
+# (records/<dsv41_fleet_name>/), so it is one safe path component (module_utils/fleet_records.py holds the rule,
+# which bin/fleet-drift applies too); dsv41_fleet_is_lab (optional, false when absent) marks every figure the
+# fleet's runs record as lab output.
+FLEET_VARS = ("dsv41_fleet_name", "dsv41_fleet_is_lab")
+
+
+def _fleet_var_errors(hostvars, hosts):
+    errors = []
+    for host in hosts:
+        hv = hostvars.get(host, {})
+        if "dsv41_fleet_name" not in hv:
+            errors.append(f"{host}: dsv41_fleet_name is not set (want {_records.FLEET_NAME_RULE})")
+        else:
+            problem = _records.fleet_name_problem(hv["dsv41_fleet_name"])
+            if problem:
+                errors.append(f"{host}: {problem}")
+        if "dsv41_fleet_is_lab" in hv and not isinstance(hv["dsv41_fleet_is_lab"], bool):
+            errors.append(f"{host}: dsv41_fleet_is_lab={hv['dsv41_fleet_is_lab']!r} is not a boolean (true for a lab "
+                          "fleet, whose figures are lab output; false or unset otherwise)")
+    for var in FLEET_VARS:
+        values = {repr(hostvars.get(h, {}).get(var, False if var == "dsv41_fleet_is_lab" else None)) for h in hosts}
+        if len(values) > 1:
+            errors.append(f"hosts disagree on {var}: {', '.join(sorted(values))} (one fleet, one value)")
+    return errors
 
 
 def dsv41_inventory_errors(hostvars, groups, rank_group="dsv41_ranks", head_group="head", worker_group="workers"):
@@ -39,7 +64,8 @@ def dsv41_inventory_errors(hostvars, groups, rank_group="dsv41_ranks", head_grou
 
     Rules: exactly one head and it has rank 0; every rank host is in the head or worker group;
     ranks 0..tp-1 each exactly once; the declared TP size equals the number of rank hosts; every
-    required per-host variable present and well-typed.
+    required per-host variable present and well-typed; one fleet name, a safe path component (it keys
+    the fleet's records), and dsv41_fleet_is_lab a boolean, the same on every rank host.
     """
     errors = []
     ranks_hosts = list(groups.get(rank_group, []))
@@ -47,6 +73,7 @@ def dsv41_inventory_errors(hostvars, groups, rank_group="dsv41_ranks", head_grou
     workers = list(groups.get(worker_group, []))
     if not ranks_hosts:
         return [f"group '{rank_group}' has no hosts"]
+    errors += _fleet_var_errors(hostvars, ranks_hosts)
 
     for host in ranks_hosts:
         hv = hostvars.get(host, {})
@@ -132,11 +159,11 @@ def _module_utils():
     path = str(Path(__file__).resolve().parent.parent / "module_utils")
     if path not in list(amu.__path__):
         amu.__path__.append(path)
-    from ansible.module_utils import launcher_env, secret_rule
-    return launcher_env, secret_rule
+    from ansible.module_utils import fleet_records, launcher_env, secret_rule
+    return launcher_env, secret_rule, fleet_records
 
 
-_env, _secret = _module_utils()
+_env, _secret, _records = _module_utils()
 
 
 def _fail(exc):

@@ -1,8 +1,10 @@
-"""Filters of the preflight role: the refusal of a run on part of the fleet, and the guard against starting
-while an experiment run is unfinished (module_utils/experiment_runs.py reads the record directory).
+"""Filters of the preflight role: the refusal of a run on part of the fleet, the guard against starting
+while an experiment run is unfinished (module_utils/experiment_runs.py reads the record directory), and the
+notice of this fleet's runs left in the records/experiments/ every fleet shared before.
 
 Unit-tested in tests/unit/test_preflight_filters.py and tests/unit/test_experiment_runs.py.
 """
+import os
 from pathlib import Path
 
 import ansible.module_utils
@@ -43,9 +45,33 @@ def dsv41_unfinished_refusal(runs, fleet=None, refused=True):
     return experiment_runs.refusal(runs, fleet, refused)
 
 
-def dsv41_rollback_command(run_id, inventories=(), record_root=None, repo_root=None):
-    """The exact command that finishes the experiment run ``run_id`` (typed from the repository root)."""
-    return experiment_runs.rollback_command(run_id, list(inventories or ()), record_root, repo_root)
+def dsv41_rollback_command(run_id, inventories=(), record_root=None, repo_root=None, fleet=None):
+    """The exact command that finishes the experiment run ``run_id`` of fleet ``fleet`` (typed from the
+    repository root)."""
+    return experiment_runs.rollback_command(run_id, list(inventories or ()), record_root, repo_root, fleet or None)
+
+
+def dsv41_legacy_runs(legacy_root, fleet=None, hosts=(), record_root=None):
+    """This fleet's experiment runs still in ``legacy_root``, the records/experiments/ every fleet shared before
+    records were kept per fleet (records/<fleet>/experiments/): neither the unfinished-run guard nor the
+    estimates read them there. None when ``legacy_root`` is empty or is the record root in use."""
+    if not legacy_root or (record_root and os.path.normpath(legacy_root) == os.path.normpath(record_root)):
+        return []
+    return experiment_runs.fleet_runs(legacy_root, fleet, list(hosts or ()))
+
+
+def dsv41_legacy_runs_notice(runs, legacy_root, record_root, fleet=None):
+    """The lines naming the old shared directory that still holds this fleet's runs and the command that moves
+    them; an unfinished one among them is named first (the guard cannot see it there)."""
+    unfinished = [r["run"] for r in runs if r.get("changed") and not r.get("finished")]
+    lines = ["%s still holds %d experiment run(s) of the %s fleet from before records were kept per fleet; the "
+             "unfinished-run guard and the estimates read only %s. Move them with bin/records-migrate --apply "
+             "(each run into records/<its fleet>/, nothing deleted, nothing moved if a destination is taken)."
+             % (os.path.normpath(legacy_root), len(runs), fleet or "this", os.path.normpath(record_root))]
+    if unfinished:
+        lines.append("Unfinished among them (finish each with its rollback command once moved): %s"
+                     % ", ".join(unfinished))
+    return lines
 
 
 def dsv41_way_back(run_id, kind, inventories=(), repo_root=None):
@@ -62,4 +88,6 @@ class FilterModule:
                 "dsv41_unfinished_runs": dsv41_unfinished_runs,
                 "dsv41_unfinished_refusal": dsv41_unfinished_refusal,
                 "dsv41_rollback_command": dsv41_rollback_command,
+                "dsv41_legacy_runs": dsv41_legacy_runs,
+                "dsv41_legacy_runs_notice": dsv41_legacy_runs_notice,
                 "dsv41_way_back": dsv41_way_back}

@@ -44,7 +44,7 @@ options:
     elements: str
   record_root:
     description:
-      - Where this control node keeps the experiment records (C(records/experiments)). The expected duration
+      - Where this control node keeps this fleet's experiment records (C(records/<fleet>/experiments)). The expected duration
         of each step is the median of what earlier runs of the same hosts measured there; without records,
         the fleet's figures (a boot of about 767 s) and stated assumptions are used.
     type: path
@@ -78,7 +78,7 @@ EXAMPLES = r"""
   experiment_definition:
     path: "{{ playbook_dir }}/../experiments/stage_c_fence.yml"
     known_workloads: [prose, code, json, math]
-    record_root: "{{ playbook_dir }}/../records/experiments"
+    record_root: "{{ preflight_records_dir }}/experiments"
     hosts: "{{ ansible_play_hosts_all }}"
     prompt_dir: "{{ playbook_dir }}/../roles/benchmark/files/prompts"
     window_minutes: 90

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: launcher_settings
-short_description: Check launcher settings against the TP3 rules and what each container really receives
+short_description: Check launcher settings against the rules of the fleet's TP size and what each container receives
 description:
   - Runs on the head. Evaluates the launcher's own C(serve) path in a sandbox (the module
     C(launcher_effective); nothing on the host changes) with the C(.env) these settings give
@@ -20,7 +20,8 @@ description:
     changes it has no effect (for example a per-host C(WORKER_ENGRAM_DIR_SPARK2) the launcher never
     builds) and is reported as such.
   - Applies the rules of SPEC section 3 ("Adapters and switches" and its "Never" list; the rules live
-    in C(module_utils/launcher_rules.py)) to the declared settings and to what each container receives,
+    in C(module_utils/launcher_rules.py), one rule set per TP size chosen by I(tp_size)) to the declared
+    settings and to what each container receives,
     so a launcher-side default the rules forbid (C(DSV41_CACHE_GIB=4), C(SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=1))
     is refused naming the key, the value the container would get and where it comes from, with the fix
     (set it explicitly in the C(.env)). C(DSPARK_SPS_TABLE) is refused only when the file it names exists
@@ -48,7 +49,12 @@ options:
     type: path
     required: true
   tp_size:
-    description: Tensor-parallel size of the fleet (from the inventory); C(TP_SIZE) must equal it.
+    description:
+      - Tensor-parallel size of the fleet (from the inventory); C(TP_SIZE) must equal it, and it chooses the rule
+        set. TP3 refuses the TP4 profile's values (16 slots, 8M-token pool, 0.80 fraction, 4 GiB row cache,
+        shared-expert padding, C(DSV41_TP_PAD=0)); TP4 takes them and requires C(DSV41_SHARED_PAD_K) to be the
+        padding adapter's 0/1 switch and C(EP_SIZE) 4, 2 or 1. Any other size fails naming the value, before
+        anything is evaluated.
     type: int
     required: true
   env_text:
@@ -365,6 +371,10 @@ def run_module():
     who = host_label(p["host_label"])
     if p["tp_size"] < 1:
         module.fail_json(msg="%s: tp_size %d is not a positive integer" % (who, p["tp_size"]), changed=False)
+    try:
+        L.rules_for(p["tp_size"])
+    except L.UnsupportedTPSize as exc:
+        module.fail_json(msg="%s: %s" % (who, exc), changed=False)
     if not os.path.isfile(p["launcher"]):
         module.fail_json(msg="%s: cannot read the launcher %s: no such file" % (who, p["launcher"]), changed=False)
     try:

@@ -212,7 +212,8 @@ def compare_host(host, snap, declared, prediction=None):
 
 
 def compare_image(host, image, record):
-    """The running image against the last recorded stage run (``records/<time>-<stage>/nodes/<host>.json``);
+    """The running image against the fleet's last recorded stage run
+    (``records/<fleet>/runs/<time>-<stage>/nodes/<host>.json``);
     ``record`` None (no recorded run) gives no finding."""
     if not record or not image or not record.get("image_id"):
         return []

@@ -2,8 +2,9 @@
 """History of the drift check across runs: since when each finding persists, what is new, what was
 resolved, whether the set of findings changed (the notifier's trigger), and retention.
 
-Runs on the control node (``bin/fleet-drift``). Each fleet (inventory) keeps its own history under
-``<records>/drift/<fleet>/``, so a lab run can never stand for a production one. A run is a directory
+Runs on the control node (``bin/fleet-drift``). Each fleet keeps its own history under ``<records>/<fleet>/drift/``
+(``<fleet>``: the inventory's ``dsv41_fleet_name``, the key of every record the fleet's runs write, see
+``fleet_records``), so a lab run can never stand for a production one. A run is a directory
 ``<root>/<UTC time>[-n]/`` created exclusively, holding the marker :data:`MARKER` this tool wrote and
 ``drift.json``; the previous run is the newest other such directory with a readable ``drift.json``.
 Nothing is ever followed through a symlink, and retention removes only directories holding the marker.
@@ -17,7 +18,7 @@ import re
 import shutil
 import stat
 
-from ansible.module_utils import probe_read
+from ansible.module_utils import fleet_records, probe_read
 
 RUN_NAME = re.compile(r"^\d{8}T\d{6}(\.\d+)?Z(-\d+)?$")
 MARKER = ".dsv41-drift-run"     # written into each run directory by new_run_dir: what retention may remove
@@ -27,15 +28,17 @@ class HistoryError(Exception):
     """The records directory cannot hold the drift history safely (a symlink, a file in the way)."""
 
 
-def fleet_key(inventories, default="lab"):
-    """The history's fleet name: the name of the first inventory's directory (``inventory/production`` ->
-    ``production``; a file: its directory's name). Later inventories only add to it (connection
-    settings), so they do not change whose history it is."""
+def fleet_key(inventories):
+    """The fleet whose history this is: the ``dsv41_fleet_name`` the first inventory declares
+    (``fleet_records.inventory_fleet_name``), the same key the playbooks file the fleet's records under. Later
+    inventories only add to it (connection settings), so they do not change whose history it is. HistoryError
+    naming the inventory when it declares no valid name."""
     for inv in inventories or ():
-        path = os.path.abspath(str(inv))
-        name = os.path.basename(path) if os.path.isdir(path) else os.path.basename(os.path.dirname(path))
-        return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "inventory"
-    return default
+        try:
+            return fleet_records.inventory_fleet_name(inv)
+        except fleet_records.FleetRecordsError as exc:
+            raise HistoryError(str(exc))
+    raise HistoryError("no inventory to read the fleet's name from")
 
 
 # Exit codes from the best to the worst: no drift, drift, a host unreachable or a probe failed, could not run
@@ -54,16 +57,18 @@ def worst_exit(codes):
 
 
 def fleet_inventories(directory):
-    """[(fleet key, inventory directory)] of every fleet inventory under ``directory`` (``inventory/``): each
-    subdirectory holding a ``hosts.yml`` (``common/``, the layer every fleet shares, holds none), sorted; two
-    directories that would share a history key are refused."""
+    """[(fleet name, inventory directory)] of every fleet inventory under ``directory`` (``inventory/``): each
+    subdirectory holding a ``hosts.yml`` (``common/``, the layer every fleet shares, holds none), sorted by
+    directory; an inventory that names no valid fleet, or two that name the same one (they would share its
+    records), are refused."""
     found, keys = [], {}
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         if os.path.isdir(path) and not os.path.islink(path) and os.path.isfile(os.path.join(path, "hosts.yml")):
             key = fleet_key([path])
             if key in keys:
-                raise HistoryError("%s and %s would share the drift history %r" % (keys[key], path, key))
+                raise HistoryError("%s and %s both name the fleet %r: they would share its records and drift history"
+                                   % (keys[key], path, key))
             keys[key] = path
             found.append((key, path))
     if not found:
@@ -88,12 +93,16 @@ def _real_dir(path, what):
 
 
 def history_root(records, fleet):
-    """``<records>/drift/<fleet>``, each level a real directory (created when missing)."""
+    """``<records>/<fleet>/drift``, each level a real directory (created when missing); HistoryError for a fleet
+    name that is not one path component (``fleet_records.fleet_name_problem``)."""
+    try:
+        fleet_dir = fleet_records.fleet_dir(records, fleet)
+    except fleet_records.FleetRecordsError as exc:
+        raise HistoryError(str(exc))
     if not os.path.isdir(records):
         os.makedirs(records, 0o750)
-    drift = os.path.join(records, "drift")
-    _real_dir(drift, "the drift records directory")
-    root = os.path.join(drift, fleet)
+    _real_dir(fleet_dir, "the records directory of fleet %s" % fleet)
+    root = os.path.join(fleet_dir, fleet_records.DRIFT)
     _real_dir(root, "the drift history of fleet %s" % fleet)
     return root
 
@@ -251,8 +260,9 @@ def prune(root, keep, current_dir):
 
 
 def latest_stage_record(records_root, host):
-    """``nodes/<host>.json`` of the newest stage run record under ``records_root`` (directories
-    ``<UTC time>-<stage>``), with its ``stage`` added; None when there is none."""
+    """``nodes/<host>.json`` of the newest stage run record under ``records_root`` (a fleet's
+    ``records/<fleet>/runs``: directories ``<UTC time>-<stage>``), with its ``stage`` added; None when there is
+    none."""
     try:
         names = sorted(os.listdir(records_root), reverse=True)
     except OSError:

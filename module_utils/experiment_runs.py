@@ -89,12 +89,14 @@ def playbook_command(playbook, inventories=(), extra_vars=(), repo_root=None):
     return " ".join(parts)
 
 
-def rollback_command(run_id, inventories=(), record_root=None, repo_root=None):
-    """The exact command that finishes run ``run_id``, typed from the repository root ``repo_root``: the same
-    inventories, and the record root when it is not the repository's own ``records/experiments``."""
+def rollback_command(run_id, inventories=(), record_root=None, repo_root=None, fleet=None):
+    """The exact command that finishes run ``run_id`` of fleet ``fleet``, typed from the repository root
+    ``repo_root``: the same inventories, and the record root when it is not that fleet's own
+    ``records/<fleet>/experiments`` in the repository (the one rollback.yml reads by default; always named when
+    the fleet is not known)."""
     extra = ["experiment_rollback_run=%s" % run_id, "maintenance_window=true"]
-    if record_root and repo_root and os.path.normpath(record_root) != os.path.normpath(
-            os.path.join(repo_root, "records", "experiments")):
+    if record_root and repo_root and (not fleet or os.path.normpath(record_root) != os.path.normpath(
+            os.path.join(repo_root, "records", fleet, "experiments"))):
         extra.append("experiment_record_root=%s" % os.path.normpath(record_root))
     return playbook_command(ROLLBACK_PLAYBOOK, inventories, extra, repo_root)
 
@@ -151,7 +153,7 @@ def run_status(run_dir, record_root=None, inventories=(), repo_root=None):
     elif before is not None:
         how = _restored_equal(run_dir, before)
     command = run.get("rollback_command") or rollback_command(name, inventories, record_root or os.path.dirname(
-        os.path.normpath(run_dir)), repo_root)
+        os.path.normpath(run_dir)), repo_root, run.get("fleet"))
     return {"run": name, "path": run_dir, "changed": before is not None, "finished": how is not None, "how": how,
             "has_record": os.path.exists(os.path.join(run_dir, RECORD_FILE)),
             "state": run.get("state") or ("finished" if how else "unknown"), "at": run.get("at") or {},
@@ -169,10 +171,10 @@ def belongs(status, fleet=None, hosts=()):
     return not hosts or bool(set(hosts) & set(status["hosts"]))
 
 
-def unfinished_runs(record_root, fleet=None, hosts=(), inventories=(), repo_root=None):
-    """Every unfinished run of this fleet under ``record_root``, oldest first (run ids start with their UTC
-    time). A missing root has none. A run file that cannot be read makes the run unfinished (it is not
-    known to be finished), with the reason in ``problem``."""
+def fleet_runs(record_root, fleet=None, hosts=(), inventories=(), repo_root=None):
+    """The status of every run of this fleet under ``record_root`` (:func:`belongs`), oldest first (run ids start
+    with their UTC time). A missing root has none. A run file that cannot be read leaves the run not known to be
+    finished nor whose it is: it is counted for every fleet, with the reason in ``problem``."""
     try:
         names = sorted(os.listdir(record_root))
     except OSError:
@@ -185,14 +187,20 @@ def unfinished_runs(record_root, fleet=None, hosts=(), inventories=(), repo_root
         try:
             status = run_status(path, record_root, inventories, repo_root)
         except RunError as exc:
-            # not known to be finished, nor whose it is: counted for every fleet, with the reason
             status = {"run": name, "path": path, "changed": True, "finished": False, "how": None, "has_record": False,
                       "state": "unreadable", "at": {}, "fleet": None, "hosts": None, "definition": None,
                       "problem": str(exc),
-                      "rollback_command": rollback_command(name, inventories, record_root, repo_root)}
-        if status["changed"] and not status["finished"] and belongs(status, fleet, hosts):
+                      "rollback_command": rollback_command(name, inventories, record_root, repo_root, fleet)}
+        if belongs(status, fleet, hosts):
             out.append(status)
     return out
+
+
+def unfinished_runs(record_root, fleet=None, hosts=(), inventories=(), repo_root=None):
+    """Every unfinished run of this fleet under ``record_root`` (:func:`fleet_runs`), oldest first: its snapshot
+    exists without the proof that the fleet was restored to it."""
+    return [s for s in fleet_runs(record_root, fleet, hosts, inventories, repo_root)
+            if s["changed"] and not s["finished"]]
 
 
 def where(status):

@@ -13,7 +13,9 @@ play runs a single task:
   ``-e allow_partial_fleet=true`` (the documented opt-in); ``whole_only`` never.
 * **Lab only**: on a control node marked ``DSV41_LAB_ONLY=1``, every host a play reaches must be reached at
   a loopback address (the lab's ssh ports on 127.0.0.1): whatever the inventory calls itself or ``-e`` sets,
-  the run then cannot touch a machine elsewhere. An inventory naming itself ``production`` is refused too.
+  the run then cannot touch a machine elsewhere. A fleet that is not a lab (``dsv41_fleet_is_lab`` unset or
+  false: production, the TP4 example, any fleet added later) is refused too, and so is an inventory naming
+  itself ``production`` whatever its flag says.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -80,13 +82,18 @@ def is_loopback(address):
         return False
 
 
-def lab_only_refusal(targets, fleet_names=()):
-    """On a lab-only control node: ``targets`` is [(host, connection, address)]; a host reached anywhere but
-    at a loopback address (or a fleet named production) is refused, naming it."""
-    if "production" in set(fleet_names or ()):
-        return ("This control node is lab-only (DSV41_LAB_ONLY=1) and the inventory describes the "
-                "'production' fleet. Run production stages only from an operator's workstation. (Fleet guard: "
-                "it holds whatever --skip-tags or -e say.)")
+def lab_only_refusal(targets, fleets=()):
+    """On a lab-only control node: ``targets`` is [(host, connection, address)], ``fleets`` the
+    (``dsv41_fleet_name``, ``dsv41_fleet_is_lab``) pairs the play's hosts declare (a host naming no fleet, such
+    as the implicit localhost, adds nothing). A fleet that is not a lab or is named production, and a host
+    reached anywhere but at a loopback address, are refused, naming them."""
+    not_lab = sorted(set(name for name, is_lab in fleets or ()
+                         if name and (name == "production" or not truthy(is_lab))))
+    if not_lab:
+        return ("This control node is lab-only (DSV41_LAB_ONLY=1) and the inventory describes the %s fleet, not a "
+                "lab (dsv41_fleet_is_lab true, not named production). Run a fleet's stages only from an operator's "
+                "workstation. Nothing was run. (Fleet guard: it holds whatever --skip-tags or -e say.)"
+                % ", ".join("'%s'" % n for n in not_lab))
     away = ["%s (%s)" % (host, address) for host, connection, address in targets
             if connection != "local" and not is_loopback(address)]
     if away:

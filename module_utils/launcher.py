@@ -29,9 +29,9 @@ import re
 from ansible.module_utils.launcher_env import (  # noqa: F401  (re-exported: one parser, one writer)
     EnvError, EnvSyntaxError, env_text, key_problem, parse_env, value_problem)
 from ansible.module_utils.launcher_rules import (  # noqa: F401  (re-exported: the rules live there)
-    ADAPTER_SWITCHES, ENGINE_SWITCHES, LAUNCHER_DEFAULTS, RULE_IDS, RULES, VALIDATIONS, Finding, Rule,
-    check_settings, is_secret, mask_settings, norm_value, normalize_settings, shown, validate_settings,
-    validate_settings_full)
+    ADAPTER_SWITCHES, ENGINE_SWITCHES, LAUNCHER_DEFAULTS, RULE_IDS, RULE_SETS, RULES, SUPPORTED_TP_SIZES,
+    VALIDATIONS, Finding, Rule, UnsupportedTPSize, check_settings, is_secret, mask_settings, norm_value,
+    normalize_settings, rules_for, shown, validate_settings, validate_settings_full)
 
 __metaclass__ = type
 
@@ -204,7 +204,8 @@ def local_path_exists(host, path, is_head):
 
 def check_launch(settings, launch, env_values, tp_size=3, validated=frozenset(), packed=False, timing=False,
                  path_exists=local_path_exists, varied=frozenset()):
-    """``(findings, notes)``: the rules on the declared settings and on what each container receives.
+    """``(findings, notes)``: the rules of ``tp_size``'s rule set on the declared settings and on what each
+    container receives (:class:`UnsupportedTPSize` for a TP size without a rule set).
 
     Each container is judged on the declared settings overlaid with its own environment. A finding
     about a value the container receives that the declared check did not already report names the

@@ -1,9 +1,16 @@
 # -*- coding: utf-8 -*-
-"""The launcher settings rules of SPEC section 3 ("Adapters and switches" and its "Never" list).
+"""The launcher settings rules of SPEC section 3 ("Adapters and switches" and its "Never" list), one rule set
+per TP size.
 
 Shared by ``launcher_settings`` (through ``module_utils/launcher.py``, which applies them to what each
 container receives at the next serve) and anything else that judges launcher settings. Every rule is a
-small named function in :data:`RULES` (rule id, level, summary), so tests can enumerate them.
+small named function in :data:`RULES` (rule id, level, summary, the TP sizes it belongs to), so tests can
+enumerate them. :data:`RULE_SETS` holds the set each TP size is judged by, chosen from the inventory's TP
+size (``tp_size``): TP3 (the report's fleet) never takes TP4's 16 slots, 8M-token pool, 0.80 fraction,
+4 GiB row cache, shared-expert padding or ``DSV41_TP_PAD=0``; TP4 (the community's four-node profile, the
+downstream TP4 repository's ``.env.tp4.example``) takes those and is judged by what its adapters need instead
+(``DSV41_SHARED_PAD_K`` the padding adapter's 0/1 switch, expert parallel 4, 2 or 1). A TP size without a
+rule set is refused (:class:`UnsupportedTPSize`), never judged by another size's rules.
 
 Values of a settings dict may be str, int, float, bool or None (a rendered YAML mapping): None and the
 empty string mean "unset"; True/False mean "1"/"0"; strings are kept exactly as bash will hold them (no
@@ -47,17 +54,31 @@ LAUNCHER_DEFAULTS = {"TP_SIZE": "3", "EP_SIZE": "3", "DSPARK_BLOCK_SIZE": "3",
 # The report: keep memory fraction 0.95 for the initial comparisons. Any other value on TP3 is refused
 # unless an experiment arm varies MEM_FRACTION_STATIC deliberately (its settings name the key).
 TP3_FRACTION = "0.95"
+# The TP4 profile's values (the report's comparison; the downstream TP4 repository's .env.tp4.example), which
+# assume TP4's much smaller per-rank weight footprint: never copied onto TP3.
 TP4_FRACTION = 0.80
 TP4_SLOTS = 16
 TP4_POOL = 8000000
 TP4_CACHE_GIB = 4.0
+# Expert parallel sizes each TP size's MoE layout admits. TP3: EP=TP or EP1 (TP3/EP2 is not an even
+# factorization, the report). TP4: EP4, EP2 (the community's base and canary images: 1152-wide expert slices,
+# a multiple of 128 as FlashInfer's MXFP4 MoE needs) or EP1 (its production line, 576-wide slices).
+EP_CHOICES = {3: (3, 1), 4: (4, 2, 1)}
+# The TP sizes with a rule set (RULE_SETS); anything else is refused by name.
+SUPPORTED_TP_SIZES = (3, 4)
 
 # ---------------------------------------------------------------------------------------------
 # Rules
 # ---------------------------------------------------------------------------------------------
 
-Rule = namedtuple("Rule", "id level summary check")
+# ``tp``: the TP sizes whose rule set holds the rule (None: every supported size).
+Rule = namedtuple("Rule", "id level summary check tp")
+Rule.__new__.__defaults__ = (None,)
 Finding = namedtuple("Finding", "rule level key message")
+
+
+class UnsupportedTPSize(ValueError):
+    """A TP size no rule set exists for (its rules would be another size's, which is never right)."""
 
 
 class _Ctx(object):
@@ -81,10 +102,6 @@ class _Ctx(object):
 
     def on(self, key):
         return _switch_on(self.s.get(key))
-
-    @property
-    def tp3(self):
-        return self.tp_size == 3
 
 
 def _r_env_writable(c):
@@ -114,9 +131,33 @@ def _r_moe_fused_finalize(c):
 
 def _r_shared_pad(c):
     v = c.get("DSV41_SHARED_PAD_K")
-    if c.tp3 and v is not None and v != "0":
+    if v is not None and v != "0":
         yield ("DSV41_SHARED_PAD_K", "%s enables shared-expert padding on TP3: TP3 K=768 is already 128-aligned "
                "and the TP4 adapter expects K=576; leave it unset or 0" % shown("DSV41_SHARED_PAD_K", v))
+
+
+def _r_shared_pad_switch(c):
+    v = c.get("DSV41_SHARED_PAD_K")
+    if v is not None and v not in ("0", "1"):
+        yield ("DSV41_SHARED_PAD_K", "%s: DSV41_SHARED_PAD_K is the TP4 padding adapter's switch, 0 or 1 (the "
+               "adapter pads the shared expert's K=576 to 640 itself; the TP4 profile runs 1)"
+               % shown("DSV41_SHARED_PAD_K", v))
+
+
+def _w_shared_pad_backend(c):
+    backend = c.get("DSV41_MXFP8_BACKEND")
+    if c.get("DSV41_SHARED_PAD_K") == "1" and backend is not None and backend != "b12x":
+        yield ("DSV41_SHARED_PAD_K", "DSV41_SHARED_PAD_K='1' with %s: the padding only puts the K=576 shape back "
+               "on the b12x MXFP8 kernel (on CUTLASS K=640 measured 0.7%% slower than 576)"
+               % shown("DSV41_MXFP8_BACKEND", backend))
+
+
+def _r_tp_pad_tp3(c):
+    v = c.get("DSV41_TP_PAD")
+    if v is not None and v.strip().lower() in ("0", "off", "false"):
+        yield ("DSV41_TP_PAD", "%s turns TP padding off on TP3: TP3 needs its attention head/group, vocab and "
+               "draft padding (TP4 runs 0 because 64 heads, 8 output groups, 128 draft experts and the vocab "
+               "divide by 4); leave it unset" % shown("DSV41_TP_PAD", v))
 
 
 def _r_sps_table(c):
@@ -137,7 +178,7 @@ def _r_offload_ram(c):
 
 def _r_tp4_slots(c):
     n = _as_int(c.get("MAX_RUNNING_REQUESTS"))
-    if c.tp3 and n is not None and n >= TP4_SLOTS:
+    if n is not None and n >= TP4_SLOTS:
         yield ("MAX_RUNNING_REQUESTS", "%s copies TP4's %d slots onto TP3; more slots are a separate, "
                "memory-checked experiment (6 or 8)" % (shown("MAX_RUNNING_REQUESTS", c.get("MAX_RUNNING_REQUESTS")),
                                                       TP4_SLOTS))
@@ -145,21 +186,21 @@ def _r_tp4_slots(c):
 
 def _r_tp4_pool(c):
     n = _as_int(c.get("MAX_TOTAL_TOKENS"))
-    if c.tp3 and n is not None and n >= TP4_POOL:
+    if n is not None and n >= TP4_POOL:
         yield ("MAX_TOTAL_TOKENS", "%s copies TP4's 8M-token KV pool onto TP3 (the report's boot got 491,520 "
                "tokens for a 750,000 pin)" % shown("MAX_TOTAL_TOKENS", c.get("MAX_TOTAL_TOKENS")))
 
 
 def _r_tp4_fraction(c):
     f = _as_float(c.get("MEM_FRACTION_STATIC"))
-    if c.tp3 and f is not None and abs(f - TP4_FRACTION) < 1e-9:
+    if f is not None and abs(f - TP4_FRACTION) < 1e-9:
         yield ("MEM_FRACTION_STATIC", "%s copies TP4's 0.80 memory fraction onto TP3; keep 0.95"
                % shown("MEM_FRACTION_STATIC", c.get("MEM_FRACTION_STATIC")))
 
 
 def _r_tp4_row_cache(c):
     f = _as_float(c.get("DSV41_CACHE_GIB"))
-    if c.tp3 and f is not None and f >= TP4_CACHE_GIB:
+    if f is not None and f >= TP4_CACHE_GIB:
         yield ("DSV41_CACHE_GIB", "%s copies TP4's 4 GiB Engram row cache onto TP3; only a small cache "
                "(0.25/0.5 GiB) once headroom is proven" % shown("DSV41_CACHE_GIB", c.get("DSV41_CACHE_GIB")))
 
@@ -167,7 +208,7 @@ def _r_tp4_row_cache(c):
 def _r_fraction_hold(c):
     v = c.get("MEM_FRACTION_STATIC")
     f = _as_float(v)
-    if (c.tp3 and f is not None and abs(f - float(TP3_FRACTION)) >= 1e-9 and abs(f - TP4_FRACTION) >= 1e-9
+    if (f is not None and abs(f - float(TP3_FRACTION)) >= 1e-9 and abs(f - TP4_FRACTION) >= 1e-9
             and "MEM_FRACTION_STATIC" not in c.varied):
         yield ("MEM_FRACTION_STATIC", "%s on TP3: the fraction is held at %s for the comparisons; only an experiment "
                "arm that varies MEM_FRACTION_STATIC deliberately (in its settings) may set another value"
@@ -288,9 +329,20 @@ def _r_tp_size(c):
 
 def _r_ep_size(c):
     v = c.get("EP_SIZE")
-    if v is not None and _as_int(v) not in (1, c.tp_size):
-        yield ("EP_SIZE", "%s: expert parallel must be %d (EP=TP) or 1 (the EP1 experiment)"
-               % (shown("EP_SIZE", v), c.tp_size))
+    choices = EP_CHOICES[c.tp_size]
+    if v is not None and _as_int(v) not in choices:
+        if c.tp_size == 3:
+            yield ("EP_SIZE", "%s: expert parallel must be 3 (EP=TP) or 1 (the EP1 experiment)" % shown("EP_SIZE", v))
+        else:
+            yield ("EP_SIZE", "%s: expert parallel on TP%d must be %s (EP=TP, or expert slices of a width the "
+                   "MoE kernels take)" % (shown("EP_SIZE", v), c.tp_size, ", ".join(str(n) for n in choices)))
+
+
+def _w_ep1_moe_width(c):
+    if _as_int(c.get("EP_SIZE")) == 1 and not c.on("DSV41_MOE_B12X_NEXT"):
+        yield ("EP_SIZE", "EP_SIZE='1' on TP4 gives every rank a 576-wide slice of each expert, not a multiple of "
+               "128 as FlashInfer's MXFP4 MoE needs: the TP4 profile runs EP1 only with DSV41_MOE_B12X_NEXT=1 "
+               "(else EP_SIZE=2)")
 
 
 _POSITIVE_INTS = ("MAX_RUNNING_REQUESTS", "CHUNKED_PREFILL_SIZE", "MAX_TOTAL_TOKENS", "API_PORT", "DIST_PORT",
@@ -332,15 +384,18 @@ RULES = (
          _r_alloc_expandable),
     Rule("moe_fused_finalize", "error", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE must be explicitly 0",
          _r_moe_fused_finalize),
-    Rule("shared_pad_tp3", "error", "no DSV41_SHARED_PAD_K (shared-expert padding) on TP3", _r_shared_pad),
+    Rule("shared_pad_tp3", "error", "no DSV41_SHARED_PAD_K (shared-expert padding) on TP3", _r_shared_pad, (3,)),
+    Rule("shared_pad_switch", "error", "DSV41_SHARED_PAD_K is the TP4 padding adapter's 0/1 switch",
+         _r_shared_pad_switch, (4,)),
+    Rule("tp_pad_tp3", "error", "no DSV41_TP_PAD=0 (TP4's unpadded layout) on TP3", _r_tp_pad_tp3, (3,)),
     Rule("sps_table", "error", "no DSPARK_SPS_TABLE (ragged verify) in the initial sequence", _r_sps_table),
     Rule("offload_ram", "error", "no OFFLOAD_MODE=ram", _r_offload_ram),
-    Rule("tp4_slots", "error", "no TP4 16 slots on TP3", _r_tp4_slots),
-    Rule("tp4_kv_pool", "error", "no TP4 8M KV pool on TP3", _r_tp4_pool),
-    Rule("tp4_fraction", "error", "no TP4 0.80 memory fraction on TP3", _r_tp4_fraction),
-    Rule("tp4_row_cache", "error", "no TP4 4 GiB Engram row cache on TP3", _r_tp4_row_cache),
+    Rule("tp4_slots", "error", "no TP4 16 slots on TP3", _r_tp4_slots, (3,)),
+    Rule("tp4_kv_pool", "error", "no TP4 8M KV pool on TP3", _r_tp4_pool, (3,)),
+    Rule("tp4_fraction", "error", "no TP4 0.80 memory fraction on TP3", _r_tp4_fraction, (3,)),
+    Rule("tp4_row_cache", "error", "no TP4 4 GiB Engram row cache on TP3", _r_tp4_row_cache, (3,)),
     Rule("fraction_hold", "error", "MEM_FRACTION_STATIC held at 0.95 on TP3 unless an arm varies it (0.80: "
-         "tp4_fraction)", _r_fraction_hold),
+         "tp4_fraction)", _r_fraction_hold, (3,)),
     Rule("fraction_value", "error", "MEM_FRACTION_STATIC is a fraction", _r_fraction_value),
     Rule("wo_a_needs_w8", "error", "DSV41_WO_A_W8_MID / _DROP need DSV41_WO_A_W8", _r_wo_a_needs_w8),
     Rule("wo_a_drop_validated", "error", "DSV41_WO_A_W8_DROP only after W8 is validated", _r_wo_a_drop_validated),
@@ -361,28 +416,54 @@ RULES = (
          _r_folded_sampling_budget),
     Rule("switch_values", "error", "adapter and engine switches are 0 or 1", _r_switch_values),
     Rule("tp_size", "error", "TP_SIZE equals the inventory's TP size", _r_tp_size),
-    Rule("ep_size", "error", "EP_SIZE is the TP size or 1", _r_ep_size),
+    Rule("ep_size", "error", "EP_SIZE is one the TP size's MoE layout admits (TP3: 3 or 1; TP4: 4, 2 or 1)",
+         _r_ep_size),
     Rule("integer_values", "error", "counts, ports and sizes are numbers", _r_integer_values),
     Rule("cache_ways_without_cache", "warning", "DSV41_CACHE_WAYS matters only with a non-zero DSV41_CACHE_GIB",
          _w_cache_ways),
     Rule("drm_without_cache", "warning", "DSV41_ENGRAM_DRM_NODE gives no slots with DSV41_CACHE_GIB 0",
          _w_drm_node),
+    Rule("shared_pad_backend", "warning", "DSV41_SHARED_PAD_K gains only on the b12x MXFP8 backend",
+         _w_shared_pad_backend, (4,)),
+    Rule("ep1_moe_width", "warning", "EP_SIZE=1 on TP4 needs the b12x_next MoE (DSV41_MOE_B12X_NEXT=1)",
+         _w_ep1_moe_width, (4,)),
 )
 RULE_IDS = tuple(r.id for r in RULES)
+# The rule set of each supported TP size, in RULES order (a finding list keeps that order).
+RULE_SETS = dict((tp, tuple(r for r in RULES if r.tp is None or tp in r.tp)) for tp in SUPPORTED_TP_SIZES)
+
+
+def rules_for(tp_size):
+    """The rule set of ``tp_size`` (the inventory's TP size); :class:`UnsupportedTPSize` naming the value when
+    no set exists for it."""
+    if isinstance(tp_size, bool):
+        tp = None
+    elif isinstance(tp_size, int):
+        tp = tp_size
+    else:   # a rendered inventory value ("4"); nothing else is a TP size
+        tp = int(tp_size) if isinstance(tp_size, str) and tp_size.isdigit() else None
+    if tp not in RULE_SETS:
+        raise UnsupportedTPSize(
+            "tp_size %r has no launcher rule set (there is one for %s): the settings of such a fleet cannot be "
+            "judged, and another size's rules would be wrong for it"
+            % (tp_size, " and ".join("TP%d" % n for n in SUPPORTED_TP_SIZES)))
+    return RULE_SETS[tp]
 
 
 def check_settings(settings, tp_size=3, validated=frozenset(), packed=False, timing=False, sps_table_exists=None,
                    varied=frozenset()):
-    """Every broken rule as a :class:`Finding` (rule id, level, key, message), in :data:`RULES` order.
+    """Every broken rule of ``tp_size``'s rule set (:func:`rules_for`; :class:`UnsupportedTPSize` for a size
+    without one) as a :class:`Finding` (rule id, level, key, message), in :data:`RULES` order.
 
     ``sps_table_exists``: False when the ``DSPARK_SPS_TABLE`` file is known to be missing where the
     container reads it (the engine then stays on verify-all: no finding), a host path when it is known
     to exist there, None when unknown (refused: it cannot be shown to be harmless). ``varied``: the keys an
     experiment arm varies deliberately (its settings), which a hold rule then leaves to the arm.
     """
+    rules = rules_for(tp_size)
     ctx = _Ctx(settings, tp_size, validated, packed, timing, sps_table_exists, varied)
     out = []
-    for rule in RULES:
+    for rule in rules:
         for key, message in rule.check(ctx):
             out.append(Finding(rule.id, rule.level, key, message))
     return out

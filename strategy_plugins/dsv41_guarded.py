@@ -3,8 +3,9 @@
 
 The project's default strategy (ansible.cfg). Before a play runs any task, it refuses a run that reaches
 part of the fleet when the playbook's own file does not allow it, and, on a lab-only control node, any
-host reached outside a loopback address. A refused play breaks the playbook (non-zero exit) before anything
-is sent to a host. Tags cannot skip it and extra variables cannot change what it reads.
+host reached outside a loopback address and any fleet that is not a lab (``dsv41_fleet_is_lab``). A refused
+play breaks the playbook (non-zero exit) before anything is sent to a host. Tags cannot skip it and extra
+variables cannot change what it reads.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -100,16 +101,17 @@ class StrategyModule(LinearStrategyModule):
                 if refusal:
                     return refusal
         if os.environ.get("DSV41_LAB_ONLY", "") not in ("", "0"):
-            targets, names = [], set()
+            targets, fleets = [], set()
             for host in inventory.get_hosts(play.hosts, ignore_restrictions=True):
                 hostvars = self._variable_manager.get_vars(play=play, host=host, include_hostvars=False)
                 templar = Templar(loader=self._loader, variables=hostvars)
                 try:
                     address = templar.template(hostvars.get("ansible_host", host.name))
                     connection = templar.template(hostvars.get("ansible_connection", "ssh"))
-                    names.add(str(templar.template(hostvars.get("dsv41_fleet_name", ""))))
+                    fleets.add((str(templar.template(hostvars.get("dsv41_fleet_name", ""))),
+                                guard.truthy(templar.template(hostvars.get("dsv41_fleet_is_lab", False)))))
                 except AnsibleError as exc:
                     return "Fleet guard: cannot tell where %s is reached (%s); nothing was run" % (host.name, exc)
                 targets.append((host.name, connection, address))
-            return guard.lab_only_refusal(targets, names)
+            return guard.lab_only_refusal(targets, fleets)
         return None

@@ -158,7 +158,7 @@ def running_image_digest(book, record_root):
 def validation_layer(directory, name, digest):
     """An inventory layer whose ledger holds one validation for the image."""
     return inventory_layer(directory, "dsv41_validations:\n  - {name: %s, image_digest: '%s', record: "
-                                      "records/experiments/%s/record.json}\n" % (name, digest, name))
+                                      "records/lab/experiments/%s/record.json}\n" % (name, digest, name))
 
 
 def mini_inventory(directory):

@@ -56,8 +56,8 @@ def drift(records):
     cmd = [sys.executable, str(ROOT / "bin" / "fleet-drift"), "-i", str(LAB_INVENTORY), "--records", str(records)]
     res = subprocess.run(cmd, cwd=ROOT, env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          timeout=900)
-    # Each fleet's runs apart: records/drift/<fleet>/<UTC time>/, the lab inventory's fleet is "lab".
-    run_dir = sorted(p for p in (records / "drift" / LAB_INVENTORY.name).iterdir() if p.is_dir())[-1]
+    # Each fleet's runs apart: records/<fleet>/drift/<UTC time>/, the lab inventory's fleet is "lab".
+    run_dir = sorted(p for p in (records / "lab" / "drift").iterdir() if p.is_dir())[-1]
     report = json.loads((run_dir / "drift.json").read_text())
     findings = sorted((f["host"], f["area"], f["item"], f["class"]) for f in report["findings"])
     return res.returncode, findings

@@ -73,10 +73,9 @@ def lab_run(tmp_path_factory, hook):
                              "- name: Adapters\n  hosts: dsv41_ranks\n  gather_facts: false\n  roles: [adapters]\n")
     lab("reset")  # the seed state: drift findings below are ours alone
     invs = (LAB_INVENTORY, inv)
-    for args in (("site.yml",), (str(adapters_play),),
-                 ("stage_a_pack.yml", "-e", "maintenance_window=true", "-e", f"run_record_root={records}",
-                  "-e", f"engine_log_dir={tmp / 'boot-logs'}", "-e", f"benchmark_fetch_dir={tmp / 'bench'}")):
-        rc, out = playbook(*args, inventories=invs)
+    # one knob moves every record of the fleet (run records, boot logs, benchmark output) out of the tree
+    for args in (("site.yml",), (str(adapters_play),), ("stage_a_pack.yml", "-e", "maintenance_window=true")):
+        rc, out = playbook(*args, "-e", f"dsv41_records_dir={records / 'lab'}", inventories=invs)
         assert rc == 0, out[-4000:]
     return {"inv": inv, "records": records, "tmp": tmp}
 
@@ -86,7 +85,7 @@ def drift(lab_run, *extra, environ=None):
            "--records", str(lab_run["records"])]
     res = subprocess.run(cmd + list(extra), cwd=ROOT, env=dict(env(), **(environ or {})), text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
-    run_dir = sorted(p for p in (lab_run["records"] / "drift" / "lab").iterdir() if p.is_dir())[-1]
+    run_dir = sorted(p for p in (lab_run["records"] / "lab" / "drift").iterdir() if p.is_dir())[-1]
     report = json.loads((run_dir / "drift.json").read_text())
     return res.returncode, res.stdout, run_dir, report
 
@@ -96,7 +95,7 @@ def metrics(lab_run):
     (what node_exporter's textfile collector would expose)."""
     from prometheus_client.parser import text_string_to_metric_families
     out = {}
-    text = (lab_run["records"] / "metrics" / "dsv41_drift_lab.prom").read_text()
+    text = (lab_run["records"] / "lab" / "metrics" / "dsv41_drift_lab.prom").read_text()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             out.setdefault(sample.name, []).append((sample.labels, sample.value))
@@ -127,6 +126,11 @@ def test_converged_fleet_has_no_drift(lab_run, hook):
     assert report["accepted"] and all(f["accepted"] for f in report["accepted"])  # known, with the reason
     assert hook.calls == []  # nothing changed: nothing to notify
     assert (run_dir / "artifacts" / "playbook" / "job_events").is_dir()  # the runner's private data dir
+    # everything the lab fleet's runs wrote is under records/lab/: stage A's run record (which the image is
+    # compared with), its boot logs and benchmark output, the drift history and the metrics
+    assert [p.name for p in lab_run["records"].iterdir()] == ["lab"]
+    assert {p.name for p in (lab_run["records"] / "lab").iterdir()} >= {"runs", "boot-logs", "bench", "drift", "metrics"}
+    assert [p.name for p in (lab_run["records"] / "lab" / "runs").glob("*-stage_a")]
     # every shard was read whole once and found as packed: the next run reads none of them until one changes
     assert {h: sorted(v) for h, v in report["shards_verified"].items()} == {
         h: sorted(f"{d}/engram-l{layer}-r{r}of3.bin" for layer in (1, 14))
@@ -234,7 +238,7 @@ def test_unreachable_host_exit_3_and_the_others_reported(lab_run, tmp_path, hook
 
 
 def test_retention_keeps_the_last_runs(lab_run):
-    runs = [p for p in (lab_run["records"] / "drift" / "lab").iterdir() if p.is_dir()]
+    runs = [p for p in (lab_run["records"] / "lab" / "drift").iterdir() if p.is_dir()]
     assert 1 <= len(runs) <= 6  # drift_retention_runs: 6 in this inventory layer
 
 
@@ -263,8 +267,9 @@ def test_all_fleets_checked_at_once_each_reported_apart_and_the_worst_exit(lab_r
     assert "fleet lab-b (%s): exit 2" % (fleets / "lab-b") in res.stdout
     assert "fleet-drift --all: 2 fleet(s), exit 2 (the worst: lab 0, lab-b 2)" in res.stdout
     reports = {}
+    assert sorted(p.name for p in records.iterdir()) == ["lab", "lab-b"], "each fleet's records in its own directory"
     for name in ("lab", "lab-b"):
-        (run_dir,) = [p for p in (records / "drift" / name).iterdir() if p.is_dir()]
+        (run_dir,) = [p for p in (records / name / "drift").iterdir() if p.is_dir()]
         reports[name] = json.loads((run_dir / "drift.json").read_text())
     assert reports["lab"]["findings"] == [] and reports["lab"]["fleet"] == "lab"
     # the one declared difference, in the head's .env and in what every rank's launch would receive

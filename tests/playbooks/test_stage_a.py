@@ -233,11 +233,11 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
         facts = boot_facts(host, container)
         assert facts.marker_found and [facts.engram[layer]["packed"] for layer in (1, 14)] == [True, True], host
     assert snapshot({"spark2": ["/home/zurih/dsv41-engram"]}) == tp2_before  # the old TP2 shards are untouched
-    boot_logs = ROOT / "records" / "boot-logs"
+    boot_logs = ROOT / "records" / "lab" / "boot-logs"   # the lab fleet's own records
     assert all((boot_logs / f"{h}-rank{r}.log").exists() for r, h in enumerate(("spark1", "spark2", "spark3")))
 
     # The run record has every field filled for every node, and the benchmark ran from a worker.
-    record = sorted((ROOT / "records").glob("*-stage_a"))[-1]
+    record = sorted((ROOT / "records" / "lab" / "runs").glob("*-stage_a"))[-1]
     for rank, host in enumerate(("spark1", "spark2", "spark3")):
         node = json.loads((record / "nodes" / f"{host}.json").read_text())
         assert node["rank"] == rank and node["container"]["state"] == "running"
@@ -274,7 +274,7 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
     import yaml
     from labhelpers import running_image_digest
     proposal = yaml.safe_load((record / "stage-ledger.yml").read_text())
-    entry = {"name": "stage_a", "image_digest": running_image_digest(), "record": "records/%s" % record.name}
+    entry = {"name": "stage_a", "image_digest": running_image_digest(), "record": "records/lab/runs/%s" % record.name}
     assert proposal == {"dsv41_stages_passed": [entry]}
     assert "Stage ledger: commit to dsv41_stages_passed" in " ".join(out.split())
     assert inventory_text() == inventory_before, "the run never edits the inventory"
@@ -296,7 +296,7 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
         changed_tasks(out)
     assert "Stop the engine" not in out or "skipping" in out.split("Stop the engine", 1)[1][:300]
     # nothing needed a restart: the record says the restart was not taken, the steps that ran are timed
-    rows = {r["step"]: r for r in json.loads((sorted((ROOT / "records").glob("*-stage_a"))[-1]
+    rows = {r["step"]: r for r in json.loads((sorted((ROOT / "records" / "lab" / "runs").glob("*-stage_a"))[-1]
                                               / "expected-vs-actual.json").read_text())}
     assert rows["restart"]["actual_s"] is None and rows["contention"]["actual_s"] > 0, rows
 

@@ -354,7 +354,7 @@ def e2e(tmp_path_factory):
     print(f"sha256 of the two TP2 files on spark2: {hashed:.0f} s; stage A --check with the relocation: "
           f"{check_s:.0f} s; stage A with the relocation: {run_s:.0f} s")
     return {"inventories": inventories, "before": before, "check": (check_rc, check_out, check_unchanged),
-            "run": (rc, out), "record": sorted((ROOT / "records").glob("*-stage_a"))[-1]}
+            "run": (rc, out), "record": sorted((ROOT / "records" / "lab" / "runs").glob("*-stage_a"))[-1]}
 
 
 def test_e2e_check_mode_counts_the_chosen_relocation(e2e):

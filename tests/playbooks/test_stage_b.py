@@ -87,12 +87,12 @@ def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit
                        inventories=(LAB_INVENTORY, committed))
     assert rc == 0, out[-4000:]
     text = flat(out)
-    record = sorted((ROOT / "records").glob("*-stage_b-boot4-restored"))[-1]
+    record = sorted((ROOT / "records" / "lab" / "runs").glob("*-stage_b-boot4-restored"))[-1]
     end = running_image_digest()
     assert end != start, "stage B rebuilt the image with the retention adapter"
     proposal = yaml.safe_load((record / "stage-ledger.yml").read_text())["dsv41_stages_passed"]
-    assert proposal == [{"name": "stage_b", "image_digest": end, "record": "records/%s" % record.name},
-                        {"name": "stage_a", "image_digest": end, "record": "records/%s" % record.name,
+    assert proposal == [{"name": "stage_b", "image_digest": end, "record": "records/lab/runs/%s" % record.name},
+                        {"name": "stage_a", "image_digest": end, "record": "records/lab/runs/%s" % record.name,
                          "carried_from": start}]
     assert "Stage ledger: commit to dsv41_stages_passed" in text
     # the plan said how long it takes on the fleet: the rebuild and four boots of 767 s each (no records yet)

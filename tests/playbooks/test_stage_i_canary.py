@@ -33,7 +33,7 @@ def w8_on(tmp_path_factory):
     inventory layer). The canary's G=4 dispatch lives in the W8 adapter, so only then does it install."""
     digest = running_image_digest("stage_d_wo_a.yml", tmp_path_factory.mktemp("digest"))
     return inventory_layer(tmp_path_factory.mktemp("w8"), (
-        "dsv41_validations:\n  - {name: wo_a_w8, image_digest: '%s', record: records/experiments/wo_a_w8/record.json}\n"
+        "dsv41_validations:\n  - {name: wo_a_w8, image_digest: '%s', record: records/lab/experiments/wo_a_w8/record.json}\n"
         "dsv41_launcher_overrides: {DSV41_WO_A_W8: '1'}\n") % digest)
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleFilterError
 
 from ansible.module_utils import import_hook as H
 from ansible.module_utils import import_hook_arming as A
@@ -288,11 +289,18 @@ def test_source_problems():
                {"item": "wo_a_w8.py", "stat": {"exists": True, "checksum": "3" * 64}},
                {"item": "b.py", "stat": {"exists": True, "checksum": "4" * 64}},
                {"item": "c.py", "stat": {"exists": False}}]
-    assert F.adapters_source_problems(results, manifest, "/src") == [
+    assert F.adapters_source_problems(results, manifest, "/src", 3) == [
         "/src/wo_a_w8.py: sha256 %s, manifest expects %s (the local TP3 generalisation; never replace it with the "
         "TP4 file)" % ("3" * 64, "2" * 64),
         "b.py: no sha256 in the manifest (adapters_manifest)",
         "/src/c.py: missing"]
+    # a TP4 fleet's manifest names the downstream TP4 file: a difference says that is what it must be
+    assert F.adapters_source_problems(results[:2], manifest, "/src", "4") == [
+        "/src/wo_a_w8.py: sha256 %s, manifest expects %s (on TP4 the downstream TP4 file of the pinned revision, "
+        "never the TP3 generalisation)" % ("3" * 64, "2" * 64)]
+    with pytest.raises(AnsibleFilterError, match="tp_size 5: the adapters know which wo_a_w8.py a fleet runs on "
+                                                 "TP3 and TP4 only"):
+        F.adapters_source_problems(results, manifest, "/src", 5)
 
 
 def test_image_problems():

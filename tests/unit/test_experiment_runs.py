@@ -12,7 +12,7 @@ from ansible.module_utils import experiment_record as rec_md
 from ansible.module_utils import experiment_runs as er
 
 REPO = "/srv/repo"
-ROOT = REPO + "/records/experiments"
+ROOT = REPO + "/records/lab/experiments"   # the lab fleet's own run records
 SNAP = {"spark1": {"files": {".env": "aa"}, "image_id": "sha256:1"}, "spark2": {"image_id": "sha256:1"}}
 DEFINITION = {"name": "stage_d_wo_a", "arms": [{"name": "w8"}, {"name": "mid"}]}
 
@@ -34,12 +34,16 @@ def _run(root, name, before=SNAP, after=None, record=None, state=None, finished=
 
 
 def test_rollback_command_is_typed_from_the_repository_root():
-    assert er.rollback_command("R", [REPO + "/inventory/lab"], ROOT, REPO) == (
+    assert er.rollback_command("R", [REPO + "/inventory/lab"], ROOT, REPO, "lab") == (
         "ansible-playbook playbooks/rollback.yml -i inventory/lab -e experiment_rollback_run=R -e maintenance_window=true")
     # another record root is named; an inventory outside the repository stays absolute
-    assert er.rollback_command("R", ["/etc/fleet/inv", REPO + "/inventory/lab"], "/tmp/rec/", REPO) == (
+    assert er.rollback_command("R", ["/etc/fleet/inv", REPO + "/inventory/lab"], "/tmp/rec/", REPO, "lab") == (
         "ansible-playbook playbooks/rollback.yml -i /etc/fleet/inv -i inventory/lab -e experiment_rollback_run=R "
         "-e maintenance_window=true -e experiment_record_root=/tmp/rec")
+    # another fleet's directory, the shared one of the old layout, or a fleet not known: the root is named
+    for root, fleet in ((ROOT, "production"), (REPO + "/records/experiments", "lab"), (ROOT, None)):
+        assert er.rollback_command("R", [], root, REPO, fleet).endswith("-e experiment_record_root=%s" % root)
+    assert pf.dsv41_rollback_command("R", [REPO + "/inventory/lab"], ROOT, REPO, "lab").endswith("maintenance_window=true")
 
 
 def test_what_counts_as_finished(tmp_path):

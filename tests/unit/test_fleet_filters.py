@@ -16,7 +16,8 @@ GOOD_HOSTVARS = {
 }
 for hv in GOOD_HOSTVARS.values():
     hv.update({"dsv41_tp_size": 3, "dsv41_checkpoint_dir": "/srv/models/DeepSeek-V4.1-Flash",
-               "dsv41_head_container": "dsv41-head", "dsv41_worker_container": "dsv41-worker"})
+               "dsv41_head_container": "dsv41-head", "dsv41_worker_container": "dsv41-worker",
+               "dsv41_fleet_name": "production"})
 GOOD_GROUPS = {"dsv41_ranks": ["spark1", "spark2", "spark3"], "head": ["spark1"], "workers": ["spark2", "spark3"]}
 
 
@@ -74,6 +75,35 @@ def test_mistyped_variables_are_named(var, value, message):
 def test_missing_variable_is_named():
     found = errors(lambda hv: hv["spark3"].pop("dsv41_engram_dir"))
     assert "spark3: dsv41_engram_dir is not set (want an absolute path)" in found
+
+
+@pytest.mark.parametrize("value", ["..", ".", "../../etc", "lab/x", "Lab", "lab tp4", "-lab", "", 3, None,
+                                   "drift", "experiments", "adopt-spark1", "x" * 64])
+def test_a_fleet_name_that_is_not_one_safe_directory_under_records_is_refused_naming_it(value):
+    found = errors(lambda hv: [h.update(dsv41_fleet_name=value) for h in hv.values()])
+    # one line per host, naming the value (the rule: lowercase letters, digits, '-', '_'; no old layout name)
+    assert [e for e in found if e.startswith("spark1: ")] == [found[0]]
+    assert found[0].startswith("spark1: dsv41_fleet_name=%r is " % (value,)), found
+
+
+@pytest.mark.parametrize("value", ["lab", "lab-tp4", "production", "tp4_example", "0fleet"])
+def test_plain_fleet_names_are_valid(value):
+    assert errors(lambda hv: [h.update(dsv41_fleet_name=value) for h in hv.values()]) == []
+
+
+def test_the_fleet_name_is_required_and_one_for_the_whole_fleet():
+    assert "spark2: dsv41_fleet_name is not set" in errors(lambda hv: hv["spark2"].pop("dsv41_fleet_name"))[0]
+    found = errors(lambda hv: hv["spark3"].update(dsv41_fleet_name="lab"))
+    assert found == ["hosts disagree on dsv41_fleet_name: 'lab', 'production' (one fleet, one value)"]
+
+
+def test_the_lab_flag_is_a_boolean_the_same_on_every_rank():
+    assert errors(lambda hv: [h.update(dsv41_fleet_is_lab=True) for h in hv.values()]) == []
+    found = errors(lambda hv: [h.update(dsv41_fleet_is_lab="yes") for h in hv.values()])
+    assert found[0].startswith("spark1: dsv41_fleet_is_lab='yes' is not a boolean")
+    # absent counts as false: one host saying true makes the fleet disagree with itself
+    assert errors(lambda hv: hv["spark1"].update(dsv41_fleet_is_lab=True)) == [
+        "hosts disagree on dsv41_fleet_is_lab: False, True (one fleet, one value)"]
 
 
 def test_host_in_neither_head_nor_workers():

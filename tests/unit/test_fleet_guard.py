@@ -38,9 +38,15 @@ def test_only_loopback_addresses_count_as_this_machine(address, loopback):
     assert G.is_loopback(address) is loopback
 
 
-def test_lab_only_refuses_any_host_reached_elsewhere_and_a_production_fleet():
+def test_lab_only_refuses_any_host_reached_elsewhere_and_any_fleet_that_is_not_a_lab():
     lab = [("spark1", "ssh", "127.0.0.1"), ("spark2", "ssh", "127.0.0.1"), ("ctl", "local", "ctl")]
-    assert G.lab_only_refusal(lab, {"lab"}) is None
-    msg = G.lab_only_refusal(lab + [("spark3", "ssh", "10.0.0.3")], {"lab"})
+    assert G.lab_only_refusal(lab, {("lab", True), ("lab-tp4", True), ("", False)}) is None
+    msg = G.lab_only_refusal(lab + [("spark3", "ssh", "10.0.0.3")], {("lab", True)})
     assert "spark3 (10.0.0.3) would be reached outside this machine" in msg
-    assert "This control node is lab-only" in G.lab_only_refusal(lab, {"production"})
+    # whatever its addresses: production, the TP4 example, a lab copy not marked as a lab, one named production
+    for fleets, named in (({("production", False)}, "'production'"), ({("tp4-example", False)}, "'tp4-example'"),
+                          ({("lab-b", None)}, "'lab-b'"), ({("production", True)}, "'production'"),
+                          ({("lab", True), ("tp4-example", "false")}, "'tp4-example'")):
+        msg = G.lab_only_refusal(lab, fleets)
+        assert msg.startswith("This control node is lab-only (DSV41_LAB_ONLY=1) and the inventory describes the "
+                              "%s fleet, not a lab" % named), (fleets, msg)

@@ -211,6 +211,11 @@ FORBIDDEN = [
      "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE='1' turns fused MoE finalize on: it must be 0"),
     ("moe_fused_finalize", {"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": ""}, {}, "is unset"),
     ("shared_pad_tp3", {"DSV41_SHARED_PAD_K": "576"}, {}, "DSV41_SHARED_PAD_K='576' enables shared-expert padding on TP3"),
+    ("shared_pad_tp3", {"DSV41_SHARED_PAD_K": "1"}, {}, "DSV41_SHARED_PAD_K='1' enables shared-expert padding on TP3"),
+    # TP4: the padding adapter's switch is 0 or 1; 576 is the shape it pads, not a value it takes
+    ("shared_pad_switch", {"TP_SIZE": "4", "DSV41_SHARED_PAD_K": "576"}, {"tp_size": 4},
+     "DSV41_SHARED_PAD_K='576': DSV41_SHARED_PAD_K is the TP4 padding adapter's switch, 0 or 1"),
+    ("tp_pad_tp3", {"DSV41_TP_PAD": "0"}, {}, "DSV41_TP_PAD='0' turns TP padding off on TP3"),
     ("sps_table", {"DSPARK_SPS_TABLE": "/adapter/sps.json"}, {},
      "DSPARK_SPS_TABLE='/adapter/sps.json' enables ragged (SPS) verification"),
     ("offload_ram", {"OFFLOAD_MODE": "RAM"}, {}, "OFFLOAD_MODE='RAM': CPU offload creates no extra memory pool"),
@@ -256,6 +261,8 @@ FORBIDDEN = [
     ("switch_values", {"DSV41_AUTOTUNE_KEEP": "2"}, {}, "DSV41_AUTOTUNE_KEEP='2': a switch must be 0 or 1"),
     ("tp_size", {"TP_SIZE": "4"}, {}, "TP_SIZE='4' but the inventory has tp_size 3"),
     ("ep_size", {"EP_SIZE": "2"}, {}, "EP_SIZE='2': expert parallel must be 3 (EP=TP) or 1"),
+    ("ep_size", {"TP_SIZE": "4", "EP_SIZE": "3"}, {"tp_size": 4},
+     "EP_SIZE='3': expert parallel on TP4 must be 4, 2, 1"),
     ("integer_values", {"MAX_RUNNING_REQUESTS": "four"}, {}, "MAX_RUNNING_REQUESTS='four' is not a positive integer"),
     ("integer_values", {"DSV41_CACHE_GIB": "-1"}, {}, "DSV41_CACHE_GIB='-1' is not a size in GiB >= 0"),
     ("env_writable", {"IMAGE": "x\n$(touch /tmp/x)"}, {}, "IMAGE: the value holds a newline"),
@@ -313,11 +320,92 @@ def test_allowed_settings_pass(changes, kwargs):
     assert L.validate_settings(baseline(**changes), **kwargs) == []
 
 
-def test_tp4_fleet_may_use_tp4_values():
-    tp4 = baseline(TP_SIZE="4", EP_SIZE="4", MAX_RUNNING_REQUESTS="16", MAX_TOTAL_TOKENS="8000000",
-                   MEM_FRACTION_STATIC="0.80", DSV41_CACHE_GIB="4", DSV41_SHARED_PAD_K="576")
-    assert L.validate_settings(tp4, tp_size=4) == []
-    assert "TP_SIZE='4' but the inventory has tp_size 3" in L.validate_settings(tp4, tp_size=3)
+# ------------------------------------------------------------------------------------------ rule sets per TP size
+
+# The community's four-node TP4 profile on the base image (knapcio/DeepSeek-V4.1-Flash-4x-DGX-Spark-TP4,
+# .env.tp4.example): the values the report compares with, and the padding adapter's switch.
+TP4_PROFILE = {"TP_SIZE": "4", "EP_SIZE": "2", "DSPARK_BLOCK_SIZE": "5", "MAX_RUNNING_REQUESTS": "16",
+               "MAX_TOTAL_TOKENS": "8000000", "MEM_FRACTION_STATIC": "0.80", "DSV41_CACHE_GIB": "4",
+               "DSV41_CACHE_WAYS": "16", "DSV41_SHARED_PAD_K": "1", "DSV41_MXFP8_BACKEND": "b12x",
+               "DSV41_TP_PAD": "0", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False", "OFFLOAD_MODE": "nvme"}
+
+
+def tp4_profile(**changes):
+    return baseline(**dict(TP4_PROFILE, **changes))
+
+
+def test_the_tp4_profile_passes_the_tp4_rule_set_and_not_the_tp3_one():
+    assert L.validate_settings_full(tp4_profile(), tp_size=4) == ([], [])
+    # the same values on TP3 (sized for three ranks): every TP4 value the report says never to copy is named
+    found = L.check_settings(tp4_profile(TP_SIZE="3", EP_SIZE="3"), tp_size=3)
+    assert [(f.rule, f.key) for f in found] == [
+        ("shared_pad_tp3", "DSV41_SHARED_PAD_K"), ("tp_pad_tp3", "DSV41_TP_PAD"),
+        ("tp4_slots", "MAX_RUNNING_REQUESTS"), ("tp4_kv_pool", "MAX_TOTAL_TOKENS"),
+        ("tp4_fraction", "MEM_FRACTION_STATIC"), ("tp4_row_cache", "DSV41_CACHE_GIB")]
+    assert "TP_SIZE='4' but the inventory has tp_size 3" in L.validate_settings(tp4_profile(), tp_size=3)
+
+
+@pytest.mark.parametrize("changes, rule, text", [
+    ({"DSV41_SHARED_PAD_K": "576"}, "shared_pad_switch", "the adapter pads the shared expert's K=576 to 640 itself"),
+    ({"DSV41_SHARED_PAD_K": "640"}, "shared_pad_switch", "DSV41_SHARED_PAD_K='640': DSV41_SHARED_PAD_K is the TP4"),
+    ({"EP_SIZE": "3"}, "ep_size", "EP_SIZE='3': expert parallel on TP4 must be 4, 2, 1"),
+    ({"TP_SIZE": "3"}, "tp_size", "TP_SIZE='3' but the inventory has tp_size 4"),
+    # the never list that holds on every TP size
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "alloc_expandable", "NaN logits"),
+    ({"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": "1"}, "moe_fused_finalize", "turns fused MoE finalize on"),
+    ({"DSPARK_SPS_TABLE": "/state/dspark_sps.json"}, "sps_table", "enables ragged (SPS) verification"),
+    ({"OFFLOAD_MODE": "ram"}, "offload_ram", "CPU offload creates no extra memory pool"),
+    ({"DSV41_WO_A_W8": "1", "DSV41_WO_A_W8_DROP": "1"}, "wo_a_drop_validated", "before DSV41_WO_A_W8 is validated"),
+])
+def test_tp4_refuses_what_breaks_its_adapters_and_the_never_list(changes, rule, text):
+    found = [f for f in L.check_settings(tp4_profile(**changes), tp_size=4) if f.level == "error"]
+    assert [f.rule for f in found] == [rule], found
+    assert text in found[0].message
+
+
+@pytest.mark.parametrize("changes", [
+    {"EP_SIZE": "4"}, {"EP_SIZE": "1", "DSV41_MOE_B12X_NEXT": "1"}, {"DSV41_SHARED_PAD_K": "0"},
+    {"DSV41_SHARED_PAD_K": None, "DSV41_TP_PAD": None}, {"MEM_FRACTION_STATIC": "0.85"}, {"DSV41_CACHE_GIB": "1"},
+    {"DSV41_WO_A_W8": "1", "DSV41_WO_A_W8_MID": "1"},
+])
+def test_tp4_takes_its_own_values(changes):
+    # no TP3 hold or cap on TP4: 0.85 (another four-node fleet's fraction) is not TP3's 0.95 and passes
+    assert L.validate_settings_full(tp4_profile(**changes), tp_size=4) == ([], [])
+
+
+def test_tp4_warnings_name_what_gains_nothing_or_needs_another_kernel():
+    errors, warnings = L.validate_settings_full(tp4_profile(EP_SIZE="1"), tp_size=4)
+    assert errors == [] and warnings == [
+        "EP_SIZE='1' on TP4 gives every rank a 576-wide slice of each expert, not a multiple of 128 as FlashInfer's "
+        "MXFP4 MoE needs: the TP4 profile runs EP1 only with DSV41_MOE_B12X_NEXT=1 (else EP_SIZE=2)"]
+    errors, warnings = L.validate_settings_full(tp4_profile(DSV41_MXFP8_BACKEND="cutlass"), tp_size=4)
+    assert errors == [] and warnings == [
+        "DSV41_SHARED_PAD_K='1' with DSV41_MXFP8_BACKEND='cutlass': the padding only puts the K=576 shape back on "
+        "the b12x MXFP8 kernel (on CUTLASS K=640 measured 0.7% slower than 576)"]
+
+
+@pytest.mark.parametrize("tp_size", [2, 5, 8, 0, -3, "five", "4.0", 4.0, True, None])
+def test_a_tp_size_without_a_rule_set_is_refused_naming_it(tp_size):
+    want = "tp_size %r has no launcher rule set (there is one for TP3 and TP4)" % (tp_size,)
+    for call in (lambda: L.check_settings(baseline(), tp_size=tp_size),
+                 lambda: L.validate_settings(baseline(), tp_size=tp_size),
+                 lambda: L.check_launch(baseline(), fake_launch({}, {}), {}, tp_size=tp_size)):
+        with pytest.raises(L.UnsupportedTPSize) as exc:
+            call()
+        assert str(exc.value).startswith(want)
+    assert L.rules_for("4") is L.RULE_SETS[4] and L.rules_for(3) is L.RULE_SETS[3]
+
+
+def test_the_rule_sets_differ_by_the_tp_only_rules():
+    assert sorted(L.RULE_SETS) == list(L.SUPPORTED_TP_SIZES) == [3, 4]
+    ids = dict((tp, [r.id for r in rules]) for tp, rules in L.RULE_SETS.items())
+    assert sorted(set(ids[3]) - set(ids[4])) == ["fraction_hold", "shared_pad_tp3", "tp4_fraction", "tp4_kv_pool",
+                                                 "tp4_row_cache", "tp4_slots", "tp_pad_tp3"]
+    assert sorted(set(ids[4]) - set(ids[3])) == ["ep1_moe_width", "shared_pad_backend", "shared_pad_switch"]
+    # every rule is in some set, each set keeps the RULES order
+    assert set(ids[3]) | set(ids[4]) == set(L.RULE_IDS)
+    for tp in ids:
+        assert ids[tp] == [i for i in L.RULE_IDS if i in ids[tp]]
 
 
 def test_unset_tp_size_uses_start_sh_default():

@@ -160,3 +160,36 @@ def test_an_image_the_workers_ssh_string_reparses_is_refused(monkeypatch, capsys
     assert "IMAGE=%r is declared but spark2 (dsv41-worker, rank 1) runs" % hostile in res["msg"]
     assert "the launcher does not pass the value through intact" in res["msg"]
     assert not __import__("os").path.exists("/tmp/dsv41-pwned")
+
+
+# The community's four-node TP4 profile on the base image (.env.tp4.example of
+# knapcio/DeepSeek-V4.1-Flash-4x-DGX-Spark-TP4), as declared settings of a TP4 fleet.
+TP4 = {"TP_SIZE": "4", "EP_SIZE": "2", "DSPARK_BLOCK_SIZE": "5", "MAX_RUNNING_REQUESTS": "16",
+       "MAX_TOTAL_TOKENS": "8000000", "MEM_FRACTION_STATIC": "0.80", "DSV41_CACHE_GIB": "4", "DSV41_CACHE_WAYS": "16",
+       "DSV41_SHARED_PAD_K": "1", "WORKER_HOSTS": "spark2 spark3 spark4",
+       "WORKER_IPS": "192.168.100.2 192.168.100.3 192.168.100.4"}
+
+
+def test_a_tp4_fleet_is_judged_by_the_tp4_rule_set(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path / "tp4", settings=settings(**TP4), tp_size=4, fail_on_unforwarded=False)
+    assert res["errors"] == [] and not res.get("failed"), res.get("msg")
+    # the same settings on a TP3 inventory: the TP3 set names every TP4 value (and the TP size)
+    res = run(monkeypatch, capsys, tmp_path / "tp3", settings=settings(**TP4), tp_size=3, fail_on_unforwarded=False)
+    assert res["failed"] is True
+    assert [f["rule"] for f in res["findings"] if f["level"] == "error"] == [
+        "shared_pad_tp3", "tp4_slots", "tp4_kv_pool", "tp4_fraction", "tp4_row_cache", "tp_size", "ep_size"]
+    # what breaks the TP4 padding adapter is refused on TP4, naming the value
+    res = run(monkeypatch, capsys, tmp_path / "pad", settings=settings(**dict(TP4, DSV41_SHARED_PAD_K="576")),
+              tp_size=4, fail_on_unforwarded=False)
+    assert res["failed"] is True and res["msg"].split("\n") == [
+        "spark1: 1 launcher setting problem(s):",
+        "DSV41_SHARED_PAD_K='576': DSV41_SHARED_PAD_K is the TP4 padding adapter's switch, 0 or 1 (the adapter pads "
+        "the shared expert's K=576 to 640 itself; the TP4 profile runs 1)"]
+
+
+def test_a_tp_size_without_a_rule_set_fails_before_anything_is_evaluated(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, tp_size=5)
+    assert res["failed"] is True and res["msg"] == (
+        "spark1: tp_size 5 has no launcher rule set (there is one for TP3 and TP4): the settings of such a fleet "
+        "cannot be judged, and another size's rules would be wrong for it")
+    assert "ranks" not in res and "findings" not in res
