@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Bring the local lab fleet (spark1..spark3) up or down.
+"""Bring the local lab fleet (spark1..spark3; spark1..spark4 with DSV41_LAB_TP=4) up or down.
 
     labctl.py build    build the base root filesystem and the lab image, only if their inputs changed
     labctl.py up       build if needed, replace any lab host left from earlier runs, start and seed them
-    labctl.py ensure   up, unless the three hosts already run and answer ssh
+    labctl.py ensure   up, unless every host already runs and answers ssh
     labctl.py reset    back to the report state in seconds, without recreating the hosts (up if they are not up);
                        --only engines,clocks,launcher,engram,state limits it to what a run changed
     labctl.py down     remove the lab hosts, their network, the lab ssh keys and connection files
@@ -16,6 +16,11 @@ The hosts are podman containers with systemd as PID 1 and sshd published on a ra
 port; Ansible reaches them over its builtin ssh connection exactly as it reaches the real fleet.
 Every name this script creates carries the label ``dsv41-lab=1`` so ``down`` can find what an
 interrupted run left behind. Paths and figures: lab/README.md.
+
+DSV41_LAB_TP=4 drives a second lab beside the TP3 one: four hosts (spark1..spark4) in the state of a
+four-node TP4 fleet of the same launcher family (TP4 settings, the downstream TP4 wo_a_w8, Engram not yet
+packed), with its own containers, network, subnet and inventory (inventory/lab-tp4), so one checkout can run
+both at once (bin/fleet-drift --all checks them side by side).
 """
 import argparse
 import fcntl
@@ -34,7 +39,18 @@ LAB = Path(__file__).resolve().parent
 REPO = LAB.parent
 STATE = LAB / ".state"
 SSH_DIR = STATE / "ssh"
-INVENTORY = REPO / "inventory" / "lab"
+
+# DSV41_LAB_TP=3 (default) or 4: which lab fleet this invocation drives (its own names and inventory).
+try:
+    LAB_TP = int(os.environ.get("DSV41_LAB_TP", "3") or 3)
+except ValueError:
+    raise SystemExit("[lab] DSV41_LAB_TP must be 3 or 4")
+if LAB_TP not in (3, 4):
+    raise SystemExit("[lab] DSV41_LAB_TP must be 3 or 4, got %d" % LAB_TP)
+TP_TAG = "" if LAB_TP == 3 else f"-tp{LAB_TP}"
+INVENTORY = REPO / "inventory" / ("lab" if LAB_TP == 3 else f"lab-tp{LAB_TP}")
+# Every lab inventory of this checkout: the ssh keys serve all of them (removed only when none is in use).
+ALL_INVENTORIES = (REPO / "inventory" / "lab", REPO / "inventory" / "lab-tp4")
 
 # DSV41_LAB_INSTANCE=N (0..9, default 0) runs an independent lab beside the default one (its own
 # containers, network, subnet and connection files; a separate checkout per instance), so two lab
@@ -45,12 +61,15 @@ except ValueError:
     raise SystemExit("[lab] DSV41_LAB_INSTANCE must be an integer 0..9")
 if not 0 <= INSTANCE <= 9:
     raise SystemExit("[lab] DSV41_LAB_INSTANCE must be an integer 0..9")
-NAME_PREFIX = "dsv41-lab-" if INSTANCE == 0 else f"dsv41-lab{INSTANCE}-"
-NETWORK = "dsv41-lab" if INSTANCE == 0 else f"dsv41-lab{INSTANCE}"
-SUBNET = f"172.29.{33 + INSTANCE}.0/24"
+# A TP4 lab of instance N sits beside the TP3 lab of the same instance: other names, network, subnet
+# (172.29.43+N) and instance label, so `down` of one never removes the other.
+NAME_PREFIX = ("dsv41-lab" if INSTANCE == 0 else f"dsv41-lab{INSTANCE}") + TP_TAG + "-"
+NETWORK = ("dsv41-lab" if INSTANCE == 0 else f"dsv41-lab{INSTANCE}") + TP_TAG
+SUBNET_OCTET = 33 + INSTANCE if LAB_TP == 3 else 43 + INSTANCE
+SUBNET = f"172.29.{SUBNET_OCTET}.0/24"
 LABEL = "dsv41-lab=1"
-INSTANCE_LABEL = f"dsv41-lab-instance={INSTANCE}"
-MEMINFO_PREFIX = "meminfo-" if INSTANCE == 0 else f"meminfo{INSTANCE}-"
+INSTANCE_LABEL = f"dsv41-lab-instance={INSTANCE}{TP_TAG}"
+MEMINFO_PREFIX = ("meminfo-" if INSTANCE == 0 else f"meminfo{INSTANCE}-") + (TP_TAG[1:] + "-" if TP_TAG else "")
 BASE_REPO = "localhost/dsv41-lab-base"
 IMAGE_REPO = "localhost/dsv41-lab"
 SUITE = "bookworm"
@@ -86,14 +105,14 @@ SPARK2_ENGRAM_VOLUME = SPARK2_REPORT_FREE + sum(-(-n // PAGE) * PAGE for n in _t
 # choice where the report is silent), and the meminfo figures (kB) for MemAvailable 3.07/7.55/4.13 GiB.
 # "volume": a tmpfs mounted at a lab path, whose subdirectories are bind-mounted where the fleet has them
 # (same filesystem, same st_dev), before the host is seeded.
-HOSTS = {
+TP3_HOSTS = {
     "spark1": {
-        "ip": f"172.29.{33 + INSTANCE}.11", "user": "mia", "models": "rw",
+        "ip": f"172.29.{SUBNET_OCTET}.11", "user": "mia", "models": "rw",
         "tmpfs": {"/home/mia/dsv41-engram": 384 * GIB},
         "mem_available_kb": round(3.07 * 1024 * 1024),
     },
     "spark2": {
-        "ip": f"172.29.{33 + INSTANCE}.12", "user": "zurih", "models": "ro",
+        "ip": f"172.29.{SUBNET_OCTET}.12", "user": "zurih", "models": "ro",
         "tmpfs": {"/data": 256 * GIB},
         "volume": {"mount": "/var/lib/dsv41-lab/volumes/zurih-home", "size": SPARK2_ENGRAM_VOLUME,
                    "binds": {"dsv41-3x-spark-engram": "/home/zurih/dsv41-3x-spark/engram",
@@ -104,7 +123,7 @@ HOSTS = {
     # (engram_pack_archive_dir: ~/dsv41-engram-archive) share one filesystem too, as the fleet's home does:
     # spark3's ~448 GiB free is what both draw on (the archive exists, empty, owned by the login user).
     "spark3": {
-        "ip": f"172.29.{33 + INSTANCE}.13", "user": "zurih", "models": "ro",
+        "ip": f"172.29.{SUBNET_OCTET}.13", "user": "zurih", "models": "ro",
         "tmpfs": {},
         "volume": {"mount": "/var/lib/dsv41-lab/volumes/zurih-home", "size": 448 * GIB,
                    "binds": {"dsv41-3x-spark-engram": "/home/zurih/dsv41-3x-spark/engram",
@@ -113,6 +132,31 @@ HOSTS = {
         "mem_available_kb": round(4.13 * 1024 * 1024),
     },
 }
+
+
+def _tp4_worker(index):
+    """A TP4 lab worker: its Engram destination and archive on one 448 GiB volume, as spark3's (a lab
+    choice: the community's TP4 nodes are dedicated, no foreign shards, no second tenant)."""
+    return {"ip": f"172.29.{SUBNET_OCTET}.{11 + index}", "user": "zurih", "models": "ro", "tmpfs": {},
+            "volume": {"mount": "/var/lib/dsv41-lab/volumes/zurih-home", "size": 448 * GIB,
+                       "binds": {"dsv41-3x-spark-engram": "/home/zurih/dsv41-3x-spark/engram",
+                                 "dsv41-engram-archive": "/home/zurih/dsv41-engram-archive"},
+                       "owned": ["dsv41-engram-archive"]},
+            "mem_available_kb": round(9.5 * 1024 * 1024)}
+
+
+# The TP4 lab: a head and three workers of a dedicated four-node fleet (MemAvailable 9.5 GiB each: a lab
+# choice, the report gives no TP4 figure).
+TP4_HOSTS = {
+    "spark1": {"ip": f"172.29.{SUBNET_OCTET}.11", "user": "mia", "models": "rw",
+               "tmpfs": {"/home/mia/dsv41-engram": 384 * GIB}, "mem_available_kb": round(9.5 * 1024 * 1024)},
+    "spark2": _tp4_worker(1),
+    "spark3": _tp4_worker(2),
+    "spark4": _tp4_worker(3),
+}
+HOSTS = TP3_HOSTS if LAB_TP == 3 else TP4_HOSTS
+HEAD = "spark1"
+WORKERS = [h for h in HOSTS if h != HEAD]
 MEM_TOTAL_KB = 124_603_392  # a GB10's unified memory as the kernel reports it (about 118.8 GiB)
 
 
@@ -258,7 +302,7 @@ def down(purge=False):
             conn.unlink()
     # The ssh keys of this checkout serve every instance driven from it: removed only when no other
     # instance's connection files remain.
-    if not list(INVENTORY.glob("host_vars/*/lab_connection.yml")):
+    if not any(list(inv.glob("host_vars/*/lab_connection.yml")) for inv in ALL_INVENTORIES):
         shutil.rmtree(SSH_DIR, ignore_errors=True)
     for f in STATE.glob(f"{MEMINFO_PREFIX}*"):
         f.unlink()
@@ -396,7 +440,7 @@ set -e
 umask 077
 printf '%s' '{priv}' > /home/{user}/.ssh/id_ed25519
 printf '%s' '{fleet_pub}' > /home/{user}/.ssh/id_ed25519.pub
-printf 'Host spark2 spark3\\n  StrictHostKeyChecking accept-new\\n  BatchMode yes\\n' > /home/{user}/.ssh/config
+printf 'Host {" ".join(WORKERS)}\\n  StrictHostKeyChecking accept-new\\n  BatchMode yes\\n' > /home/{user}/.ssh/config
 chown -R {user}:{user} /home/{user}/.ssh
 """
         pexec(host, "bash", "-c", script)
@@ -436,7 +480,7 @@ def launcher_variant():
 
 
 def seed(host, launcher_only=False):
-    pexec(host, "python3", "/usr/local/lib/dsv41-lab/seed/host_seed.py", "--host", host,
+    pexec(host, "python3", "/usr/local/lib/dsv41-lab/seed/host_seed.py", "--host", host, "--tp", str(LAB_TP),
           "--launcher-variant", launcher_variant(), *(["--launcher-only"] if launcher_only else []))
 
 
@@ -592,7 +636,7 @@ def parse_parts(text):
 
 
 def is_up():
-    """True when all three hosts run the lab image of the current inputs (a stand-in edited since they
+    """True when every host runs the lab image of the current inputs (a stand-in edited since they
     started means a stale image: they are brought up again, never reset onto old stand-in code), answer
     ssh as themselves and have their connection files."""
     key = SSH_DIR / "id_ed25519"
@@ -620,7 +664,7 @@ def is_up():
 
 
 # The serving container of each host (its rank's): what `age` ages unless --container names another.
-SERVING_CONTAINER = {"spark1": "dsv41-head", "spark2": "dsv41-worker", "spark3": "dsv41-worker"}
+SERVING_CONTAINER = {host: "dsv41-head" if host == HEAD else "dsv41-worker" for host in HOSTS}
 
 
 def age(hosts, mb, days=None, name=None):

@@ -6,7 +6,7 @@ snapshot, and a boot is the longest step there is: Ready about 767 s after start
 (``Engine startup timings (s): ... scheduler_e2e=761.30``). Every condition then runs its benchmark and its
 evidence and quality checks. The estimate of each step comes from the best figure available:
 
-- **recorded**: the median of what this fleet's earlier runs measured (``records/experiments/*/record.json``,
+- **recorded**: the median of what this fleet's earlier runs measured (``records/<fleet>/experiments/*/record.json``,
   each condition's ``timing``: apply, boot, benchmark, evidence), when there is one;
 - **fleet**: otherwise the real figure the engine is known to print (the boot), or, for the steps the report
   gives no figure for, a stated assumption (apply 60 s, evidence and quality checks 5 minutes).
@@ -306,8 +306,9 @@ def expected_vs_actual(est, conditions):
 
 FLEET_PACK_MB_S = 100.0
 FLEET_CONTENTION_S = 60.0
-PACK_SOURCE = ("assumed 100 MB/s: one layer is about 33.8 GB a rank read over the head's NFS export, minutes "
-               "per layer (the same slow rate the pack's time limit is sized from)")
+# The largest rank's bytes are filled in: a layer is about 33.8 GB a rank on TP3, 25.3 GB on TP4.
+PACK_SOURCE = ("assumed 100 MB/s: each rank's shards (up to %s GB a rank on this fleet) read over the head's NFS "
+               "export, minutes per layer (the same slow rate the pack's time limit is sized from)")
 
 
 def stage_a_estimate(to_write, bench, prompts=None, figures=None, max_mib_s=0):
@@ -319,7 +320,8 @@ def stage_a_estimate(to_write, bench, prompts=None, figures=None, max_mib_s=0):
     if max_mib_s and float(max_mib_s) > 0:
         rate, rate_src = float(max_mib_s) * 1024 * 1024, "the cap, engram_pack_max_mib_s=%s MiB/s" % max_mib_s
     else:
-        rate, rate_src = FLEET_PACK_MB_S * 1e6, PACK_SOURCE
+        largest = max([int(v or 0) for v in (to_write or {}).values()] or [0])
+        rate, rate_src = FLEET_PACK_MB_S * 1e6, PACK_SOURCE % ("%.1f" % (largest / 1e9))
     boot_s, boot_src = _step(figures, "boot_s", FLEET_BOOT_S)
     bench_s, bench_src = benchmark_seconds(bench, figures, prompts)
     total_bytes = sum(int(v or 0) for v in (to_write or {}).values())

@@ -17,9 +17,10 @@ HOSTS = ("spark1", "spark2", "spark3")
 LAB_INSTANCE = int(os.environ.get("DSV41_LAB_INSTANCE", "0") or 0)
 
 
-def lab_container(host):
-    """The podman container of a lab host (instance-aware, as lab/labctl.py names it)."""
-    return f"dsv41-lab-{host}" if LAB_INSTANCE == 0 else f"dsv41-lab{LAB_INSTANCE}-{host}"
+def lab_container(host, tp=3):
+    """The podman container of a lab host (instance-aware, as lab/labctl.py names it; ``tp=4``: the TP4 lab's)."""
+    tag = "" if tp == 3 else "-tp%d" % tp
+    return (f"dsv41-lab{tag}-{host}" if LAB_INSTANCE == 0 else f"dsv41-lab{LAB_INSTANCE}{tag}-{host}")
 MODELS = ROOT / "lab" / ".state" / "models"
 FULL_CHECKPOINT = "/srv/models/DeepSeek-V4.1-Flash"
 MINI_CHECKPOINT = "/srv/models/DeepSeek-V4.1-Flash-mini"
@@ -56,22 +57,22 @@ def install_launcher(variant):
 STAGE_LEDGER = {"on": False}
 
 
-def running_image_digest():
+def running_image_digest(tp=3):
     """The head engine's image as the ledger keys it: its first registry digest, else its id."""
-    image_id = sh("spark1", "docker inspect --format '{{.Image}}' dsv41-head").strip()
-    info = json.loads(sh("spark1", "docker image inspect %s" % image_id))[0]
+    image_id = sh("spark1", "docker inspect --format '{{.Image}}' dsv41-head", tp=tp).strip()
+    info = json.loads(sh("spark1", "docker image inspect %s" % image_id, tp=tp))[0]
     return (info.get("RepoDigests") or [None])[0] or info["Id"]
 
 
-def stage_ledger_layer(directory=None, names=("stage_a", "stage_b")):
-    """An inventory layer (a directory beside the lab inventory) whose dsv41_stages_passed holds ``names`` for
-    the image the lab runs now. Returns the directory."""
+def stage_ledger_layer(directory=None, names=("stage_a", "stage_b"), inventory=LAB_INVENTORY, tp=3):
+    """An inventory layer (a directory beside the lab inventory, or ``inventory`` with ``tp``: the TP4 lab's)
+    whose dsv41_stages_passed holds ``names`` for the image the lab runs now. Returns the directory."""
     import tempfile
     # one directory per test process, rewritten at each call (playbooks of one process run one at a time)
     directory = Path(directory or Path(tempfile.gettempdir()) / ("dsv41-stage-ledger-%d" % os.getpid()))
     (directory / "group_vars").mkdir(parents=True, exist_ok=True)
-    (directory / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
-    digest = running_image_digest()
+    (directory / "hosts.yml").write_text((inventory / "hosts.yml").read_text())
+    digest = running_image_digest(tp)
     (directory / "group_vars" / "dsv41_ranks.yml").write_text(
         "---\ndsv41_stages_passed:\n" + "".join("  - {name: %s, image_digest: '%s', record: records/lab-tests}\n"
                                                  % (name, digest) for name in names))
@@ -116,11 +117,11 @@ def changed_tasks(output):
     return changed
 
 
-def sh(host, script, user=None, check=True):
+def sh(host, script, user=None, check=True, tp=3):
     cmd = ["podman", "exec"]
     if user:
         cmd += ["--user", user]
-    res = subprocess.run(cmd + [lab_container(host), "bash", "-c", script], text=True,
+    res = subprocess.run(cmd + [lab_container(host, tp), "bash", "-c", script], text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if check and res.returncode != 0:
         raise AssertionError(f"{host}: {script!r} failed ({res.returncode}): {res.stderr}")

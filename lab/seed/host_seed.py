@@ -68,6 +68,14 @@ HOSTS = {
 }
 TP = 3
 IMAGE = "dsv41-sglang:tp3"
+# The TP4 lab (lab/labctl.py with DSV41_LAB_TP=4): a dedicated four-node fleet of the same launcher family,
+# in the community's TP4 settings (the report's list of what TP3 must not copy: 16 slots, an 8M-token KV
+# pool, memory fraction 0.80, a 4 GiB Engram row cache, shared-expert padding K=576; DSpark block 5, which
+# the downstream's probes favour on TP4) and the downstream TP4 wo_a_w8. Nothing of the TP3 report's
+# particulars (spark2's TP2 shards, spark3's second tenant and desktop, the saved TP3 boot log).
+TP4_HOSTS = dict(HOSTS, spark4={"user": "zurih", "rank": 3, "role": "worker", "container": "dsv41-worker"})
+TP4_IMAGE = "dsv41-sglang:tp4"
+TP4_SETTINGS = {"block": 5, "slots": 16, "chunk": 1024, "pool": 8000000, "fraction": "0.80"}
 SEED_IMAGE_CREATED = "2026-09-19T22:41:07.000000000Z"
 # lab/seed/adapters/: the single source of the lab's adapter files. A checkout's adapter/ gets the seven
 # local adapters and sitecustomize.py (which registers exactly those); autotune_keep.py (downstream
@@ -105,6 +113,8 @@ def tp2_shard_sizes():
 # Hash of the tuned settings, as the engine stand-in names its autotune cache directory (see
 # autotune_paths in dsv41_engine.py); the saved boot log (dsv41.log) names the same directory.
 AUTOTUNE_HASH = hashlib.sha256(b"block=3;mrr=4;chunk=1024;tp=3").hexdigest()[:16]  # the engine stand-in's key
+TP4_AUTOTUNE_HASH = hashlib.sha256(("block=%(block)d;mrr=%(slots)d;chunk=%(chunk)d;tp=4" % TP4_SETTINGS)
+                                   .encode()).hexdigest()[:16]
 # The lab allocation model's roots (lab/standins/dsv41_lab_allocation.py: "PATH DEPTH" lines; the model's
 # built-in default is the same list, so a reset that removes /etc/dsv41-lab changes nothing).
 ALLOCATED_ROOTS_FILE = "/etc/dsv41-lab/allocated.roots"
@@ -112,6 +122,8 @@ ALLOCATED_ROOTS_TEXT = ("# Lab allocation model (lab/standins/dsv41_lab_allocati
                         "# the files it counts as fully allocated (engram-l<L>-r<r>of<n>.bin, n != 3).\n"
                         "# PATH DEPTH (levels below PATH); written by lab/seed/host_seed.py\n"
                         "/home 4\n/data 4\n")
+# The lab fleet's TP size, read by the allocation model (absent: 3).
+FLEET_TP_FILE = "/etc/dsv41-lab/fleet.tp"
 NVRM_MESSAGE = ("NVRM: _memdescAllocInternal: Out of memory: graphics context allocation failed "
                 "[NV_ERR_NO_MEMORY] (0x00000051) at 01:33:54")
 
@@ -123,6 +135,10 @@ FORWARDED_ENV = [
     "DSV41_ENGRAM_PREFETCH=0", "DSV41_DRAFT_HEAD_FP8=0", "DSV41_DRAFT_TAU=1", "DSV41_BLOCK_VERIFY=0",
     "PYTHONPATH=/adapter", "NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0", "NCCL_SOCKET_IFNAME=enp1s0f0np0",
 ]
+
+# The TP4 lab's forward list: the same launcher family with the TP4 values (block 5, 4 GiB row cache, the K=576 padding switch on).
+TP4_FORWARDED_ENV = [e.replace("DSPARK_BLOCK_SIZE=3", "DSPARK_BLOCK_SIZE=5").replace("DSV41_CACHE_GIB=0", "DSV41_CACHE_GIB=4")
+                     for e in FORWARDED_ENV] + ["DSV41_SHARED_PAD_K=1"]
 
 # spark3's 19 non-serving containers: name, image, owner, network, ports, created, cpu %, memory MiB
 SPARK3_CONTAINERS = [
@@ -219,26 +235,34 @@ def lab_site_env(text, addresses):
     address outside the lab."""
     out = []
     for line in text.splitlines(True):
+        workers = " ".join(addresses[h] for h in sorted(addresses) if h != "spark1")
         if line.startswith("HEAD_IP="):
             line = "HEAD_IP=%s\n" % addresses["spark1"]
         elif line.startswith("WORKER_IPS="):
-            line = "WORKER_IPS='%s %s'\n" % (addresses["spark2"], addresses["spark3"])
+            line = "WORKER_IPS='%s'\n" % workers
         elif line.startswith("NFS_CLIENTS="):
             head = addresses["spark1"].split(".")
-            line = "NFS_CLIENTS=%s\n" % (".".join(head[:3] + ["0/24"]) if len(head) == 4 else
-                                         "'%s %s'" % (addresses["spark2"], addresses["spark3"]))
+            line = "NFS_CLIENTS=%s\n" % (".".join(head[:3] + ["0/24"]) if len(head) == 4 else "'%s'" % workers)
         out.append(line)
     return "".join(out)
 
 
 class Seeder:
-    def __init__(self, host, root=None, variant=DEFAULT_VARIANT):
+    def __init__(self, host, root=None, variant=DEFAULT_VARIANT, tp=TP):
         if variant not in LAUNCHER_VARIANTS:
             raise SystemExit("host_seed: unknown launcher variant %r (known: %s)"
                              % (variant, ", ".join(sorted(LAUNCHER_VARIANTS))))
+        if tp not in (3, 4):
+            raise SystemExit("host_seed: --tp must be 3 or 4, got %r" % (tp,))
+        self.tp = tp
+        self.hosts = HOSTS if tp == 3 else TP4_HOSTS
+        if host not in self.hosts:
+            raise SystemExit("host_seed: %s is not a host of the TP%d lab (%s)" % (host, tp, ", ".join(self.hosts)))
+        self.report = tp == 3           # the TP3 report's particulars (spark2's TP2 shards, spark3's tenant...)
+        self.image = IMAGE if tp == 3 else TP4_IMAGE
         self.variant = variant
         self.host = host
-        self.spec = HOSTS[host]
+        self.spec = self.hosts[host]
         self.user = self.spec["user"]
         self.rank = self.spec["rank"]
         self.test_root = Path(root) if root else None
@@ -255,10 +279,10 @@ class Seeder:
         """{host: address} of the lab hosts as this host resolves them (the podman --add-host entries);
         in --root test mode, the names themselves."""
         if self.test_root:
-            return dict((h, h) for h in HOSTS)
+            return dict((h, h) for h in self.hosts)
         import socket
         try:
-            return dict((h, socket.gethostbyname(h)) for h in HOSTS)
+            return dict((h, socket.gethostbyname(h)) for h in self.hosts)
         except OSError as exc:
             raise SystemExit("host_seed: cannot resolve the lab hosts (%s); refusing to seed the report's "
                              "fleet addresses into a lab .env" % exc)
@@ -372,13 +396,15 @@ class Seeder:
         if self.spec["role"] == "head":
             # the inventory's rendered baseline, then keys the inventory does not declare (a real fleet's
             # .env holds both: addresses, HCAs, NFS, NCCL, ssh identity, ports)
-            site = lab_site_env((HERE / "launcher.env.site").read_text(), self.lab_addresses())
-            self.write(base / ".env", (HERE / "launcher.env").read_bytes() + site.encode(), mode=0o600)
+            suffix = "" if self.tp == 3 else "-tp%d" % self.tp
+            site = lab_site_env((HERE / ("launcher%s.env.site" % suffix)).read_text(), self.lab_addresses())
+            self.write(base / ".env", (HERE / ("launcher%s.env" % suffix)).read_bytes() + site.encode(), mode=0o600)
             self.write(base / ".env.example", (HERE / "launcher.env.example").read_bytes(), mode=0o644)
             self.mkdir(base / "logs")
-            self.write(base / "logs" / "dsv41.log", (HERE / "dsv41.log").read_bytes(), mode=0o644)
+            if self.report:     # the report's saved TP3 boots; a TP4 head has only the boots it makes
+                self.write(base / "logs" / "dsv41.log", (HERE / "dsv41.log").read_bytes(), mode=0o644)
             self.mkdir(self.home / "dsv41-engram")  # tmpfs mount point: ownership only
-            self.log("head checkout: .env, adapter/, logs/dsv41.log; ~/dsv41-engram")
+            self.log("head checkout: .env%s, adapter/; ~/dsv41-engram" % (", logs/dsv41.log" if self.report else ""))
         else:
             self.mkdir(base / "engram")  # tmpfs mount point: ownership only, contents left alone
             self.log("worker checkout: adapter/, engram/")
@@ -449,6 +475,8 @@ class Seeder:
         absent: once seeded, the adapter directory belongs to the roles (stage B adds autotune_keep)."""
         written = []
         sources = dict((n + ".py", ADAPTER_SOURCE / (n + ".py")) for n in LOCAL_ADAPTERS)
+        if self.tp == 4:    # a TP4 fleet runs the downstream TP4 wo_a_w8 (two groups per rank)
+            sources["wo_a_w8.py"] = ADAPTER_SOURCE / "tp4" / "wo_a_w8.py"
         sources["sitecustomize.py"] = ADAPTER_SOURCE.parent / "sitecustomize-report.py"
         for name, source in sources.items():
             dst = self.p(adir) / name
@@ -463,7 +491,10 @@ class Seeder:
         looks for the files it counts as fully allocated (the TP2 stand-ins). Every host gets the same roots:
         a relocation may put the stand-ins on any host's /home or /data, and bring them back."""
         self.mkdir("/etc/dsv41-lab", owner=False)
-        self.write(ALLOCATED_ROOTS_FILE, ALLOCATED_ROOTS_TEXT, mode=0o644, owner=False)
+        text = ALLOCATED_ROOTS_TEXT if self.tp == 3 else ALLOCATED_ROOTS_TEXT.replace("n != 3", "n != %d" % self.tp)
+        self.write(ALLOCATED_ROOTS_FILE, text, mode=0o644, owner=False)
+        # the lab fleet's own TP size: its shards are real files; shards of any other TP size stand for full data
+        self.write(FLEET_TP_FILE, "%d\n" % self.tp, mode=0o644, owner=False)
         self.log("allocation model roots: %s" % ALLOCATED_ROOTS_FILE)
 
     def tp2_shards(self):
@@ -498,7 +529,8 @@ class Seeder:
         self.mkdir("/data/dsv41-engram")
 
     def autotune_cache(self):
-        d = self.mkdir(self.home / ".cache" / "sglang" / "flashinfer" / "autotune" / FLASHINFER / SM / AUTOTUNE_HASH)
+        settings_hash = AUTOTUNE_HASH if self.tp == 3 else TP4_AUTOTUNE_HASH
+        d = self.mkdir(self.home / ".cache" / "sglang" / "flashinfer" / "autotune" / FLASHINFER / SM / settings_hash)
         r = self.rank
         shapes = ["fp4_moe_gemm1[m=%d,n=1536,k=4096]", "fp4_moe_gemm2[m=%d,n=4096,k=768]",
                   "bf16_dense_gemm[m=%d,n=7168,k=4096]", "mla_decode[m=%d,heads=43]"]
@@ -508,8 +540,8 @@ class Seeder:
                 # per-rank choices differ: the stock engine sees the disagreement and retunes
                 tactics[shape % m] = {"tactic": (7 * i + 3 * m + 5 * r) % 23,
                                       "tile": [64 * (1 + (i + r) % 2), 128], "us": round(11.5 + i * 3.1 + r * 0.37 + m * 0.21, 2)}
-        doc = {"flashinfer_version": FLASHINFER, "sm": SM, "settings_hash": AUTOTUNE_HASH,
-               "rank": "tp%d_pp0_dp0" % r, "tp_size": TP, "created": "2026-09-24T02:50:01Z", "tactics": tactics}
+        doc = {"flashinfer_version": FLASHINFER, "sm": SM, "settings_hash": settings_hash,
+               "rank": "tp%d_pp0_dp0" % r, "tp_size": self.tp, "created": "2026-09-24T02:50:01Z", "tactics": tactics}
         self.write(d / ("rank_tp%d_pp0_dp0.json" % r), json.dumps(doc, indent=1, sort_keys=True) + "\n")
         self.log("autotune cache rank_tp%d_pp0_dp0.json in %s" % (r, d))
 
@@ -543,14 +575,18 @@ class Seeder:
             {"Type": "bind", "Source": str(self.home / "dsv41-3x-spark" / "adapter"), "Destination": "/adapter",
              "Mode": "ro", "RW": False, "Propagation": "rprivate"},
         ]
+        v = ({"block": 3, "slots": 4, "chunk": 1024, "pool": 750000, "fraction": "0.95"} if self.tp == 3
+             else TP4_SETTINGS)
         cmd = ["python3", "-m", "sglang.launch_server", "--model-path", MODEL_PATH, "--trust-remote-code",
-               "--tp", str(TP), "--ep", str(TP), "--nnodes", str(TP), "--node-rank", str(self.rank),
+               "--tp", str(self.tp), "--ep", str(self.tp), "--nnodes", str(self.tp), "--node-rank", str(self.rank),
                "--dist-init-addr", "spark1:5000", "--host", "0.0.0.0", "--port", "8888",
-               "--mem-fraction-static", "0.95", "--max-running-requests", "4", "--chunked-prefill-size", "1024",
-               "--max-total-tokens", "750000", "--moe-runner-backend", "b12x",
-               "--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "3"]
-        env = ["PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:" + dk.DEFAULT_PATH] + FORWARDED_ENV
-        c = dk.new_container(store, name, IMAGE, cmd=cmd, env=env, mounts=mounts, network="host",
+               "--mem-fraction-static", v["fraction"], "--max-running-requests", str(v["slots"]),
+               "--chunked-prefill-size", str(v["chunk"]), "--max-total-tokens", str(v["pool"]),
+               "--moe-runner-backend", "b12x",
+               "--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", str(v["block"])]
+        env = ["PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:" + dk.DEFAULT_PATH] + (
+            FORWARDED_ENV if self.tp == 3 else TP4_FORWARDED_ENV)
+        c = dk.new_container(store, name, self.image, cmd=cmd, env=env, mounts=mounts, network="host",
                              created="2026-09-24T02:38:39.412093117Z",
                              host_config={"IpcMode": "host", "ShmSize": "32g", "Privileged": True,
                                           "DeviceRequests": [{"Driver": "", "Count": -1,
@@ -563,7 +599,7 @@ class Seeder:
         return c
 
     def other_records(self, dk, store):
-        table = SPARK3_CONTAINERS if self.host == "spark3" else SMALL_HOST_CONTAINERS
+        table = SPARK3_CONTAINERS if self.report and self.host == "spark3" else SMALL_HOST_CONTAINERS
         out = []
         for i, (name, image, owner, net, ports, created, cpu, mem_mib) in enumerate(table):
             labels = {}
@@ -600,15 +636,15 @@ class Seeder:
             # the engine image, built from this node's launcher checkout (its adapter/ is copied to
             # /sgl-workspace/adapter in <state>/images/<id>/rootfs), with the version labels roles read
             # through docker image inspect. An image already built (by the roles) is left alone.
-            im = store.image(IMAGE)
+            im = store.image(self.image)
             if im is None or not dk.image_rootfs(store.root, im["Id"]).is_dir():
-                im = dk.build_image(store, [IMAGE], self.p(self.home / "dsv41-3x-spark"), created=SEED_IMAGE_CREATED)
+                im = dk.build_image(store, [self.image], self.p(self.home / "dsv41-3x-spark"), created=SEED_IMAGE_CREATED)
                 digest = hashlib.sha256(("lab-digest:%s" % im["Id"]).encode()).hexdigest()
                 for rec in store.images:
                     if rec["Id"] == im["Id"]:
                         rec["RepoDigests"] = ["dsv41-sglang@sha256:%s" % digest]
                         rec["Lab"]["context"] = str(self.home / "dsv41-3x-spark")
-                self.log("docker: image %s built from the checkout: %s" % (IMAGE, im["Id"][7:19]))
+                self.log("docker: image %s built from the checkout: %s" % (self.image, im["Id"][7:19]))
             im.setdefault("Labels", dict(dk.ENGINE_IMAGE_LABELS))
             seeded = [self.serving_record(dk, store)] + self.other_records(dk, store)
             for rec in seeded:
@@ -619,7 +655,7 @@ class Seeder:
                 if old is not None:
                     store.containers.remove(old)
                 store.containers.append(rec)
-                if rec["Name"] == "dsv41-head":
+                if rec["Name"] == "dsv41-head" and self.report:
                     # docker logs dsv41-head shows the saved boots until the launcher replaces it
                     # (as the json-file log of the engine's two streams, stamped with the lines' times)
                     dk.import_text_log(store.log_path(rec["Name"]), (HERE / "dsv41.log").read_bytes())
@@ -628,7 +664,7 @@ class Seeder:
 
     def units(self):
         names = ["nvidia-clock-lock.service"]
-        if self.host == "spark3":
+        if self.report and self.host == "spark3":
             names += ["gdm.service", "gpu-dashboard.service"]
         self.mkdir("/etc/systemd/system", owner=False)
         for n in names:
@@ -637,12 +673,12 @@ class Seeder:
         # reload costs systemd about 0.13 CPU-s, paid on every lab reset (the reset script leaves it to here).
         self.run("systemctl", "daemon-reload")
         self.run("systemctl", "enable", "--no-reload", "--now", *names)
-        target = "graphical.target" if self.host == "spark3" else "multi-user.target"
+        target = "graphical.target" if self.report and self.host == "spark3" else "multi-user.target"
         self.run("systemctl", "set-default", "--no-reload", target)
         self.log("units: %s enabled and started; default %s" % (", ".join(names), target))
 
     def journal(self):
-        if self.host != "spark3":
+        if not (self.report and self.host == "spark3"):
             return
         if self.test_root:
             self.log("(test root) skipped journal message")
@@ -665,7 +701,7 @@ class Seeder:
         self.checkout()
         self.lab_knobs()
         self.allocation_roots()
-        if self.host == "spark2":
+        if self.report and self.host == "spark2":
             self.tp2_shards()
         self.autotune_cache()
         self.docker_state()
@@ -681,13 +717,15 @@ def _utcnow():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Seed a lab host with the 2026-09-24 report state.")
-    ap.add_argument("--host", required=True, choices=sorted(HOSTS))
+    ap.add_argument("--host", required=True, choices=sorted(TP4_HOSTS))
+    ap.add_argument("--tp", type=int, default=TP, choices=(3, 4),
+                    help="which lab fleet: the TP3 report's (default) or the four-node TP4 one")
     ap.add_argument("--root", help="tests only: write under this directory, skip privileged steps")
     ap.add_argument("--launcher-variant", default=DEFAULT_VARIANT, choices=sorted(LAUNCHER_VARIANTS),
                     help="the launcher installed as start.sh (default %(default)s)")
     ap.add_argument("--launcher-only", action="store_true", help="only (re)install the launcher variant")
     args = ap.parse_args(argv)
-    seeder = Seeder(args.host, args.root, args.launcher_variant)
+    seeder = Seeder(args.host, args.root, args.launcher_variant, args.tp)
     if args.launcher_only:
         seeder.launcher()
         return 0

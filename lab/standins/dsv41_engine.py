@@ -762,7 +762,8 @@ def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int =
     AUTO decision follow the rank with the least free memory (every rank agrees on both, as the engine does)."""
     extra = rank_extra()
     least = min(extra[r % len(extra)] for r in range(max(tp, 1)))
-    target = TARGET_WEIGHTS + env_float("DSV41_CACHE_GIB", 0.0) * GIB
+    # TARGET_WEIGHTS is a TP3 rank's share; a TP4 rank holds a quarter of the same weights instead of a third
+    target = TARGET_WEIGHTS * 3 / max(tp, 1) + env_float("DSV41_CACHE_GIB", 0.0) * GIB
     w8 = adapter_on("wo_a_w8")
     if w8:
         target += 688 * MIB

@@ -11,7 +11,7 @@ relocation could never be checked there.
 The rule (a lab fiction; ``df``, ``du``, ``stat(1)`` and every other non-Python tool show the raw figures):
 
 - A *modeled file* is a regular file (never a symlink) named ``engram-l<L>-r<r>of<n>.bin`` with n != 3
-  (the lab fleet's TP size): the TP2 stand-ins, wherever a relocation puts them and when they come back,
+  (the lab fleet's TP size; 4 on the TP4 lab, read from ``/etc/dsv41-lab/fleet.tp``): the TP2 stand-ins, wherever a relocation puts them and when they come back,
   whose canonical path lies under one of the *roots* within the root's depth (``/home`` and ``/data``,
   4 levels: ``/home/zurih/dsv41-engram/engram-l1-r1of2.bin`` is level 3). A relocation's temporary copy
   ``.engram-l1-r1of2.bin.dsv41-relocate.partial`` is not a modeled file: while being written it counts
@@ -42,7 +42,20 @@ import os
 import stat as _stat
 import _thread
 
-TP_SIZE = 3                 # the lab fleet's TP size: shards of another TP size stand for fully allocated data
+
+
+def _fleet_tp(path=None):
+    """The lab fleet's TP size from /etc/dsv41-lab/fleet.tp (written by the seeder: 3, or 4 on the TP4 lab);
+    3 when it is absent or unreadable."""
+    try:
+        with open(path or os.environ.get("DSV41_LAB_FLEET_TP_FILE", "/etc/dsv41-lab/fleet.tp"), encoding="utf-8") as handle:
+            value = int(handle.read().strip())
+        return value if value >= 1 else 3
+    except (OSError, ValueError):
+        return 3
+
+
+TP_SIZE = _fleet_tp()       # the lab fleet's TP size: shards of another TP size stand for fully allocated data
 ROOTS_FILE = os.environ.get("DSV41_LAB_ALLOCATED_ROOTS", "/etc/dsv41-lab/allocated.roots")
 DEFAULT_DEPTH = 4
 MAX_DEPTH = 8

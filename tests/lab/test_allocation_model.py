@@ -291,3 +291,17 @@ print(json.dumps({"module": os.statvfs.__module__, "path_stat": p.stat().st_bloc
                    "rmtree_safe": True, "caps": [True, True, True, True]}
     off = installed(code, {"DSV41_LAB_ALLOCATION": "off"}, tmp_path)
     assert off["module"] == os.statvfs.__module__ and off["path_stat"] == os.stat(shard).st_blocks
+
+
+def test_the_fleet_s_own_tp_size_from_the_seeded_file(model, tmp_path, monkeypatch):
+    """On the TP4 lab (/etc/dsv41-lab/fleet.tp holds 4) TP4 shards are the fleet's own, real files, and TP3 ones stand
+    for full data; without the file, or with a value that is no size, the TP3 lab's rule."""
+    tp_file = tmp_path / "fleet.tp"
+    assert model._fleet_tp(str(tp_file)) == 3
+    tp_file.write_text("4\n")
+    assert model._fleet_tp(str(tp_file)) == 4
+    monkeypatch.setattr(model, "TP_SIZE", 4)
+    assert not model.is_modeled_name("engram-l1-r3of4.bin") and model.is_modeled_name("engram-l1-r2of3.bin")
+    for junk in ("", "four\n", "0\n", "-4\n"):
+        tp_file.write_text(junk)
+        assert model._fleet_tp(str(tp_file)) == 3

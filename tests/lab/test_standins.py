@@ -683,9 +683,9 @@ def test_make_checkpoint_full_sparse_arithmetic(tmp_path):
 # --------------------------------------------------------------------------------------------
 # host_seed (--root test mode: files and docker/nvidia state; no users, units or journal)
 # --------------------------------------------------------------------------------------------
-def seed(host, root):
-    return subprocess.run([sys.executable, str(SEED), "--host", host, "--root", str(root)], check=True,
-                          capture_output=True, text=True)
+def seed(host, root, tp=3):
+    return subprocess.run([sys.executable, str(SEED), "--host", host, "--root", str(root), "--tp", str(tp)],
+                          check=True, capture_output=True, text=True)
 
 
 def test_host_seed_spark1(tmp_path, dk):
@@ -864,6 +864,38 @@ def test_host_seed_spark3_and_reseed(tmp_path, dk):
     assert states["dsv41-worker"] == "running"
     assert (root / "home/zurih/dsv41-3x-spark/engram/engram-l1-r2of3.bin").read_bytes() == b"packed"
     dk("rm", "-f", "dsv41-worker", extra_env=state)
+
+
+def test_host_seed_tp4_lab_head_and_fourth_rank(tmp_path, dk):
+    """--tp 4: the TP4 lab's hosts. The head's .env is the TP4 baseline with the lab's four addresses, the checkout
+    carries the downstream TP4 wo_a_w8, the serving records run TP4 settings; none of the TP3 report's
+    particulars (no saved TP3 boot log, no TP2 shards, no second tenant); spark4 is rank 3."""
+    root = tmp_path / "spark1"
+    seed("spark1", root, tp=4)
+    co = root / "home/mia/dsv41-3x-spark"
+    text = (co / ".env").read_text()
+    assert text.startswith((LAB / "seed/launcher-tp4.env").read_text())
+    assert "WORKER_IPS='spark2 spark3 spark4'\n" in text and "192.168." not in text
+    assert "TP_SIZE=4\n" in text and "DSV41_SHARED_PAD_K=1\n" in text and "MAX_RUNNING_REQUESTS=16\n" in text
+    assert (co / "adapter/wo_a_w8.py").read_bytes() == (ADAPTERS / "tp4/wo_a_w8.py").read_bytes()
+    assert not (co / "logs/dsv41.log").exists()
+    assert (root / "etc/dsv41-lab/fleet.tp").read_text() == "4\n"
+    state = {"LAB_DOCKER_STATE_DIR": str(root / "var/lib/lab-docker")}
+    (rec,) = json.loads(dk("inspect", "dsv41-head", extra_env=state).stdout)
+    assert rec["Config"]["Image"] == "dsv41-sglang:tp4"
+    cmd = rec["Config"]["Cmd"]
+    assert cmd[cmd.index("--tp") + 1] == "4" and cmd[cmd.index("--max-total-tokens") + 1] == "8000000"
+    out, err = logs(dk, "dsv41-head", extra_env=state)
+    assert out == err == "", "no saved TP3 boots on a TP4 head"
+    worker = tmp_path / "spark4"
+    seed("spark4", worker, tp=4)
+    assert json.loads(next((worker / "home/zurih/.cache").rglob("rank_tp3_pp0_dp0.json")).read_text())["tp_size"] == 4
+    assert not (worker / "home/zurih/dsv41-engram").exists()
+    running = dk("ps", "--format", "{{.Names}}", extra_env={"LAB_DOCKER_STATE_DIR": str(worker / "var/lib/lab-docker")})
+    assert running.stdout.split() == ["node-exporter"]
+    bad = subprocess.run([sys.executable, str(SEED), "--host", "spark4", "--root", str(tmp_path / "x")],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "spark4 is not a host of the TP3 lab" in bad.stderr
 
 
 def test_saved_boot_log_latest_boot():

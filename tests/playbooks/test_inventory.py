@@ -51,7 +51,7 @@ def test_production_has_a_drift_control_host_outside_the_ranks_that_checks_produ
     control = json.loads(out)
     hostvars, groups = inventory(ROOT / "inventory" / "production")
     assert "ops-workstation" in hostvars and "ops-workstation" not in groups["dsv41_ranks"]
-    assert control["drift_schedule_inventories"] == ["inventory/production"]
+    assert control["drift_schedule_fleets"] == ["production"]
     # a documentation address (RFC 5737) until the operator sets the workstation's own: it reaches nothing
     assert control["ansible_host"].startswith("192.0.2.")
 
@@ -99,14 +99,23 @@ def test_missing_and_mistyped_variables_are_named(broken_inventory):
     assert "spark2: dsv41_engram_dir is not set" in out
 
 
-def test_an_inventory_named_production_is_refused_from_a_lab_only_machine(broken_inventory):
-    # A copy of the lab inventory (lab addresses only) that calls itself production: the real
-    # production inventory is never handed to ansible-playbook on this machine.
+@pytest.mark.parametrize("name, is_lab", [("production", "true"), ("tp4-example", "false"), ("lab-b", None)],
+                         ids=["named-production", "tp4-example-not-a-lab", "lab-copy-unmarked"])
+def test_a_fleet_that_is_not_a_lab_is_refused_from_a_lab_only_machine(broken_inventory, name, is_lab):
+    # A copy of the lab inventory (lab addresses only) that calls itself production (even marked as a lab), the
+    # TP4 example's name and flag, or a lab copy whose dsv41_fleet_is_lab line is gone: the real production and
+    # TP4 example inventories are never handed to ansible-playbook on this machine.
     group_vars = broken_inventory / "group_vars" / "dsv41_ranks" / "main.yml"
-    group_vars.write_text(group_vars.read_text().replace("dsv41_fleet_name: lab", "dsv41_fleet_name: production"))
+    lines = [line for line in group_vars.read_text().splitlines() if not line.startswith("dsv41_fleet_is_lab:")]
+    lines = [("dsv41_fleet_name: %s" % name) if line.startswith("dsv41_fleet_name:") else line for line in lines]
+    group_vars.write_text("\n".join(lines + (["dsv41_fleet_is_lab: %s" % is_lab] if is_lab else [])) + "\n")
     rc, out = playbook("fleet_status.yml", inventories=(broken_inventory,))
     assert rc != 0
-    assert "This control node is lab-only" in out
+    text = " ".join(out.split())
+    assert "This control node is lab-only (DSV41_LAB_ONLY=1) and the inventory %s describes the '%s' fleet" % (
+        broken_inventory, name) in text
+    tasks = [t for t in re.findall(r"TASK \[([^\]]+)\]", out) if "Validating arguments against arg spec" not in t]
+    assert tasks[-1] == "preflight : Refuse a fleet that is not a lab from a lab-only control node", tasks
     assert "UNREACHABLE" not in out
 
 

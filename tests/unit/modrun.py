@@ -66,6 +66,11 @@ def run_module(main, args, check_mode=False, run_command=None):
             stack.enter_context(mock.patch.object(basic.AnsibleModule, "run_command", fake))
             stack.enter_context(mock.patch.object(command_stream, "open_stream",
                                                   stream_opener(run_command, calls, bounds)))
+        # a module runs on a target host, never in the controller: a test of this process that imported controller
+        # code (a Templar, an InventoryManager) flips ansible's is_controller, which would send the module's
+        # warnings to the controller's display instead of its result
+        from ansible.module_utils import _internal
+        stack.enter_context(mock.patch.object(_internal, "is_controller", False))
         stack.enter_context(contextlib.redirect_stdout(stdout))
         with pytest.raises(SystemExit):     # exit_json and fail_json both end the process
             main()

@@ -219,7 +219,8 @@ def test_each_fleet_keeps_its_own_history(tmp_path):
     records = tmp_path / "records"
     lab = dh.history_root(str(records), dh.fleet_key([str(ROOT / "inventory" / "lab"), "/x/connection.yml"]))
     prod = dh.history_root(str(records), dh.fleet_key([str(ROOT / "inventory" / "production")]))
-    assert (Path(lab).name, Path(prod).name) == ("lab", "production") and lab != prod
+    # the key is the inventory's dsv41_fleet_name, the one the playbooks file the fleet's records under
+    assert (lab, prod) == (str(records / "lab" / "drift"), str(records / "production" / "drift"))
     write_run(Path(lab), "20261130T100000Z", report("20261130T100000Z", [f("spark1", "A")]))
     current = dh.new_run_dir(prod, "20261130T110000Z")
     assert dh.previous_report(prod, current) is None      # the lab's finding is not production's history
@@ -229,15 +230,19 @@ def test_a_symlinked_or_blocked_drift_directory_is_refused_and_nothing_foreign_i
     records, foreign = tmp_path / "records", tmp_path / "foreign"
     (foreign / "20200101T000000Z").mkdir(parents=True)
     (foreign / "20200101T000000Z" / "precious").write_text("x")
-    records.mkdir()
-    (records / "drift").symlink_to(foreign)
-    with pytest.raises(dh.HistoryError, match="drift records directory .* is a symlink .*never kept through one"):
-        dh.history_root(str(records), "lab")
-    (records / "drift").unlink()
-    (records / "drift").write_text("a file")
+    (records / "lab").mkdir(parents=True)
+    for link in (records / "lab" / "drift", records / "prod"):
+        link.symlink_to(foreign)
+        with pytest.raises(dh.HistoryError, match=r" is a symlink .*never kept through one"):
+            dh.history_root(str(records), link.parent.name if link.name == "drift" else link.name)
+    (records / "lab" / "drift").unlink()
+    (records / "lab" / "drift").write_text("a file")
     with pytest.raises(dh.HistoryError, match="is not a directory"):
         dh.history_root(str(records), "lab")
-    (records / "drift").unlink()
+    (records / "lab" / "drift").unlink()
+    for bad in ("..", "../x", "drift", "Lab"):   # a name that is not one fleet directory under records/
+        with pytest.raises(dh.HistoryError, match="dsv41_fleet_name=%r is " % bad):
+            dh.history_root(str(records), bad)
     root = Path(dh.history_root(str(records), "lab"))
     (root / "20200101T000000Z").symlink_to(foreign / "20200101T000000Z")       # a run name pointing away
     (root / "20200102T000000Z").mkdir()                                       # a directory this tool did not write
@@ -305,20 +310,33 @@ def test_shards_verified_forgets_an_identity_that_changed_and_survives_odd_histo
         assert dh.shards_verified(odd, {"spark2": moved}) == {"spark2": {}}
 
 
+def _fleet_inventory(path, name, where="dsv41_ranks/main.yml"):
+    (path / "group_vars" / where).parent.mkdir(parents=True, exist_ok=True)
+    (path / "hosts.yml").write_text("---\n")
+    (path / "group_vars" / where).write_text("---\ndsv41_fleet_name: %s\n" % name)
+
+
 def test_every_fleet_inventory_is_found_and_common_layers_are_not_fleets(tmp_path):
-    for name in ("production", "lab", "tp4-example"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "hosts.yml").write_text("---\n")
+    for directory, name in (("production", "production"), ("lab", "lab"), ("tp4", "tp4-example")):
+        _fleet_inventory(tmp_path / directory, name)
     (tmp_path / "common").mkdir()                    # the shared layer: no hosts.yml
     (tmp_path / "README.md").write_text("x")
-    assert dh.fleet_inventories(str(tmp_path)) == [(n, str(tmp_path / n)) for n in ("lab", "production", "tp4-example")]
-    # the repository's own: the lab and production, never common
-    assert [k for k, _ in dh.fleet_inventories(str(ROOT / "inventory"))] == ["lab", "production"]
-    (tmp_path / "lab b").mkdir()
-    (tmp_path / "lab b" / "hosts.yml").write_text("---\n")
-    (tmp_path / "lab_b").mkdir()
-    (tmp_path / "lab_b" / "hosts.yml").write_text("---\n")
-    with pytest.raises(dh.HistoryError, match="would share the drift history 'lab_b'"):
+    # keyed by the name each declares, not by its directory
+    assert dh.fleet_inventories(str(tmp_path)) == [("lab", str(tmp_path / "lab")),
+                                                   ("production", str(tmp_path / "production")),
+                                                   ("tp4-example", str(tmp_path / "tp4"))]
+    # the repository's own: each keyed by its dsv41_fleet_name, never common
+    found = dict(dh.fleet_inventories(str(ROOT / "inventory")))
+    assert found["lab"] == str(ROOT / "inventory" / "lab") and found["production"] == str(ROOT / "inventory" / "production")
+    assert "common" not in found
+    _fleet_inventory(tmp_path / "lab-copy", "lab", "all.yml")
+    with pytest.raises(dh.HistoryError, match="lab and .*lab-copy both name the fleet 'lab': they would share"):
+        dh.fleet_inventories(str(tmp_path))
+    (tmp_path / "lab-copy" / "group_vars" / "all.yml").write_text("---\ndsv41_fleet_name: ../lab\n")
+    with pytest.raises(dh.HistoryError, match=r"lab-copy/group_vars/all.yml: dsv41_fleet_name='../lab' is not a fleet"):
+        dh.fleet_inventories(str(tmp_path))
+    (tmp_path / "lab-copy" / "group_vars" / "all.yml").unlink()
+    with pytest.raises(dh.HistoryError, match="lab-copy: dsv41_fleet_name is not set in group_vars"):
         dh.fleet_inventories(str(tmp_path))
     with pytest.raises(dh.HistoryError, match="no fleet inventory"):
         dh.fleet_inventories(str(tmp_path / "common"))
@@ -336,3 +354,39 @@ def test_the_notification_names_its_fleet():
               "hosts": {}, "findings": [{"new": True}], "resolved": []}
     body = dn.payload(report)
     assert body["fleet"] == "tp4-example" and body["summary"] == "fleet tp4-example: 1 open finding(s), 1 new, 0 resolved"
+
+
+def test_all_checks_only_the_fleets_named_with_each_layer_after_the_fleet_s_own(tmp_path, monkeypatch, capsys):
+    """--all --fleet: the fleets one control host can reach (a timer's selection), each its own run with the
+    timer's connection layer after the fleet's inventory (the first inventory names the fleet); a name no
+    inventory declares is refused before any run starts."""
+    runner = load_runner()
+    fleets = tmp_path / "inventory"
+    for directory, name in (("lab", "lab"), ("lab-tp4", "lab-tp4"), ("production", "production")):
+        (fleets / directory / "group_vars").mkdir(parents=True)
+        (fleets / directory / "hosts.yml").write_text("---\nall: {}\n")
+        (fleets / directory / "group_vars" / "all.yml").write_text("---\ndsv41_fleet_name: %s\n" % name)
+    started = []
+
+    class Run:
+        def __init__(self, argv, **_kw):
+            started.append(argv)
+            self.returncode = {"lab": 0, "lab-tp4": 2}[Path(argv[argv.index("-i") + 1]).name]
+
+        def communicate(self):
+            return "fleet-drift: exit %d\n" % self.returncode, None
+
+    monkeypatch.setattr("subprocess.Popen", Run)
+    args = runner.parse_args(["--all", "--fleets", str(fleets), "--fleet", "lab", "--fleet", "lab-tp4",
+                              "--with-inventory", "/srv/conn.yml", "--records", str(tmp_path / "r")])
+    assert runner.check_all(args) == 2
+    assert [a[a.index("-i") + 1:a.index("-i") + 2] for a in started] == [[str(fleets / "lab")], [str(fleets / "lab-tp4")]]
+    assert all(a[-2:] == ["-i", "/srv/conn.yml"] for a in started)
+    assert "fleet-drift --all: 2 fleet(s), exit 2 (the worst: lab 0, lab-tp4 2)" in capsys.readouterr().out
+    started.clear()
+    args = runner.parse_args(["--all", "--fleets", str(fleets), "--fleet", "tp4-example"])
+    assert runner.check_all(args) == 1 and started == []
+    err = capsys.readouterr().err
+    assert "declares tp4-example (it holds: lab, lab-tp4, production)" in err
+    with pytest.raises(SystemExit):
+        runner.parse_args(["--fleet", "lab"])      # a selection without --all is a usage error

@@ -175,6 +175,17 @@ def test_stage_a_packs_one_rank_at_a_time_at_the_assumed_rate_then_one_restart_a
     assert "engram_pack_max_mib_s=50" in capped["figures"]["pack_rate"]
 
 
+def test_stage_a_on_four_ranks_packs_each_rank_s_quarter_and_names_its_size():
+    """A TP4 fleet: four ranks packed one at a time, each its quarter of the two layers (50,689,516,424 bytes,
+    the TP4 lab's preflight); the assumption names the largest rank's bytes, not TP3's 33.8 GB layer."""
+    tp4 = {"spark%d" % i: 50_689_516_424 for i in range(1, 5)}
+    est = ee.stage_a_estimate(tp4, BENCH, prompts())
+    assert [s["name"] for s in est["steps"]][:5] == ["pack spark1", "pack spark2", "pack spark3", "pack spark4",
+                                                      "restart"]
+    assert est["steps"][0]["seconds"] == pytest.approx(506.9, abs=0.1) and est["bytes"] == 4 * 50_689_516_424
+    assert "up to 50.7 GB a rank" in est["figures"]["pack_rate"] and "33.8" not in est["figures"]["pack_rate"]
+
+
 def test_stage_a_window_refusal_names_the_steps_that_fit():
     est = ee.stage_a_estimate({h: 2 * REPORT_LAYER for h in HOSTS}, BENCH, prompts())
     assert ee.stage_window_refusal("stage_a_pack", est, 0) is None

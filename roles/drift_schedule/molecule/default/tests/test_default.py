@@ -19,6 +19,9 @@ def test_runner_is_unprivileged_with_its_own_venv_and_checkout(host):
     assert user.exists and 0 < user.uid < 1000 and user.shell == "/usr/sbin/nologin" and user.home == HOME
     service = host.file(f"/etc/systemd/system/{UNIT}.service").content_string
     assert "User=dsv41-drift" in service and f"ExecStart={HOME}/venv/bin/python {HOME}/repo/bin/fleet-drift" in service
+    # one timer for every fleet this host watches: --all over the checkout's fleets, the connection layer added to each
+    assert (f"fleet-drift --all --fleets {HOME}/repo/inventory --fleet lab --with-inventory {HOME}/inventory/connection.yml"
+            in service)
     with host.sudo():  # the runner's home is its own (0750)
         assert host.file(f"{HOME}/repo/bin/fleet-drift").exists and host.file(f"{HOME}/repo/playbooks/drift.yml").exists
         assert host.file(f"{HOME}/.ssh/id_drift").mode == 0o600
@@ -30,15 +33,15 @@ def test_runner_is_unprivileged_with_its_own_venv_and_checkout(host):
 
 def test_a_triggered_run_writes_a_report(host):
     with host.sudo():
-        # each fleet's history apart: the timer checks inventory/lab, so its runs are under records/drift/lab/
-        before = set(host.check_output(f"ls -1 {HOME}/records/drift/lab 2>/dev/null || true").split())
+        # each fleet's history apart: the timer checks the fleet lab, so its runs are under records/lab/drift/
+        before = set(host.check_output(f"ls -1 {HOME}/records/lab/drift 2>/dev/null || true").split())
         host.run_test(f"systemctl start {UNIT}.service")  # oneshot: returns when the run ended
-        after = set(host.check_output(f"ls -1 {HOME}/records/drift/lab").split())
+        after = set(host.check_output(f"ls -1 {HOME}/records/lab/drift").split())
         new = sorted(after - before)
         assert len(new) == 1
-        report = json.loads(host.file(f"{HOME}/records/drift/lab/{new[0]}/drift.json").content_string)
+        report = json.loads(host.file(f"{HOME}/records/lab/drift/{new[0]}/drift.json").content_string)
         status = host.check_output(f"systemctl show -p ExecMainStatus --value {UNIT}.service").strip()
-        assert "# Drift check " + new[0] in host.file(f"{HOME}/records/drift/lab/{new[0]}/summary.md").content_string
+        assert "# Drift check " + new[0] in host.file(f"{HOME}/records/lab/drift/{new[0]}/summary.md").content_string
     assert set(report["hosts"]) == {"spark1", "spark2", "spark3"}
     assert all(v == "checked" for v in report["hosts"].values()), report["hosts"]
     assert report["exit_code"] in (0, 2) and int(status) == report["exit_code"]

@@ -1,0 +1,1 @@
+../adapters/autotune_keep.py

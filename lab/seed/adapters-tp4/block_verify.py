@@ -1,0 +1,1 @@
+../adapters/block_verify.py

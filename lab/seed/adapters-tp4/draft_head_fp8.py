@@ -1,0 +1,1 @@
+../adapters/draft_head_fp8.py

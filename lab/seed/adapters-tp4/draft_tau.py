@@ -1,0 +1,1 @@
+../adapters/draft_tau.py

@@ -1,0 +1,1 @@
+../adapters/engram_prefetch.py

@@ -1,0 +1,1 @@
+../adapters/folded_fence.py

@@ -1,0 +1,1 @@
+../adapters/verify_cap.py

@@ -1,0 +1,1 @@
+../adapters/tp4/wo_a_w8.py
