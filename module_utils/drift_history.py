@@ -268,7 +268,7 @@ def latest_stage_record(records_root, host):
     except OSError:
         return None
     for name in names:
-        m = re.match(r"^(\d{8}T\d{6}Z)-(.+)$", name)
+        m = fleet_records.STAGE_RUN.match(name)
         path = os.path.join(records_root, name, "nodes", "%s.json" % host)
         if not m or not os.path.isfile(path):
             continue

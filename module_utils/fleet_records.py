@@ -29,6 +29,8 @@ import json
 import os
 import re
 
+from ansible.module_utils import experiment_runs
+
 __metaclass__ = type
 
 EXPERIMENTS = "experiments"
@@ -44,7 +46,8 @@ ADAPTERS_MANIFEST = "adapters-manifest.yml"
 # a fleet may not be named like one of its directories, so an old record is never read as a fleet's.
 LEGACY_NAMES = ("experiments", "bench", "boot-logs", "adapters-manifest", "drift", "metrics")
 LEGACY_ADOPT_PREFIX = "adopt-"
-STAGE_RUN = re.compile(r"^\d{8}T\d{6}Z-.+$")
+# A stage run record's directory, <UTC time>-<stage> (roles/run_record): (time, stage)
+STAGE_RUN = re.compile(r"^(\d{8}T\d{6}Z)-(.+)$")
 
 FLEET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 FLEET_NAME_RULE = ("a fleet name: lowercase letters, digits, '-' and '_', starting with a letter or a digit, "
@@ -153,11 +156,13 @@ def _json(path):
 
 
 def _experiment_fleet(run_dir):
-    """(fleet, why not) of an experiment run directory: the fleet its run.json recorded."""
-    run = _json(os.path.join(run_dir, "run.json"))
+    """(fleet, why not) of an experiment run directory: the fleet its run.json recorded (read as every reader of
+    run.json does, experiment_runs.read_json)."""
+    try:
+        run = experiment_runs.read_json(os.path.join(run_dir, experiment_runs.RUN_FILE))
+    except experiment_runs.RunError:
+        return None, "its run.json cannot be read"
     if run is None:
-        if os.path.exists(os.path.join(run_dir, "run.json")):
-            return None, "its run.json cannot be read"
         return None, "it records no fleet (no run.json)"
     if not run.get("fleet"):
         return None, "its run.json records no fleet"

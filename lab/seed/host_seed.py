@@ -75,7 +75,9 @@ IMAGE = "dsv41-sglang:tp3"
 # particulars (spark2's TP2 shards, spark3's second tenant and desktop, the saved TP3 boot log).
 TP4_HOSTS = dict(HOSTS, spark4={"user": "zurih", "rank": 3, "role": "worker", "container": "dsv41-worker"})
 TP4_IMAGE = "dsv41-sglang:tp4"
-TP4_SETTINGS = {"block": 5, "slots": 16, "chunk": 1024, "pool": 8000000, "fraction": "0.80"}
+# Each lab fleet's serving settings as its serving records carry them (the report's TP3 boot; the TP4 profile).
+SERVING_SETTINGS = {3: {"block": 3, "slots": 4, "chunk": 1024, "pool": 750000, "fraction": "0.95"},
+                    4: {"block": 5, "slots": 16, "chunk": 1024, "pool": 8000000, "fraction": "0.80"}}
 SEED_IMAGE_CREATED = "2026-09-19T22:41:07.000000000Z"
 # lab/seed/adapters/: the single source of the lab's adapter files. A checkout's adapter/ gets the seven
 # local adapters and sitecustomize.py (which registers exactly those); autotune_keep.py (downstream
@@ -112,9 +114,10 @@ def tp2_shard_sizes():
 
 # Hash of the tuned settings, as the engine stand-in names its autotune cache directory (see
 # autotune_paths in dsv41_engine.py); the saved boot log (dsv41.log) names the same directory.
-AUTOTUNE_HASH = hashlib.sha256(b"block=3;mrr=4;chunk=1024;tp=3").hexdigest()[:16]  # the engine stand-in's key
-TP4_AUTOTUNE_HASH = hashlib.sha256(("block=%(block)d;mrr=%(slots)d;chunk=%(chunk)d;tp=4" % TP4_SETTINGS)
-                                   .encode()).hexdigest()[:16]
+def autotune_hash(tp):
+    """The engine stand-in's key of the tuned settings of the TP``tp`` lab (sha256("block=K;mrr=M;chunk=C;tp=T"))."""
+    text = "block=%(block)d;mrr=%(slots)d;chunk=%(chunk)d;" % SERVING_SETTINGS[tp] + "tp=%d" % tp
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 # The lab allocation model's roots (lab/standins/dsv41_lab_allocation.py: "PATH DEPTH" lines; the model's
 # built-in default is the same list, so a reset that removes /etc/dsv41-lab changes nothing).
 ALLOCATED_ROOTS_FILE = "/etc/dsv41-lab/allocated.roots"
@@ -529,7 +532,7 @@ class Seeder:
         self.mkdir("/data/dsv41-engram")
 
     def autotune_cache(self):
-        settings_hash = AUTOTUNE_HASH if self.tp == 3 else TP4_AUTOTUNE_HASH
+        settings_hash = autotune_hash(self.tp)
         d = self.mkdir(self.home / ".cache" / "sglang" / "flashinfer" / "autotune" / FLASHINFER / SM / settings_hash)
         r = self.rank
         shapes = ["fp4_moe_gemm1[m=%d,n=1536,k=4096]", "fp4_moe_gemm2[m=%d,n=4096,k=768]",
@@ -575,8 +578,7 @@ class Seeder:
             {"Type": "bind", "Source": str(self.home / "dsv41-3x-spark" / "adapter"), "Destination": "/adapter",
              "Mode": "ro", "RW": False, "Propagation": "rprivate"},
         ]
-        v = ({"block": 3, "slots": 4, "chunk": 1024, "pool": 750000, "fraction": "0.95"} if self.tp == 3
-             else TP4_SETTINGS)
+        v = SERVING_SETTINGS[self.tp]
         cmd = ["python3", "-m", "sglang.launch_server", "--model-path", MODEL_PATH, "--trust-remote-code",
                "--tp", str(self.tp), "--ep", str(self.tp), "--nnodes", str(self.tp), "--node-rank", str(self.rank),
                "--dist-init-addr", "spark1:5000", "--host", "0.0.0.0", "--port", "8888",

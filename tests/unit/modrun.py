@@ -6,8 +6,13 @@ faked. ``_calls`` in the result lists the commands the module ran, ``_bounds`` t
 ``timeout`` limits they ran under and ``_kwargs`` the keyword arguments of each run_command call.
 Commands a module streams (``command_stream.open_stream``: ``docker logs``) are answered by the same
 fake, their whole output delivered at once, and listed in ``_calls`` too.
+
+``load_script`` loads a file that is not an importable module (``bin/fleet-drift``, a strategy plugin) the way
+the tests call its functions.
 """
 import contextlib
+import importlib.machinery
+import importlib.util
 import io
 import json
 from unittest import mock
@@ -15,6 +20,16 @@ from unittest import mock
 import pytest
 from ansible.module_utils import basic, command_stream
 from ansible.module_utils.testing import patch_module_args
+
+
+def load_script(name, path):
+    """The file at ``path`` executed as a fresh module called ``name`` (each call a new module, so module-level
+    code, such as an option default read from the environment, runs again)."""
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
 
 
 def strip_bound(cmd):

@@ -1,7 +1,5 @@
 """History, retention, notifier and report of the drift check (module_utils/drift_history.py,
 drift_notify.py, drift_report.py) and the runner's event reading (bin/fleet-drift)."""
-import importlib.machinery
-import importlib.util
 import json
 import sys
 import threading
@@ -14,6 +12,7 @@ from ansible.module_utils import drift_compare as dc
 from ansible.module_utils import drift_history as dh
 from ansible.module_utils import drift_notify as dn
 from ansible.module_utils import drift_report as dr
+from modrun import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -164,11 +163,7 @@ def test_report_files_say_the_verdict_and_hide_secret_values(tmp_path):
 
 
 def load_runner():
-    loader = importlib.machinery.SourceFileLoader("fleet_drift", str(ROOT / "bin" / "fleet-drift"))
-    spec = importlib.util.spec_from_loader("fleet_drift", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script("fleet_drift", ROOT / "bin" / "fleet-drift")
 
 
 def test_runner_reads_snapshots_unreachable_hosts_and_failures_from_events():

@@ -1,7 +1,5 @@
 """drift_metrics: one run's metrics in Prometheus text format for node_exporter's textfile collector, written
 atomically, parsed back by prometheus-client's own parser; and bin/fleet-drift's --metrics-dir."""
-import importlib.machinery
-import importlib.util
 import os
 from pathlib import Path
 
@@ -10,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ansible.module_utils import drift_compare as dc
 from ansible.module_utils import drift_metrics as dm
+from modrun import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,11 +74,8 @@ def test_an_unwritable_directory_raises_oserror(tmp_path):
 
 
 def test_fleet_drift_takes_the_metrics_directory_from_its_option_or_the_environment(monkeypatch):
-    loader = importlib.machinery.SourceFileLoader("fleet_drift_metrics", str(ROOT / "bin" / "fleet-drift"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
+    mod = load_script("fleet_drift_metrics", ROOT / "bin" / "fleet-drift")
     assert mod.parse_args(["--metrics-dir", "/srv/m"]).metrics_dir == "/srv/m"
     monkeypatch.setenv("DSV41_DRIFT_METRICS_DIR", "/var/lib/node_exporter/textfile")
-    loader.exec_module(mod)
+    mod = load_script("fleet_drift_metrics", ROOT / "bin" / "fleet-drift")   # the default is read at load
     assert mod.parse_args([]).metrics_dir == "/var/lib/node_exporter/textfile"

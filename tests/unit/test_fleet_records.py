@@ -1,8 +1,6 @@
 """Each fleet's records apart (module_utils/fleet_records.py): the fleet name an inventory declares, the
 unfinished-run guard reading only its own fleet's directory, the preflight's notice of runs left in the old shared
 directory, and bin/records-migrate moving the old shared layout into records/<fleet>/."""
-import importlib.machinery
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,6 +8,7 @@ import pytest
 
 import preflight_filters as pf
 from ansible.module_utils import fleet_records as fr
+from modrun import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ["spark1", "spark2", "spark3"]        # the lab's host names are the fleet's
@@ -141,11 +140,7 @@ def _old_layout(records):
 
 
 def load_tool():
-    loader = importlib.machinery.SourceFileLoader("records_migrate", str(ROOT / "bin" / "records-migrate"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script("records_migrate", ROOT / "bin" / "records-migrate")
 
 
 def test_the_plan_moves_each_record_to_the_fleet_it_recorded_and_changes_nothing(tmp_path, capsys):

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PLAYBOOK = """
@@ -34,13 +36,18 @@ PLAYBOOK = """
 """
 
 
-def test_seeded_env_is_the_rendered_baseline_plus_undeclared_keys(tmp_path):
+# (inventory, the seeded declared part, the seeded site keys): the TP3 lab and the TP4 lab (DSV41_LAB_TP=4)
+LABS = [("lab", "launcher.env", "launcher.env.site"), ("lab-tp4", "launcher-tp4.env", "launcher-tp4.env.site")]
+
+
+@pytest.mark.parametrize("inventory, declared_file, site_file", LABS)
+def test_seeded_env_is_the_rendered_baseline_plus_undeclared_keys(tmp_path, inventory, declared_file, site_file):
     playbook = tmp_path / "render.yml"    # outside the tree: tests never write into it
     playbook.write_text(PLAYBOOK)
     out = tmp_path / "rendered.env"
     tool = shutil.which("ansible-playbook")
     assert tool, "ansible-playbook on PATH"
-    res = subprocess.run([tool, str(playbook), "-i", str(ROOT / "inventory" / "lab"), "-e", f"out={out}",
+    res = subprocess.run([tool, str(playbook), "-i", str(ROOT / "inventory" / inventory), "-e", f"out={out}",
                           "-e", f"root={ROOT}",
                           # nothing is reached: the render runs on the control node, whether or not a lab is up
                           "-e", "ansible_connection=local"], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -48,9 +55,9 @@ def test_seeded_env_is_the_rendered_baseline_plus_undeclared_keys(tmp_path):
                               "DSV41_LAB_ONLY": "1", "HOME": str(tmp_path)})
     assert res.returncode == 0, res.stdout
     rendered = out.read_text()
-    assert (ROOT / "lab" / "seed" / "launcher.env").read_text() == rendered, "the declared part, byte for byte"
+    assert (ROOT / "lab" / "seed" / declared_file).read_text() == rendered, "the declared part, byte for byte"
     declared = set(re.findall(r"^([A-Za-z_][A-Za-z0-9_]*)=", rendered, re.M))
-    extra = (ROOT / "lab" / "seed" / "launcher.env.site").read_text().splitlines()
+    extra = (ROOT / "lab" / "seed" / site_file).read_text().splitlines()
     keys = [line.split("=", 1)[0] for line in extra]
     assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=\S.*", line) for line in extra), extra
     assert len(keys) >= 12 and len(set(keys)) == len(keys) and not set(keys) & declared, keys

@@ -1,21 +1,16 @@
 """strategy_plugins/dsv41_guarded.py: every filter and test plugin (the project's included) is loaded in the
 controller process before the first worker forks, so no worker loads and compiles them again
 (bench/bench_controller.py measures what that saves)."""
-import importlib.machinery
-import importlib.util
 from pathlib import Path
 
 from ansible.plugins.loader import filter_loader, test_loader
+from modrun import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def strategy():
-    loader = importlib.machinery.SourceFileLoader("dsv41_guarded_preload", str(ROOT / "strategy_plugins" / "dsv41_guarded.py"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script("dsv41_guarded_preload", ROOT / "strategy_plugins" / "dsv41_guarded.py")
 
 
 def test_the_preload_fills_both_jinja_loaders_with_builtin_and_project_plugins():
