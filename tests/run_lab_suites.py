@@ -253,8 +253,8 @@ def run_local(name, work, results, lock):
     run_job(name, LOCAL_JOBS[name], ROOT, dict(os.environ), work / "logs", name, results, lock)
 
 
-def run_share(index, share, work, results, lock):
-    instance = index + 1
+def run_share(index, share, work, results, lock, first=1):
+    instance = index + first
     checkout = work / ("checkout-%d" % instance)
     logs = work / "logs"
     env = job_env(checkout, instance)
@@ -296,9 +296,15 @@ def main():
                              "debootstrap waits on the network and the jobs that need no lab fill that time")
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     parser.add_argument("--keep-labs", action="store_true", help="leave the share labs up afterwards")
+    # two plans at once on one machine (each with its own DSV41_TEST_WORK) need labs apart
+    parser.add_argument("--first-instance", type=int, default=1,
+                        help="the lab instance of share 1; the others follow (default 1)")
     args = parser.parse_args()
     if not 1 <= args.shares <= 9:
         raise SystemExit("--shares must be 1..9 (lab instances 1..9; 0 is the demo lab)")
+    if not 1 <= args.first_instance or args.first_instance + args.shares - 1 > 9:
+        raise SystemExit("--first-instance %d with %d share(s) leaves lab instances 1..9 (0 is the demo lab)"
+                         % (args.first_instance, args.shares))
     measured = json.loads(RECORDED.read_text()) if RECORDED.exists() else {}
     measured.update(json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {})
     selected = jobs("all" if args.only else args.tier)  # --only names jobs of either tier
@@ -311,7 +317,7 @@ def main():
     plan, load = spread(selected, shares, measured)
     for i, share in enumerate(plan):
         print("[suites] share %d (lab instance %d), about %.0f s: %s"
-              % (i + 1, i + 1, load[i], ", ".join(name for name, _ in share)), flush=True)
+              % (i + 1, i + args.first_instance, load[i], ", ".join(name for name, _ in share)), flush=True)
     if args.list:
         return 0
     work = Path(os.environ.get("DSV41_TEST_WORK", "/tmp/dsv41-lab-suites"))
@@ -323,7 +329,8 @@ def main():
     local = [threading.Thread(target=run_local, args=(name, work, results, lock)) for name in args.local]
     for t in local:
         t.start()
-    shares_threads = [threading.Thread(target=run_share, args=(i, share, work, results, lock))
+    shares_threads = [threading.Thread(target=run_share,
+                                       args=(i, share, work, results, lock, args.first_instance))
                       for i, share in enumerate(plan)]
     # the shares' labs need the image; a failed build fails the plan, named in the summary like any job
     built = not args.build_image or run_job("lab-image", ["python3", "lab/labctl.py", "build"], ROOT,
@@ -336,7 +343,8 @@ def main():
     wall, machine = time.monotonic() - t0, machine_busy_seconds() - machine0
     if not args.keep_labs:  # every share's lab at once
         t_down = time.monotonic()
-        checkouts = [(work / ("checkout-%d" % instance), instance) for instance in range(1, shares + 1)]
+        checkouts = [(work / ("checkout-%d" % instance), instance)
+                     for instance in range(args.first_instance, args.first_instance + shares)]
         downs = [subprocess.Popen(["python3", "lab/labctl.py", "down"], cwd=checkout, env=job_env(checkout, instance),
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
                  for checkout, instance in checkouts]
