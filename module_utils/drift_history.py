@@ -277,6 +277,8 @@ def latest_stage_record(records_root, host):
                 record = json.load(handle)
         except (OSError, ValueError):
             continue
+        if not isinstance(record, dict):   # a hand-edited or foreign file: an older record may still be whole
+            continue
         record["stage"] = "%s %s" % (m.group(2), m.group(1))
         return record
     return None

@@ -87,6 +87,10 @@ def test_latest_stage_record(tmp_path):
     rec = dh.latest_stage_record(str(tmp_path), "spark1")
     assert rec["image_id"] == "sha256:new" and rec["stage"] == "stage_b-boot1 20261130T110000Z"
     assert dh.latest_stage_record(str(tmp_path), "spark9") is None
+    # a newer record whose node file is JSON but not an object (hand-edited, truncated to a list) is passed over
+    (tmp_path / "20261130T120000Z-stage_a" / "nodes").mkdir(parents=True)
+    (tmp_path / "20261130T120000Z-stage_a" / "nodes" / "spark1.json").write_text('["not", "a", "record"]')
+    assert dh.latest_stage_record(str(tmp_path), "spark1")["image_id"] == "sha256:new"
 
 
 class Hook(object):
