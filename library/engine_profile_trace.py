@@ -46,6 +46,12 @@ options:
         (the stream with the most kernel time) is returned in C(exposed_us). Work a side stream runs
         does not count, which is the exposed time the Engram prefetch should reduce.
     type: str
+  profile_patterns:
+    description:
+      - Name -> regular expression of kernel names. Their time on the compute stream, and its share of that
+        stream, is returned in C(step_profile) (stage A's all-rank step profile names C(engram)).
+    type: dict
+    default: {}
   docker:
     description: The docker client to run.
     type: str
@@ -87,6 +93,16 @@ exposed_us:
     over the traces read); None without one.
   returned: always
   type: float
+step_profile:
+  description:
+    - The rank's step profile of the window (C(module_utils/profile_trace.py) C(step_profile)), averaged over the
+      traces read; None without a trace that has durations. C(compute_us) is the kernel time on the compute stream,
+      C(side_us) on the others, C(exposed_us) and C(exposed_share_pct) each I(profile_patterns) name's time on the
+      compute stream and its share of it (percent), C(top) the five longest kernels there as [name, us].
+  returned: always
+  type: dict
+  sample: {traces: 1, compute_us: 40780.0, side_us: 0.0, exposed_us: {engram: 1000.0},
+           exposed_share_pct: {engram: 2.45}, top: [["moe_b12x_dense", 30000.0], ["flash_attn_verify", 8000.0]]}
 unreadable:
   description: Trace files that could not be parsed (still being written, corrupt), with why.
   returned: always
@@ -111,10 +127,11 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.probe_runner import make_runner, tail_text
 from ansible.module_utils.profile_trace import (LIST_SCRIPT, TraceError, exposed_us, parse_listing, rank_kernels,
-                                                wait_report)
+                                                step_profile, wait_report)
 
 
-def read_traces(run, docker, container, directory, since, rank=None, label="host", exposed_pattern=None):
+def read_traces(run, docker, container, directory, since, rank=None, label="host", exposed_pattern=None,
+                profile_patterns=None):
     """The listing of ``container``'s traces, filtered to ``rank``; raises TraceError naming the source."""
     source = "%s: %s %s:%s" % (label, docker, container, directory)
     rc, out, err = run([docker, "exec", container, "python3", "-c", LIST_SCRIPT, directory, repr(float(since))])
@@ -127,6 +144,7 @@ def read_traces(run, docker, container, directory, since, rank=None, label="host
         listing["traces"] = [t for t in listing["traces"] if t["rank"] == rank]
     listing["kernels"] = rank_kernels(listing)
     listing["exposed_us"] = exposed_us(listing, exposed_pattern) if exposed_pattern else None
+    listing["step_profile"] = step_profile(listing, profile_patterns)
     return listing
 
 
@@ -138,6 +156,7 @@ def run_module():
             since=dict(type="float", required=True),
             rank=dict(type="int"),
             exposed_pattern=dict(type="str"),
+            profile_patterns=dict(type="dict", default={}),
             docker=dict(type="str", default="docker"),
             host_label=dict(type="str"),
         ),
@@ -145,15 +164,18 @@ def run_module():
     )
     p = module.params
     label = p["host_label"] or socket.gethostname()
-    if p["exposed_pattern"]:
+    patterns = [("exposed_pattern", p["exposed_pattern"])] if p["exposed_pattern"] else []
+    patterns += [("profile_patterns.%s" % name, value) for name, value in sorted(p["profile_patterns"].items())]
+    for where, value in patterns:
         try:
-            re.compile(p["exposed_pattern"])
+            re.compile(str(value))
         except re.error as exc:
-            module.fail_json(msg="%s: exposed_pattern is not a regular expression (%s): %r"
-                             % (label, exc, p["exposed_pattern"]), changed=False)
+            module.fail_json(msg="%s: %s is not a regular expression (%s): %r" % (label, where, exc, value),
+                             changed=False)
     try:
         listing = read_traces(make_runner(module), p["docker"], p["container"], p["directory"], p["since"],
-                              p["rank"], label, p["exposed_pattern"])
+                              p["rank"], label, p["exposed_pattern"],
+                              dict((k, str(v)) for k, v in p["profile_patterns"].items()))
     except TraceError as exc:
         module.fail_json(msg=str(exc), changed=False)
     listing.update(wait_report(listing, label, p["rank"], p["container"], p["directory"], p["since"]))

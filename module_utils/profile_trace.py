@@ -124,6 +124,41 @@ def exposed_us(listing, pattern):
     return round(sum(values) / len(values), 1) if values else None
 
 
+def step_profile(listing, patterns=None, top=5):
+    """A rank's step profile from its traces of one profiled window (stage A's all-rank profile): kernel time
+    on the compute stream (the stream with the most kernel time) and on the side streams, microseconds averaged
+    over the traces; for each ``patterns`` name -> regex, the matching kernels' time on the compute stream
+    (exposed) and its share of that stream, in percent; the ``top`` kernels of the compute stream by time.
+    The window's length differs from run to run, so the share is what compares a rank with another, and a run
+    with the one before it. None without a trace that has durations."""
+    rx = dict((name, re.compile(pattern)) for name, pattern in (patterns or {}).items())
+    per = []
+    for t in listing["traces"]:
+        streams = t.get("streams") or {}
+        if not streams:
+            continue
+        main = max(streams, key=lambda tid: sum(streams[tid].values()))
+        per.append((streams[main], sum(sum(v.values()) for tid, v in streams.items() if tid != main)))
+    if not per:
+        return None
+    n = float(len(per))
+    kernels = {}
+    for main, _side in per:
+        for name, us in main.items():
+            kernels[name] = kernels.get(name, 0.0) + us / n
+    compute = sum(kernels.values())
+    exposed = dict((name, round(sum(us for k, us in kernels.items() if r.search(k)), 1)) for name, r in rx.items())
+    return {
+        "traces": len(per),
+        "compute_us": round(compute, 1),
+        "side_us": round(sum(side for _main, side in per) / n, 1),
+        "exposed_us": exposed,
+        "exposed_share_pct": dict((name, round(100.0 * us / compute, 2) if compute else None)
+                                  for name, us in exposed.items()),
+        "top": [[name, round(us, 1)] for name, us in sorted(kernels.items(), key=lambda kv: (-kv[1], kv[0]))[:top]],
+    }
+
+
 def wait_report(listing, label, rank, container, directory, since, now=None):
     """``msg`` (and ``lines`` while nothing is found) of one round of waiting for the trace."""
     now = time.time() if now is None else now

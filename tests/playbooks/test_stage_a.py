@@ -247,6 +247,15 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
         assert node["graph_shapes"]["target"] and node["mem_available_gib"] > 0 and node["contention"]
         assert node["container_env"] and all(v == "***" for k, v in node["container_env"].items() if "API_KEY" in k)
         assert "sk-lab" not in (record / "nodes" / f"{host}.json").read_text()
+    # the all-rank step profile: every rank's own trace of one profiled window, Engram's share of its compute
+    # stream (packed: the lab's 1,000 us gather, where the unpacked files take 2,500 us)
+    profile = json.loads((record / "step-profile.json").read_text())
+    assert sorted(profile) == ["spark1", "spark2", "spark3"]
+    for rank, host in enumerate(("spark1", "spark2", "spark3")):
+        entry = profile[host]
+        assert entry["rank"] == rank and entry["missing"] is None and entry["traces"], entry
+        assert entry["profile"]["exposed_us"] == {"engram": 1000.0} and entry["profile"]["compute_us"] > 1000.0, entry
+    assert "## Step profile, every rank" in (record / "summary.md").read_text()
     bench = json.loads((record / "benchmark.json").read_text())
     conditions = {(r["workload"], r["concurrency"]) for r in bench["results"]}
     assert conditions == {("prose", 1), ("prose", 4), ("code", 1), ("code", 4)}
@@ -289,6 +298,7 @@ def test_stage_a_packs_six_shards_restarts_and_checks(roomy_inventory):
                                   "run_record : Write each node's record", "run_record : Write the raw benchmark output",
                                   "run_record : Write the effective launch (secrets masked)",
                                   "run_record : Write summary.md",
+                                  "run_record : Write every rank's step profile",
                                   "run_record : Write the proposed entries beside the run record",
                                   "run_record : Write the other benchmarks of this run (stage A's timings after packing, "
                                   "before contention)",

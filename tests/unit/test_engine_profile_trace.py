@@ -109,3 +109,54 @@ def test_exposed_time_counts_only_the_compute_stream(tmp_path):
     bad = run_module(mod.main, {"container": "c", "since": 0, "exposed_pattern": "engram(", "host_label": "spark1"},
                      run_command=docker_exec_here)
     assert bad["failed"] and bad["msg"].startswith("spark1: exposed_pattern is not a regular expression")
+
+
+def test_step_profile_of_each_rank_names_the_engram_share_of_its_compute_stream(tmp_path):
+    # rank 0 gathers on the compute stream (unpacked: 2,500 us); rank 1 prefetched on a side stream (a 150 us wait)
+    trace(tmp_path / "1-TP-0.trace.json", [], mtime=10, events=[
+        kernel("moe_b12x_dense", 7, 30000), kernel("flash_attn_verify", 7, 8000), kernel("engram_gather", 7, 2500)])
+    trace(tmp_path / "1-TP-1.trace.json", [], mtime=10, events=[
+        kernel("moe_b12x_dense", 7, 30000), kernel("engram_prefetch_wait", 7, 150), kernel("engram_gather", 8, 1000)])
+    args = {"container": "c", "directory": str(tmp_path), "since": 0, "profile_patterns": {"engram": "engram"}}
+    p0 = run_module(mod.main, dict(args, rank=0), run_command=docker_exec_here)["step_profile"]
+    p1 = run_module(mod.main, dict(args, rank=1), run_command=docker_exec_here)["step_profile"]
+    assert p0 == {"traces": 1, "compute_us": 40500.0, "side_us": 0.0, "exposed_us": {"engram": 2500.0},
+                  "exposed_share_pct": {"engram": 6.17},
+                  "top": [["moe_b12x_dense", 30000.0], ["flash_attn_verify", 8000.0], ["engram_gather", 2500.0]]}
+    assert p1["exposed_us"] == {"engram": 150.0} and p1["side_us"] == 1000.0 and p1["compute_us"] == 30150.0
+    # two traces of one rank (two windows): averaged; no durations at all: None, never a zero profile
+    listing = {"traces": [{"streams": {"7": {"a": 100.0, "engram_x": 100.0}}},
+                          {"streams": {"7": {"a": 300.0, "engram_x": 100.0}, "8": {"b": 50.0}}}]}
+    prof = pt.step_profile(listing, {"engram": "^engram"}, top=1)
+    assert prof["compute_us"] == 300.0 and prof["side_us"] == 25.0 and prof["top"] == [["a", 200.0]]
+    assert prof["exposed_share_pct"] == {"engram": 33.33}
+    assert pt.step_profile({"traces": [{"streams": {}}]}, {"engram": "engram"}) is None
+    bad = run_module(mod.main, dict(args, profile_patterns={"engram": "engram("}, host_label="spark2"),
+                     run_command=docker_exec_here)
+    assert bad["failed"] and bad["msg"].startswith("spark2: profile_patterns.engram is not a regular expression")
+
+
+def test_the_benchmark_role_s_profile_filters_keep_every_rank_and_name_a_missing_trace():
+    import benchmark as bf
+    prof = {"traces": 1, "compute_us": 40500.0, "side_us": 0.0, "exposed_us": {"engram": 2500.0},
+            "exposed_share_pct": {"engram": 6.17}, "top": [["moe_b12x_dense", 30000.0], ["engram_gather", 2500.0]]}
+    results = [
+        {"item": {"item": "spark2"}, "step_profile": prof, "traces": [{"path": "/tmp/1-TP-1.trace.json"}]},
+        {"item": {"item": "spark1"}, "step_profile": dict(prof, exposed_share_pct={"engram": 2.5}),
+         "traces": [{"path": "/tmp/1-TP-0.trace.json"}]},
+        {"item": {"item": "spark3"}, "step_profile": None, "traces": [],
+         "msg": "14:41:07 UTC spark3 rank 2: no trace in dsv41-worker:/tmp since the profiled window began 5 min ago"},
+        {"item": {"item": "spark4"}, "failed": True, "msg": "spark4: docker exec exited 125: no such container"},
+    ]
+    hostvars = {"spark1": {"dsv41_rank": 0}, "spark2": {"dsv41_rank": 1}, "spark3": {"dsv41_rank": 2},
+                "spark4": {"dsv41_rank": 3}}
+    out = bf.dsv41_step_profiles(results, hostvars)
+    assert out["spark2"] == {"rank": 1, "profile": prof, "traces": ["/tmp/1-TP-1.trace.json"], "missing": None}
+    assert out["spark3"]["profile"] is None and "no trace in dsv41-worker:/tmp" in out["spark3"]["missing"]
+    assert out["spark4"]["missing"] == "spark4: docker exec exited 125: no such container"
+    lines = bf.dsv41_step_profile_rows(out)
+    assert lines[0] == ("spark1 rank 0: compute stream 40500.0 us, side streams 0.0 us; engram 2500.0 us (2.5%); "
+                        "longest: moe_b12x_dense 30000, engram_gather 2500")
+    assert lines[1].startswith("spark2 rank 1: ") and "(6.17%)" in lines[1]
+    assert lines[2].startswith("spark3 rank 2: no step profile (14:41:07 UTC spark3 rank 2: no trace")
+    assert lines[3] == "spark4 rank 3: no step profile (spark4: docker exec exited 125: no such container)"
