@@ -95,6 +95,21 @@ def test_stage_b_reuses_on_repeat_retunes_after_change_and_catches_a_partial_hit
                         {"name": "stage_a", "image_digest": end, "record": "records/lab/runs/%s" % record.name,
                          "carried_from": start}]
     assert "Stage ledger: commit to dsv41_stages_passed" in text
+    # The chain A -> B -> C as the operator walks it: until the proposal is committed, stage C's plan is refused
+    # for the image B ends on (stage A's entry names the image before the rebuild); committed, the plan is shown.
+    rc, out = playbook("stage_c_fence.yml", "--check", "-e", no_records, inventories=(LAB_INVENTORY, committed))
+    refused = flat(out)
+    assert rc != 0 and "stage_c_fence refused, nothing changed" in refused, refused[-3000:]
+    assert "stage B has not passed on image %s (no stage_b entry" % end in refused
+    operator = tmp_path / "committed-b" / "group_vars"
+    operator.mkdir(parents=True)
+    (operator.parent / "hosts.yml").write_text((LAB_INVENTORY / "hosts.yml").read_text())
+    (operator / "dsv41_ranks.yml").write_text(yaml.safe_dump({"dsv41_stages_passed": proposal}))
+    rc, out = playbook("stage_c_fence.yml", "--check", "-e", no_records,
+                       inventories=(LAB_INVENTORY, operator.parent))
+    planned = flat(out)
+    assert rc == 0 and "arm fence: DSV41_FOLDED_FENCE=1; prose/code x C1/C4" in planned, planned[-3000:]
+    assert "fence: []" in planned, "no precondition fails once A and B are committed for the running image"
     # the plan said how long it takes on the fleet: the rebuild and four boots of 767 s each (no records yet)
     assert "stage_b_autotune expected on this fleet: 1 h 00 min in all, 4 boot(s)" in text, text[:6000]
     assert "boot2-repeat (identical settings: reuses on every rank, cache files unchanged): 13 min 47 s" in text
