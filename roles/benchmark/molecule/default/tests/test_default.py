@@ -20,3 +20,16 @@ def test_raw_output_on_the_load_host(host):
     text = json.dumps(data)
     assert "sk-lab" not in text  # the API key never lands in the raw output
     assert '"completion_tokens"' in text
+
+
+CONTAINERS = {"spark1": ("dsv41-head", 0), "spark2": ("dsv41-worker", 1), "spark3": ("dsv41-worker", 2)}
+
+
+def test_every_rank_wrote_its_own_trace_of_the_profiled_window(host):
+    """The step profile asked every rank to profile (through the head) and each wrote a trace named by its rank
+    inside its own container; only the load host holds the profiled prompts."""
+    name = host.backend.get_hostname()
+    container, rank = CONTAINERS[name]
+    listing = host.check_output("docker exec %s ls /tmp" % container)
+    assert any(f.endswith("-TP-%d.trace.json" % rank) for f in listing.split()), listing
+    assert host.file("/tmp/dsv41-bench/profile-prose.json").exists == (name == LOAD_HOST)
