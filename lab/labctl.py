@@ -479,9 +479,24 @@ def launcher_variant():
     return os.environ.get("DSV41_LAB_LAUNCHER_VARIANT", "").strip() or "family"
 
 
+# The DRM render node of a GB10 (stage I's DRM probe reads it as a character device, major 226): mknod needs
+# CAP_MKNOD, which the hosts do not have, so a privileged exec makes it after the seed (anything else at that
+# path, e.g. a test's stand-in, is replaced; the device cgroup allows mknod, never opening it).
+DRM_NODE_SCRIPT = """
+set -e
+mkdir -p /dev/dri
+if [ ! -c /dev/dri/renderD128 ] || [ "$(stat -c %t /dev/dri/renderD128)" != e2 ]; then
+  rm -rf /dev/dri/renderD128
+  mknod -m 0666 /dev/dri/renderD128 c 226 128
+fi
+"""
+
+
 def seed(host, launcher_only=False):
     pexec(host, "python3", "/usr/local/lib/dsv41-lab/seed/host_seed.py", "--host", host, "--tp", str(LAB_TP),
           "--launcher-variant", launcher_variant(), *(["--launcher-only"] if launcher_only else []))
+    if not launcher_only:
+        pexec(host, "bash", "-c", DRM_NODE_SCRIPT, privileged=True)
 
 
 def engine_knobs():

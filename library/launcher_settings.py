@@ -81,7 +81,8 @@ options:
     description:
       - Validations recorded by earlier stages that unlock dependent settings. Known values
         C(wo_a_w8) (unlocks C(DSV41_WO_A_W8_DROP)), C(block5) (k=5 alone measured; unlocks
-        C(DSV41_VERIFY_CAP)), C(folded_sampling_budget) (unlocks C(SGLANG_DSPARK_FOLDED_SAMPLING=2)).
+        C(DSV41_VERIFY_CAP)), C(folded_sampling_budget) (unlocks C(SGLANG_DSPARK_FOLDED_SAMPLING=2)),
+        C(block_verify) (block verification passed its checks; the confidence cap's sampled test needs it).
     type: list
     elements: str
     default: []

@@ -45,6 +45,8 @@ VALIDATIONS = {
     "block5": "DSPARK_BLOCK_SIZE=5 alone was measured (stage G); unlocks DSV41_VERIFY_CAP",
     "folded_sampling_budget": "the static buffers of forced folded sampling are budgeted; "
                               "unlocks SGLANG_DSPARK_FOLDED_SAMPLING=2",
+    "block_verify": "DSV41_BLOCK_VERIFY passed its evidence, proposal and mixed-batch checks (stage H); the "
+                    "confidence cap's sampled test (stage G) needs it",
 }
 
 # start.sh defaults for keys the rules read when the settings leave them unset.
@@ -359,7 +361,61 @@ def _r_integer_values(c):
         yield ("DSV41_CACHE_GIB", "%s is not a size in GiB >= 0" % shown("DSV41_CACHE_GIB", v))
 
 
+# The ported per-layer budget adapter's switch (engine feature engram_layer_budget): each Engram layer's own
+# row-cache budget as "LAYER:GiB" pairs, comma-separated ("1:0,14:0.25"); a layer not named gets 0 and
+# DSV41_CACHE_GIB is not used. The report: the stock adapter derives both layers' budgets from the global one,
+# so raising it for the DRM layer also allocates an ordinary-RAM cache for the other.
+LAYER_BUDGET_KEY = "DSV41_CACHE_LAYER_GIB"
+ENGRAM_LAYERS = (1, 14)
+
+
+def parse_layer_budgets(value):
+    """``"1:0,14:0.25"`` -> ({1: 0.0, 14: 0.25}, problem or None)."""
+    out = {}
+    for item in (value or "").split(","):
+        layer, sep, gib = item.strip().partition(":")
+        if not sep or not layer.strip().isdigit() or int(layer) not in ENGRAM_LAYERS:
+            return out, "%r is not LAYER:GiB with an Engram layer (%s)" % (item.strip(), " or ".join(
+                str(n) for n in ENGRAM_LAYERS))
+        f = _as_float(gib.strip())
+        if f is None or f < 0:
+            return out, "%r: %r is not a size in GiB >= 0" % (item.strip(), gib.strip())
+        if int(layer) in out:
+            return out, "layer %s is given twice" % layer.strip()
+        out[int(layer)] = f
+    return out, None
+
+
+def _layer_budgets(c):
+    v = c.get(LAYER_BUDGET_KEY)
+    return parse_layer_budgets(v)[0] if v is not None else None
+
+
+def _r_layer_budgets(c):
+    v = c.get(LAYER_BUDGET_KEY)
+    if v is None:
+        return
+    budgets, problem = parse_layer_budgets(v)
+    if problem:
+        yield (LAYER_BUDGET_KEY, "%s: %s (e.g. \"1:0,14:0.25\")" % (shown(LAYER_BUDGET_KEY, v), problem))
+    elif c.tp_size == 3 and sum(budgets.values()) >= TP4_CACHE_GIB:
+        yield (LAYER_BUDGET_KEY, "%s copies TP4's 4 GiB Engram row cache onto TP3; only a small cache (0.25/0.5 "
+               "GiB) once headroom is proven" % shown(LAYER_BUDGET_KEY, v))
+
+
+def _r_drm_global_budget(c):
+    f = _as_float(c.get("DSV41_CACHE_GIB"))
+    if c.get("DSV41_ENGRAM_DRM_NODE") is not None and f and f > 0 and c.get(LAYER_BUDGET_KEY) is None:
+        yield ("DSV41_CACHE_GIB", "%s raises the global Engram budget with DSV41_ENGRAM_DRM_NODE set: that also "
+               "allocates an ordinary-RAM cache for the non-DRM layer; give per-layer budgets in %s (e.g. "
+               "\"1:0,14:0.25\", the ported adapter engram_layer_budget) and keep DSV41_CACHE_GIB 0"
+               % (shown("DSV41_CACHE_GIB", c.get("DSV41_CACHE_GIB")), LAYER_BUDGET_KEY))
+
+
 def _cache_off(c):
+    budgets = _layer_budgets(c)
+    if budgets:
+        return not any(budgets.values())
     f = _as_float(c.get("DSV41_CACHE_GIB"))
     return c.get("DSV41_CACHE_GIB") is None or f == 0
 
@@ -373,8 +429,10 @@ def _w_cache_ways(c):
 
 def _w_drm_node(c):
     if c.get("DSV41_ENGRAM_DRM_NODE") is not None and _cache_off(c):
-        yield ("DSV41_ENGRAM_DRM_NODE", "%s yields no cache slots while DSV41_CACHE_GIB is %s"
-               % (shown("DSV41_ENGRAM_DRM_NODE", c.get("DSV41_ENGRAM_DRM_NODE")), c.get("DSV41_CACHE_GIB") or "unset"))
+        yield ("DSV41_ENGRAM_DRM_NODE", "%s yields no cache slots while %s"
+               % (shown("DSV41_ENGRAM_DRM_NODE", c.get("DSV41_ENGRAM_DRM_NODE")),
+                  "%s is %s" % (LAYER_BUDGET_KEY, c.get(LAYER_BUDGET_KEY)) if c.get(LAYER_BUDGET_KEY) is not None
+                  else "DSV41_CACHE_GIB is %s" % (c.get("DSV41_CACHE_GIB") or "unset")))
 
 
 RULES = (
@@ -419,6 +477,10 @@ RULES = (
     Rule("ep_size", "error", "EP_SIZE is one the TP size's MoE layout admits (TP3: 3 or 1; TP4: 4, 2 or 1)",
          _r_ep_size),
     Rule("integer_values", "error", "counts, ports and sizes are numbers", _r_integer_values),
+    Rule("layer_budgets", "error", "DSV41_CACHE_LAYER_GIB is LAYER:GiB pairs of Engram layers 1 and 14 (no TP4 "
+         "4 GiB on TP3)", _r_layer_budgets),
+    Rule("drm_global_budget", "error", "a DRM node with a raised DSV41_CACHE_GIB needs per-layer budgets "
+         "(DSV41_CACHE_LAYER_GIB) instead", _r_drm_global_budget),
     Rule("cache_ways_without_cache", "warning", "DSV41_CACHE_WAYS matters only with a non-zero DSV41_CACHE_GIB",
          _w_cache_ways),
     Rule("drm_without_cache", "warning", "DSV41_ENGRAM_DRM_NODE gives no slots with DSV41_CACHE_GIB 0",

@@ -107,7 +107,51 @@ def difference(arm, reference):
         wa, wr = weights_mib(a), weights_mib(r)
         out[host] = {"weights_mib": None if wa is None or wr is None else round(wa - wr, 1),
                      "capture_low_mib": mib("capture_low_gib"), "serving_free_mib": mib("serving_free_gib"),
-                     "kv_pool_tokens": kv}
+                     "kv_pool_tokens": kv, "mem_available_after_mib": mib("mem_available_after_gib")}
+    return out
+
+
+def cost_mib(diff):
+    """An arm's memory cost against a reference on one rank, MiB: the extra weights it loaded plus what it leaves
+    less for serving after the captures (with the fraction held, the rest of the extra comes out of the KV pool,
+    shown apart). None when either figure is missing."""
+    w, s = diff.get("weights_mib"), diff.get("serving_free_mib")
+    if w is None or s is None:
+        return None
+    return round(w - min(s, 0.0), 1)
+
+
+def cost_failures(arm, reference, headroom_gib, name="the arm", vs="the baseline"):
+    """Ranks where ``name`` costs more memory than its stated headroom against ``vs``: the GPU cost
+    (:func:`cost_mib`) or the drop of MemAvailable after the boot, each over ``headroom_gib``; a rank without
+    the figures fails, saying which. Empty = pass (or no headroom stated)."""
+    if not headroom_gib:
+        return []
+    out = []
+    limit = headroom_gib * MIB_PER_GIB
+    diffs = difference(arm or {}, reference or {})
+    for host in sorted(set(arm or {}) | set(reference or {}),
+                       key=lambda h: ((arm or {}).get(h) or (reference or {}).get(h) or {}).get("rank") or 0):
+        led = (arm or {}).get(host) or (reference or {}).get(host) or {}
+        who = "%s rank %s" % (host, led.get("rank"))
+        d = diffs.get(host)
+        cost = cost_mib(d) if d else None
+        if cost is None:
+            out.append("memory: %s has no weights or serving figure in %s or %s; its cost against the stated headroom "
+                       "%.2f GiB cannot be shown" % (who, name, vs, headroom_gib))
+            continue
+        kv = "" if d["kv_pool_tokens"] is None else ", KV pool {:+,} tokens".format(d["kv_pool_tokens"])
+        if cost > limit:
+            out.append("memory: %s: %s costs %.2f GiB more than %s (weights %+.1f MiB, left for serving %+.1f MiB%s), "
+                       "over its stated headroom %.2f GiB per rank" % (who, name, cost / MIB_PER_GIB, vs,
+                                                                       d["weights_mib"], d["serving_free_mib"], kv,
+                                                                       headroom_gib))
+        drop = d.get("mem_available_after_mib")
+        if drop is not None and -drop > limit:
+            out.append("memory: %s: MemAvailable after the boot of %s is %.2f GiB below %s's (%.2f -> %.2f GiB), over "
+                       "its stated headroom %.2f GiB per rank" % (
+                           who, name, -drop / MIB_PER_GIB, vs, reference[host]["mem_available_after_gib"],
+                           arm[host]["mem_available_after_gib"], headroom_gib))
     return out
 
 

@@ -22,6 +22,13 @@ What it creates (SPEC sections 1 and 5):
   all hosts  the checkout's adapter/ (lab/seed/adapters: the seven local adapters + sitecustomize.py,
              0644, login user; written only when absent); the engine image dsv41-sglang:tp3 built
              from that checkout (/var/lib/lab-docker/images/<id>/rootfs/sgl-workspace/adapter/)
+  all hosts  the DRM side of a GB10 for stage I's DRM probe: /dev/dri/renderD128 a character device 226:128
+             (mknod needs CAP_MKNOD, which only lab/labctl.py's privileged exec after this seed has: it makes
+             the node when this run could not), nvidia_drm's modeset parameter ``Y`` in
+             /var/lib/lab-sys/module/nvidia_drm/parameters/modeset (a lab host cannot write /sys; the lab
+             inventory points experiment_drm_sysfs_root there); no device passed to any container (the
+             serving containers get one only through the docker stand-in's knob
+             /etc/dsv41-lab/docker-run-devices, which the seed removes)
   all hosts  /etc/dsv41-lab/allocated.roots: the roots (/home, /data) where the lab allocation model
              (lab/standins/dsv41_lab_allocation.py) finds the files it counts as fully allocated
   spark1     /home/mia/dsv41-3x-spark/{.env (0600: launcher.env + launcher.env.site, the keys the
@@ -390,6 +397,32 @@ class Seeder:
         self.chown(path, 0, 0)
         self.log("nvidia: clocks locked 0,2200")
 
+    def drm_state(self):
+        """The DRM render node, nvidia_drm's modeset parameter and no device knob (stage I's DRM probe)."""
+        import stat as _stat
+        self.mkdir("/var/lib/lab-sys/module/nvidia_drm/parameters", owner=False)
+        self.write("/var/lib/lab-sys/module/nvidia_drm/parameters/modeset", "Y\n", owner=False)
+        knob = self.p("/etc/dsv41-lab/docker-run-devices")
+        if knob.exists():
+            knob.unlink()
+        node = self.p("/dev/dri/renderD128")
+        if self.test_root:
+            self.log("(test root) skipped: mknod /dev/dri/renderD128")
+            return
+        self.mkdir("/dev/dri", owner=False)
+        try:
+            st = os.lstat(node)
+            if _stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 226:
+                return
+            os.unlink(node)
+        except FileNotFoundError:
+            pass
+        try:
+            os.mknod(node, 0o666 | _stat.S_IFCHR, os.makedev(226, 128))
+            self.log("drm: /dev/dri/renderD128 (226:128), nvidia_drm modeset Y")
+        except OSError as exc:
+            self.log("drm: /dev/dri/renderD128 left to the privileged step of lab/labctl.py (%s)" % exc)
+
     def checkout(self):
         base = self.home / "dsv41-3x-spark"
         self.mkdir(base)
@@ -700,6 +733,7 @@ class Seeder:
         self.docker_group()
         self.state_dirs()
         self.nvidia_state()
+        self.drm_state()
         self.checkout()
         self.lab_knobs()
         self.allocation_roots()

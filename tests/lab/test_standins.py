@@ -951,3 +951,30 @@ def test_labstate_locks_reads_and_replaces_whole_files(tmp_path):
     path.write_text("{broken")
     with pytest.raises(ValueError):
         labstate.read_json(path, [])
+
+
+def test_docker_devices_as_docker_shows_them_and_the_device_knob(dk, tmp_path):
+    """HostConfig.Devices as docker inspect prints them (stage I's DRM probe reads the running container's), from
+    --device flags and from the lab knob that stands for a launch path passing the DRM node."""
+    dk("run", "-d", "--name", "dsv41-head", "--device", "/dev/dri/renderD128", "dsv41-sglang:tp3")
+    devices = json.loads(dk("inspect", "--format", "{{json .HostConfig.Devices}}", "dsv41-head").stdout)
+    assert devices == [{"PathOnHost": "/dev/dri/renderD128", "PathInContainer": "/dev/dri/renderD128",
+                        "CgroupPermissions": "rwm"}]
+    knob = tmp_path / "devices"
+    knob.write_text("# the DRM node on both launch paths\n/dev/dri/renderD128:/dev/dri/renderD128:rw\n")
+    dk("run", "-d", "--name", "dsv41-worker", "dsv41-sglang:tp3", extra_env={"LAB_DOCKER_RUN_DEVICES": str(knob)})
+    hc = json.loads(dk("inspect", "--format", "{{json .HostConfig}}", "dsv41-worker").stdout)
+    assert hc["Devices"] == [{"PathOnHost": "/dev/dri/renderD128", "PathInContainer": "/dev/dri/renderD128",
+                              "CgroupPermissions": "rw"}]
+    dk("run", "-d", "--name", "other", "dsv41-sglang:tp3", extra_env={"LAB_DOCKER_RUN_DEVICES": str(tmp_path / "none")})
+    assert json.loads(dk("inspect", "--format", "{{json .HostConfig.Devices}}", "other").stdout) == []
+
+
+def test_host_seed_models_the_drm_side_and_removes_the_device_knob(tmp_path):
+    root = tmp_path / "spark2"
+    (root / "etc/dsv41-lab").mkdir(parents=True)
+    (root / "etc/dsv41-lab/docker-run-devices").write_text("/dev/dri/renderD128\n")
+    out = seed("spark2", root).stdout
+    assert (root / "var/lib/lab-sys/module/nvidia_drm/parameters/modeset").read_text() == "Y\n"
+    assert not (root / "etc/dsv41-lab/docker-run-devices").exists(), "no container has the node after a seed"
+    assert "(test root) skipped: mknod /dev/dri/renderD128" in out

@@ -224,6 +224,16 @@ FORBIDDEN = [
     ("tp4_kv_pool", {"MAX_TOTAL_TOKENS": 8388608}, {}, "MAX_TOTAL_TOKENS='8388608'"),
     ("tp4_fraction", {"MEM_FRACTION_STATIC": "0.80"}, {}, "MEM_FRACTION_STATIC='0.80' copies TP4's 0.80 memory fraction"),
     ("tp4_row_cache", {"DSV41_CACHE_GIB": "4"}, {}, "DSV41_CACHE_GIB='4' copies TP4's 4 GiB Engram row cache"),
+    # the ported per-layer budgets: LAYER:GiB pairs of layers 1 and 14; a DRM node never with a raised global budget
+    ("layer_budgets", {"DSV41_CACHE_LAYER_GIB": "14=0.25"}, {},
+     "DSV41_CACHE_LAYER_GIB='14=0.25': '14=0.25' is not LAYER:GiB with an Engram layer (1 or 14)"),
+    ("layer_budgets", {"DSV41_CACHE_LAYER_GIB": "1:0,7:0.25"}, {}, "'7:0.25' is not LAYER:GiB with an Engram layer"),
+    ("layer_budgets", {"DSV41_CACHE_LAYER_GIB": "14:-1"}, {}, "'14:-1': '-1' is not a size in GiB >= 0"),
+    ("layer_budgets", {"DSV41_CACHE_LAYER_GIB": "14:0.25,14:0.5"}, {}, "layer 14 is given twice"),
+    ("layer_budgets", {"DSV41_CACHE_LAYER_GIB": "1:2,14:2"}, {}, "copies TP4's 4 GiB Engram row cache onto TP3"),
+    ("drm_global_budget", {"DSV41_ENGRAM_DRM_NODE": "/dev/dri/renderD128", "DSV41_CACHE_GIB": "0.25"}, {},
+     "DSV41_CACHE_GIB='0.25' raises the global Engram budget with DSV41_ENGRAM_DRM_NODE set: that also allocates an "
+     "ordinary-RAM cache for the non-DRM layer; give per-layer budgets in DSV41_CACHE_LAYER_GIB"),
     ("fraction_hold", {"MEM_FRACTION_STATIC": 0.9}, {}, "MEM_FRACTION_STATIC='0.9' on TP3: the fraction is held at 0.95"),
     # the report: keep 0.95 for the initial comparisons (0.98, the prior experiment's value, is refused too)
     ("fraction_hold", {"MEM_FRACTION_STATIC": "0.98"}, {}, "MEM_FRACTION_STATIC='0.98' on TP3: the fraction is held"),
@@ -483,3 +493,17 @@ def test_engine_arguments_the_launcher_defaults_are_judged_too(tmp_path):
         "(MEM_FRACTION_STATIC is not in the .env): MEM_FRACTION_STATIC='0.80' copies TP4's 0.80 memory fraction")
     assert f["message"].endswith("; set it explicitly in the .env")
     assert L.engine_settings(["run", "--tp-size=4", "--port", "1", "--max-total-tokens"]) == {"TP_SIZE": "4"}
+
+
+def test_per_layer_budgets_with_a_drm_node_pass_and_name_no_key():
+    """The DRM arm as stage I runs it: the global budget at 0, layer 14's own budget, layer 1 at zero."""
+    settings = baseline(DSV41_CACHE_GIB="0", DSV41_CACHE_LAYER_GIB="1:0,14:0.25",
+                        DSV41_ENGRAM_DRM_NODE="/dev/dri/renderD128")
+    found = [f for f in L.check_settings(settings) if f.key in ("DSV41_CACHE_GIB", "DSV41_CACHE_LAYER_GIB",
+                                                                "DSV41_ENGRAM_DRM_NODE")]
+    assert found == []
+    # zero per-layer budgets give the DRM node nothing to back (a warning naming the per-layer key)
+    (warn,) = [f for f in L.check_settings(dict(settings, DSV41_CACHE_LAYER_GIB="1:0,14:0")) if f.rule == "drm_without_cache"]
+    assert warn.level == "warning" and "while DSV41_CACHE_LAYER_GIB is 1:0,14:0" in warn.message
+    from ansible.module_utils.launcher_rules import parse_layer_budgets
+    assert parse_layer_budgets("1:0, 14:0.25") == ({1: 0.0, 14: 0.25}, None)

@@ -42,7 +42,8 @@ def test_differences_are_arm_minus_reference_in_mib():
     arm = {"spark1": dict(base["spark1"], weights_gib=base["spark1"]["weights_gib"] + 0.67,
                           serving_free_gib=2.52, kv_pool_tokens=491520 - 256)}
     assert ml.difference(arm, base) == {"spark1": {"weights_mib": 686.1, "capture_low_mib": 0.0,
-                                                   "serving_free_mib": -686.1, "kv_pool_tokens": -256}}
+                                                   "serving_free_mib": -686.1, "kv_pool_tokens": -256,
+                                                   "mem_available_after_mib": None}}
 
 
 def test_floor_failures_name_host_rank_and_figures():
