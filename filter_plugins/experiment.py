@@ -15,14 +15,14 @@ def _module_utils():
     from ansible.module_utils import (decode_steps, engram_cache_state, experiment_campaign, experiment_checks,
                                       experiment_estimate, experiment_evidence, experiment_nodes,
                                       experiment_snapshot, memory_ledger, meminfo, nvidia_smi, quality_checks,
-                                      sampling_checks)
+                                      sampling_checks, verify_checks)
     return (experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence,
             sampling_checks, nvidia_smi, engram_cache_state, quality_checks, experiment_nodes, experiment_campaign,
-            experiment_estimate)
+            experiment_estimate, verify_checks)
 
 
 (_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi, _cache, _quality,
- _nodes, _campaign, _estimate) = _module_utils()
+ _nodes, _campaign, _estimate, _verify) = _module_utils()
 
 
 def dsv41_stage_b_estimate(hosts, record_root=None, window_minutes=0, fleet=None):
@@ -99,6 +99,40 @@ def dsv41_experiment_evidence(evidence, logs, ranks, profiles=None):
             + _checks.evidence_failures(evidence, logs or {}, ranks or {}, profiles))
 
 
+def dsv41_experiment_same_lines(logs, ranks, definition):
+    """{id: {host: [lines]}}: what every ``same_as_baseline`` line of the definition (shared and each arm's)
+    matches in each rank's latest boot, recorded for every condition so each arm is compared with the baseline
+    of the same run (module_utils/experiment_checks.py: same_lines)."""
+    specs, seen = [], set()
+    for arm in (definition or {}).get("arms") or []:
+        for spec in ((arm.get("evidence") or {}).get("same_as_baseline") or []):
+            if spec["id"] not in seen:
+                seen.add(spec["id"])
+                specs.append(spec)
+    return _checks.same_lines(specs, logs or {}, ranks or {})
+
+
+def dsv41_experiment_same_failures(evidence, lines, conditions, ranks):
+    """Failure messages of the ranks whose ``same_as_baseline`` lines differ from the baseline's of this run."""
+    specs = (evidence or {}).get("same_as_baseline") or []
+    if not specs:
+        return []
+    base = ((conditions or {}).get("baseline") or {}).get("same_lines")
+    return _checks.same_as_baseline_failures(specs, lines or {}, base if base is not None else {}, ranks or {})
+
+
+def dsv41_memory_cost_failures(ledger, conditions, headroom_gib, name="the arm"):
+    """With memory.cost_within_headroom: the ranks where the arm costs more memory than its stated headroom
+    against the baseline of this run (module_utils/memory_ledger.py: cost_failures)."""
+    base = ((conditions or {}).get("baseline") or {}).get("memory")
+    if not headroom_gib:
+        return []
+    if not base:
+        return ["memory: the baseline's ledger was not recorded; %s's cost against its stated headroom %.2f GiB "
+                "cannot be shown" % (name, float(headroom_gib))]
+    return _ledger.cost_failures(ledger or {}, base, float(headroom_gib), name, "the baseline")
+
+
 def dsv41_experiment_preconditions(requires, facts):
     """Failure messages of what an arm requires against what the fleet shows (empty = may run)."""
     return _checks.preconditions(requires or {}, facts or {})
@@ -120,14 +154,34 @@ def dsv41_experiment_pinned_image_failures(image_ids, ref, images):
     return _checks.pinned_image_failures(image_ids or {}, ref or "", images or {})
 
 
-def dsv41_experiment_correctness(checks, results, run_logs=None, conditions=None, condition=None, mixed=None):
+def dsv41_experiment_correctness(checks, results, run_logs=None, conditions=None, condition=None, mixed=None,
+                                 probes=None):
     """Failure messages of the named correctness checks (empty = correct). ``conditions`` (the run's so far)
     and ``condition`` (the name judged) give the checks that compare with the baseline its figures;
-    ``mixed``: this condition's mixed greedy/sampled results."""
+    ``mixed``: this condition's mixed greedy/sampled results; ``probes``: its logprob probe (``proposal``) and
+    greedy probe under the cap (``capped``)."""
     baseline = None
     if condition not in (None, "baseline"):
         baseline = (conditions or {}).get("baseline") or {}
-    return _checks.correctness_failures(checks or [], results or [], run_logs, baseline, mixed or [])
+    return _checks.correctness_failures(checks or [], results or [], run_logs, baseline, mixed or [], probes or {})
+
+
+def dsv41_experiment_proposal(results, bins=None):
+    """{workload: PIT uniformity figures} of a condition's logprob probe (module_utils/verify_checks.py), for the
+    record; {} when no probe was sent."""
+    if not results:
+        return {}
+    return _verify.proposal_failures(results, bins=bins or _verify.DEFAULT_BINS)[1]
+
+
+def dsv41_experiment_capped_probe(results, logs, ranks):
+    """{"results", "steps"} of a condition's greedy probe for the capped-block check: the probe's decode_bench
+    results and, per workload, rank 0's mean committed tokens per step while it ran ({} without rank 0's log)."""
+    if not results:
+        return {}
+    heads = [h for h, r in (ranks or {}).items() if int(r) == 0 and h in (logs or {})]
+    steps = _verify.probe_steps(logs[heads[0]], results) if heads else {}
+    return {"results": results, "steps": steps}
 
 
 def dsv41_experiment_distribution(results, conditions, condition, bins=None):
@@ -140,7 +194,8 @@ def dsv41_experiment_distribution(results, conditions, condition, bins=None):
 
 
 # The value a switch is evaluated at when it is unset and an arm needs it forwarded: its off value.
-_PROBE_VALUES = {"DSV41_DRAFT_TAU": "1"}
+# the per-layer budgets' off value is zero for both layers (a bare "0" is not LAYER:GiB pairs)
+_PROBE_VALUES = {"DSV41_DRAFT_TAU": "1", "DSV41_CACHE_LAYER_GIB": "1:0,14:0"}
 
 
 def dsv41_forward_probe(settings, definition):
@@ -249,10 +304,15 @@ class FilterModule:
             "dsv41_stage_b_estimate": dsv41_stage_b_estimate,
             "dsv41_campaign_stage": dsv41_campaign_stage,
             "dsv41_experiment_preconditions": dsv41_experiment_preconditions,
+            "dsv41_experiment_same_lines": dsv41_experiment_same_lines,
+            "dsv41_experiment_same_failures": dsv41_experiment_same_failures,
+            "dsv41_memory_cost_failures": dsv41_memory_cost_failures,
             "dsv41_experiment_pin_images": dsv41_experiment_pin_images,
             "dsv41_experiment_image_facts": dsv41_experiment_image_facts,
             "dsv41_experiment_pinned_image_failures": dsv41_experiment_pinned_image_failures,
             "dsv41_experiment_correctness": dsv41_experiment_correctness,
+            "dsv41_experiment_proposal": dsv41_experiment_proposal,
+            "dsv41_experiment_capped_probe": dsv41_experiment_capped_probe,
             "dsv41_experiment_fatal_lines": dsv41_experiment_fatal_lines,
             "dsv41_snapshot_compare": dsv41_snapshot_compare,
             "dsv41_experiment_needs_profile": dsv41_experiment_needs_profile,

@@ -98,6 +98,22 @@ options:
         Needs I(temperature) > 0 and N below the lowest I(concurrency). 0 (default) sends one kind.
     type: int
     default: 0
+  top_logprobs:
+    description:
+      - Ask every request for the target's log-probabilities (C(logprobs true), C(top_logprobs) this many, at most
+        20); 0 (default) asks nothing. Each sampled condition then has C(proposal_pit), where every committed token
+        falls in the distribution the engine reported, under the request's temperature, top-p and top-k
+        (C(module_utils/verify_checks.py); the stage checks' C(proposal_distribution) test pools it).
+    type: int
+    default: 0
+  logprobs_mode:
+    description:
+      - What the engine's log-probabilities are. C(tempered) (SGLang's default) after the request's temperature,
+        before top-k and top-p; C(original) before the temperature (C(SGLANG_RETURN_ORIGINAL_LOGPROB) set), to
+        which C(proposal_pit) then applies the request's temperature itself.
+    type: str
+    choices: [tempered, original]
+    default: tempered
   purpose:
     description:
       - C(timing) (default) measures a condition, at least 5 repetitions. C(quality) sends requests whose answers
@@ -265,6 +281,13 @@ results:
     finish_reasons: {description: finish_reason -> count, type: dict}
     prompt_ids: {description: Prompt ids of the workload, type: list}
     settings: {description: Settings used, type: dict}
+    proposal_pit:
+      description:
+        - With I(top_logprobs) and sampled requests, over the distinct (prompt, answer) pairs C(requests),
+          C(without_logprobs) (requests the engine answered without logprobs), C(positions), C(pit) (one
+          randomised probability integral transform value per committed token, seeded by the answer),
+          C(outside) (tokens outside the request's top-k/top-p set as reported) and C(outside_examples).
+      type: dict
 summary:
   description: "Workload -> C(c<N>) -> medians (aggregate/per-stream tok/s, TTFT ms, answer TTFT ms, ITL ms),
     distinct_outputs, distinct_answers, rounds, failed_repetitions and error_codes. Each condition of
@@ -274,7 +297,8 @@ summary:
   type: dict
 settings:
   description: Settings used (model, max_tokens, temperature, top_p, top_k, seed, thinking, stream, repetitions,
-    warmups, failed_repetition_retries, concurrency, timeout, prompts_per_stream).
+    warmups, failed_repetition_retries, concurrency, timeout, prompts_per_stream, greedy_streams, purpose,
+    top_logprobs, logprobs_mode).
   returned: always
   type: dict
 url:
@@ -336,6 +360,8 @@ def run_module():
             top_k=dict(type="int"),
             seed=dict(type="int"),
             greedy_streams=dict(type="int", default=db.DEFAULTS["greedy_streams"]),
+            top_logprobs=dict(type="int", default=db.DEFAULTS["top_logprobs"]),
+            logprobs_mode=dict(type="str", choices=["tempered", "original"], default=db.DEFAULTS["logprobs_mode"]),
             purpose=dict(type="str", choices=list(db.PURPOSES), default=db.DEFAULTS["purpose"]),
             failed_repetition_retries=dict(type="int", default=db.DEFAULTS["failed_repetition_retries"]),
             thinking=dict(type="bool", default=db.DEFAULTS["thinking"]),
@@ -354,7 +380,7 @@ def run_module():
     label = p["host_label"] or (socket.gethostname().split(".")[0] or "this host")
     keys = ("model", "concurrency", "repetitions", "warmups", "prompts_per_stream", "max_tokens",
             "temperature", "top_p", "top_k", "seed", "greedy_streams", "failed_repetition_retries", "thinking", "stream",
-            "timeout", "purpose")
+            "timeout", "purpose", "top_logprobs", "logprobs_mode")
     common = {"url": p["url"], "measured_on": p["measured_on"], "raw_output": p["raw_output"],
               "host_label": label}
     try:

@@ -62,9 +62,9 @@ from ansible.module_utils.decode_bench_inputs import (  # noqa: F401
 __metaclass__ = type
 
 
-def build_body(messages, settings, greedy=False):
+def build_body(messages, settings, greedy=False, thinking=None):
     """The request body; ``greedy`` sends temperature 0 without the sampling parameters (the greedy
-    streams of a mixed batch)."""
+    streams of a mixed batch); ``thinking`` (a prompt's own, else None) overrides the settings' switch."""
     if greedy:
         settings = dict(settings, temperature=0.0, top_p=None, top_k=None, seed=None)
     body = {
@@ -73,12 +73,16 @@ def build_body(messages, settings, greedy=False):
         "max_tokens": settings["max_tokens"],
         "max_completion_tokens": settings["max_tokens"],
         "temperature": settings["temperature"],
-        "chat_template_kwargs": {"thinking": settings["thinking"]},
+        "chat_template_kwargs": {"thinking": settings["thinking"] if thinking is None else bool(thinking)},
         "stream": settings["stream"],
     }
     for key in ("top_p", "top_k", "seed"):
         if settings.get(key) is not None:
             body[key] = settings[key]
+    if settings.get("top_logprobs"):
+        # the target's distribution at every committed position (OpenAI chat API, as SGLang serves it)
+        body["logprobs"] = True
+        body["top_logprobs"] = settings["top_logprobs"]
     if settings["stream"]:
         body["stream_options"] = {"include_usage": True}
     return body
@@ -119,7 +123,8 @@ def run_round(client, prompts, settings, concurrency, on_request=None):
             if stop.is_set():
                 break
             greedy = st["stream"] < settings.get("greedy_streams", 0)
-            body = build_body(prompts[idx]["messages"], settings, greedy=greedy)
+            body = build_body(prompts[idx]["messages"], settings, greedy=greedy,
+                              thinking=prompts[idx].get("thinking"))
             try:
                 rec = client.request(body)
             except BenchError as exc:

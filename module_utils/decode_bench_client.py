@@ -12,7 +12,9 @@ reasoning text (``delta.reasoning_content``) and to the first answer text (``del
 the gaps between text-bearing stream messages (inter-token latency: the engine sends one message per
 speculative step, so a gap is a step); ``reasoning_tokens`` (``usage.reasoning_tokens`` or
 ``usage.completion_tokens_details.reasoning_tokens``); the other numeric counts of
-``completion_tokens_details`` (newer builds' speculative accept counts) as they are.
+``completion_tokens_details`` (newer builds' speculative accept counts) as they are; the answer's
+``logprobs.content`` entries (token, logprob, top_logprobs) when the request asked for them, gathered over
+the stream's chunks (None when the engine sent none).
 A request that ends in an error event (``data: {"error": {..., "code": 503}}``) or with
 ``finish_reason: "abort"`` is not an exception: its record says ``failed`` with the error's own code
 (``"abort"`` for an abort) and message, and the caller counts it as a failed repetition, never a
@@ -91,6 +93,14 @@ def _delta_text(choice):
     """(content, reasoning) text of a stream choice's delta or a response choice's message."""
     d = choice.get("delta") or choice.get("message") or {}
     return d.get("content") or "", d.get("reasoning_content") or ""
+
+
+def _logprob_entries(choice):
+    """The ``logprobs.content`` entries of a stream choice or a response choice ({token, logprob,
+    top_logprobs}), or None when the choice carries none."""
+    lp = choice.get("logprobs") if isinstance(choice, dict) else None
+    content = lp.get("content") if isinstance(lp, dict) else None
+    return [e for e in content if isinstance(e, dict)] if isinstance(content, list) else None
 
 
 def _int_count(value):
@@ -264,6 +274,7 @@ class Client(object):
                               status="missing usage")
         reasoning_tokens, spec = usage_details(usage)
         return {"ttft_s": None, "ttft_reasoning_s": None, "ttft_answer_s": None, "gaps_s": [],
+                "logprobs": _logprob_entries(choices[0]),
                 "wall_s": t_end - t0, "end": t_end, "completion_tokens": tokens,
                 "reasoning_tokens": reasoning_tokens, "speculative": spec,
                 "prompt_tokens": (usage or {}).get("prompt_tokens") if isinstance(usage, dict) else None,
@@ -282,6 +293,7 @@ class Client(object):
         done = False
         data_lines = []
         n_messages = 0
+        logprobs = None                         # the answer's logprobs.content, chunk after chunk
         while True:
             line = resp.readline()
             if not line:
@@ -322,6 +334,10 @@ class Client(object):
                     text_here = True
                 content.append(c)
                 reasoning.append(r)
+                entries = _logprob_entries(choice)
+                if entries is not None:
+                    logprobs = [] if logprobs is None else logprobs
+                    logprobs.extend(entries)
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
             if text_here:
@@ -356,6 +372,7 @@ class Client(object):
                               status="missing usage")
         reasoning_tokens, spec = usage_details(usage)
         return {"ttft_s": ttft, "ttft_reasoning_s": ttft_r, "ttft_answer_s": ttft_a, "gaps_s": gaps,
+                "logprobs": logprobs,
                 "wall_s": t_end - t0, "end": t_end, "completion_tokens": tokens,
                 "reasoning_tokens": reasoning_tokens, "speculative": spec,
                 "prompt_tokens": usage.get("prompt_tokens") if isinstance(usage, dict) else None,

@@ -32,11 +32,17 @@ DEFAULTS = {
     "timeout": 300.0,
     "prompts_per_stream": None,
     "greedy_streams": 0,
+    # logprobs asked of every request (``logprobs: true, top_logprobs: N``; 0: not asked), and what the engine
+    # reports: ``tempered`` (SGLang's default: after the request's temperature) or ``original``
+    # (SGLANG_RETURN_ORIGINAL_LOGPROB set); the stage checks' proposal test reads them (verify_checks.py)
+    "top_logprobs": 0,
+    "logprobs_mode": "tempered",
     # timing: a measured condition (>= MIN_REPETITIONS rounds); quality: answers judged, no speed drawn from
     # them (the long-context needles: one round of requests that each prefill up to 100k tokens)
     "purpose": "timing",
 }
 PURPOSES = ("timing", "quality")
+MAX_TOP_LOGPROBS = 20           # the OpenAI API's bound
 # ---------------------------------------------------------------------------------------------
 # Prompts and settings
 # ---------------------------------------------------------------------------------------------
@@ -45,7 +51,8 @@ def _prompt_entry(item, index, path):
     """One prompt file entry -> {'id': str, 'messages': [...]}.
 
     Accepted forms: a string (one user message); ``{"messages": [...]}``; ``{"prompt": str}`` with
-    an optional ``"system"``; each may carry an ``"id"``.
+    an optional ``"system"``; each may carry an ``"id"``, and ``"thinking": true|false`` (the request's
+    ``chat_template_kwargs.thinking`` for this prompt, over the settings' own: a thinking workload).
     """
     where = "%s: prompt %d" % (path, index)
     if isinstance(item, str):
@@ -55,13 +62,16 @@ def _prompt_entry(item, index, path):
     if not isinstance(item, dict):
         raise BenchError("%s must be a string or an object, not %s" % (where, type(item).__name__))
     pid = str(item.get("id") or "p%d" % index)
+    if "thinking" in item and not isinstance(item["thinking"], bool):
+        raise BenchError("%s: thinking must be true or false, not %r" % (where, item["thinking"]))
+    extra = {"thinking": item["thinking"]} if "thinking" in item else {}
     if "messages" in item:
         msgs = item["messages"]
         if not isinstance(msgs, list) or not msgs or not all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
                 for m in msgs):
             raise BenchError("%s: messages must be a non-empty list of {role, content} strings" % where)
-        return {"id": pid, "messages": [dict(m) for m in msgs]}
+        return dict({"id": pid, "messages": [dict(m) for m in msgs]}, **extra)
     text = item.get("prompt", item.get("content"))
     if not isinstance(text, str) or not text.strip():
         raise BenchError("%s has no messages and no prompt text" % where)
@@ -69,11 +79,13 @@ def _prompt_entry(item, index, path):
     if item.get("system"):
         msgs.append({"role": "system", "content": str(item["system"])})
     msgs.append({"role": "user", "content": text})
-    return {"id": pid, "messages": msgs}
+    return dict({"id": pid, "messages": msgs}, **extra)
 
 
 def load_prompts(path):
-    """Read a JSON list of prompts -> list of {'id', 'messages'} (see :func:`_prompt_entry`)."""
+    """Read a JSON list of prompts -> list of {'id', 'messages'[, 'thinking']} (see :func:`_prompt_entry`).
+    The file may instead be ``{"prompts": [...]}``, with ``"thinking": true`` there for every prompt it holds
+    that does not say otherwise (a thinking workload: reasoning and answer both counted)."""
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read().decode("utf-8"))
@@ -82,7 +94,13 @@ def load_prompts(path):
     except ValueError as exc:
         raise BenchError("prompt file %s is not valid JSON: %s" % (path, exc))
     if isinstance(data, dict) and isinstance(data.get("prompts"), list):
-        data = data["prompts"]
+        if "thinking" in data:
+            if not isinstance(data["thinking"], bool):
+                raise BenchError("prompt file %s: thinking must be true or false, not %r" % (path, data["thinking"]))
+            data = [dict(item, thinking=item.get("thinking", data["thinking"])) if isinstance(item, dict)
+                    else {"prompt": item, "thinking": data["thinking"]} for item in data["prompts"]]
+        else:
+            data = data["prompts"]
     if not isinstance(data, list) or not data:
         raise BenchError("prompt file %s must hold a non-empty JSON list of prompts" % path)
     prompts = [_prompt_entry(item, i, path) for i, item in enumerate(data)]
@@ -132,6 +150,11 @@ def validate_settings(settings):
         raise BenchError("greedy_streams=%d makes mixed greedy/sampled batches: it needs temperature > 0 and fewer "
                          "greedy streams than the lowest concurrency (%d)" % (greedy, min(conc)))
     s["greedy_streams"] = greedy
+    if not 0 <= int(s["top_logprobs"] or 0) <= MAX_TOP_LOGPROBS:
+        raise BenchError("top_logprobs must be 0 (not asked) to %d, got %s" % (MAX_TOP_LOGPROBS, s["top_logprobs"]))
+    s["top_logprobs"] = int(s["top_logprobs"] or 0)
+    if s["logprobs_mode"] not in ("tempered", "original"):
+        raise BenchError("logprobs_mode must be tempered or original, got %r" % (s["logprobs_mode"],))
     if int(s["failed_repetition_retries"]) < 0:
         raise BenchError("failed_repetition_retries must be >= 0, got %s" % s["failed_repetition_retries"])
     for key in ("repetitions", "warmups", "max_tokens", "failed_repetition_retries"):

@@ -28,13 +28,14 @@ import json
 import statistics
 
 from ansible.module_utils.sampling_checks import answer_words
+from ansible.module_utils.verify_checks import condition_pits
 
 __metaclass__ = type
 
 WORD_COUNTS_KEPT = 200      # answer words kept per condition (the rest pooled; the test uses the top 24)
 SETTING_KEYS = ("model", "max_tokens", "temperature", "top_p", "top_k", "seed", "thinking", "stream",
                 "repetitions", "warmups", "failed_repetition_retries", "concurrency", "timeout",
-                "prompts_per_stream", "greedy_streams", "purpose")
+                "prompts_per_stream", "greedy_streams", "purpose", "top_logprobs", "logprobs_mode")
 
 
 def public_settings(settings):
@@ -245,6 +246,10 @@ def summarize(rounds, prompts, warmup_rounds=(), workload=None, settings=None, f
             if texts)
     if sampled:
         out["answer_word_counts"] = word_counts(sampled)
+    if sampled and (settings or {}).get("top_logprobs"):
+        # where each committed token falls in the target's reported distribution (the proposal test); the
+        # logprobs themselves stay in the raw output
+        out["proposal_pit"] = condition_pits(sampled, settings, settings.get("logprobs_mode") or "tempered")
     if (settings or {}).get("purpose") == "quality":
         # a quality probe's answers whole (graded tasks run their code, parse their JSON): every distinct answer
         # per prompt, at most ANSWER_KEPT_CHARS each, control characters other than newlines and tabs dropped

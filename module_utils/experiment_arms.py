@@ -10,10 +10,11 @@ __metaclass__ = type
 
 
 def _evidence_defaults(ev):
-    out = {"checks": [], "must": [], "must_not": []}
+    out = {"checks": [], "must": [], "must_not": [], "same_as_baseline": []}
     out.update(ev or {})
     for kind in ("must", "must_not"):
         out[kind] = [dict({"ranks": "all", "when": "boot", "min_count": 1}, **line) for line in out[kind]]
+    out["same_as_baseline"] = [dict({"ranks": "all"}, **line) for line in out["same_as_baseline"]]
     out["checks"] = [_check_name(c) for c in out["checks"]]
     return out
 
@@ -54,7 +55,8 @@ def normalise(doc):
             "requires": req, "timed": timed,
             "evidence": {"checks": _merge_checks(shared_ev["checks"], own_ev["checks"]),
                          "must": shared_ev["must"] + own_ev["must"],
-                         "must_not": shared_ev["must_not"] + own_ev["must_not"]},
+                         "must_not": shared_ev["must_not"] + own_ev["must_not"],
+                         "same_as_baseline": shared_ev["same_as_baseline"] + own_ev["same_as_baseline"]},
             "correctness": _merge_checks(shared_corr, [_check_name(c) for c in arm.get("correctness", [])]),
             "benchmark": dict(base_bench, **arm.get("benchmark", {})) if timed else None,
             "labels": dict(base_bench["labels"], **arm.get("labels", {})),
@@ -71,7 +73,8 @@ def normalise(doc):
                      "evidence": shared_ev, "correctness": shared_corr, "benchmark": base_bench},
         "memory": {"floor_gib": doc.get("memory", {}).get("floor_gib", 0),
                    "compare_with": list(doc.get("memory", {}).get("compare_with", ["baseline"])),
-                   "reference": [dict(r) for r in doc.get("memory", {}).get("reference", [])]},
+                   "reference": [dict(r) for r in doc.get("memory", {}).get("reference", [])],
+                   "cost_within_headroom": bool(doc.get("memory", {}).get("cost_within_headroom", False))},
         "profile": {"exposed": dict({"must_fall": False}, **doc["profile"]["exposed"])
                     if "exposed" in doc.get("profile", {}) else None},
         # rank the conditions per workload by committed tokens per step / step time at this concurrency
@@ -80,7 +83,9 @@ def normalise(doc):
         "report": {"metrics": [base_acc["metric"]] + [m for m in doc.get("report", {}).get("metrics", [])
                                                       if m != base_acc["metric"]],
                    # sample every rank's GPU over each measured window (roles/experiment/tasks/bench.yml)
-                   "telemetry": bool(doc.get("report", {}).get("telemetry", False))},
+                   "telemetry": bool(doc.get("report", {}).get("telemetry", False)),
+                   # rank 0's accept length per concurrency, each arm beside the baseline (the record)
+                   "accept_length": bool(doc.get("report", {}).get("accept_length", False))},
         "arms": arms,
     }
 
@@ -100,10 +105,12 @@ def plan_lines(defn):
     lines.append("baseline: the inventory's launcher settings%s" % (
         " with %s" % _fmt(defn["baseline"]["settings"]) if defn["baseline"]["settings"] else ""))
     mem = defn.get("memory") or {}
-    if mem.get("floor_gib") or mem.get("reference"):
-        lines.append("memory ledger on every rank%s; differences against %s" % (
+    if mem.get("floor_gib") or mem.get("reference") or mem.get("cost_within_headroom"):
+        lines.append("memory ledger on every rank%s; differences against %s%s" % (
             ", floor %.2f GiB for serving" % mem["floor_gib"] if mem.get("floor_gib") else "",
-            ", ".join(mem.get("compare_with") or ["baseline"])))
+            ", ".join(mem.get("compare_with") or ["baseline"]),
+            "; each arm's cost against the baseline within its stated headroom" if mem.get("cost_within_headroom")
+            else ""))
     exposed = (defn.get("profile") or {}).get("exposed")
     if exposed:
         lines.append("profile of the baseline and every timed arm: %s time on the compute stream (kernels matching "

@@ -10,8 +10,10 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
+from ansible.module_utils import drm_probe
 from ansible.module_utils import graded_tasks
 from ansible.module_utils import quality_checks as quality
+from ansible.module_utils import verify_checks
 from ansible.module_utils.sampling_checks import (DEFAULT_ALPHA, DEFAULT_BINS, distribution_failures,
                                                   mixed_greedy_failures)
 
@@ -94,13 +96,62 @@ def evidence_failures(evidence, logs, ranks, profiles=None):
     return out
 
 
+def same_lines(specs, logs, ranks):
+    """What each ``same_as_baseline`` spec matches in every in-scope rank's latest boot: {id: {host: [messages]}}
+    (None for a host whose log was not read). Recorded for every condition, so each arm is compared with the
+    baseline of the same run."""
+    out = {}
+    for spec in specs or []:
+        per = out.setdefault(spec["id"], {})
+        for host in sorted(ranks, key=lambda h: ranks[h]):
+            if not _in_scope(spec.get("ranks", "all"), ranks[host]):
+                continue
+            if host not in (logs or {}):
+                per[host] = None
+                continue
+            per[host] = [m for m in split_boot(logs[host])[0] if _matches(spec, m)]
+    return out
+
+
+def same_as_baseline_failures(specs, lines, baseline_lines, ranks):
+    """Ranks whose lines of a ``same_as_baseline`` spec differ from the baseline's on that rank, or where either
+    side printed none or was not read (nothing then shows it unchanged). Empty = pass."""
+    out = []
+    for spec in specs or []:
+        what = spec.get("text") or spec.get("pattern")
+        mine = (lines or {}).get(spec["id"]) or {}
+        base = (baseline_lines or {}).get(spec["id"])
+        if base is None:
+            out.append("%s: the baseline's lines matching %r were not recorded; nothing to compare with"
+                       % (spec["id"], what))
+            continue
+        for host in sorted(ranks, key=lambda h: ranks[h]):
+            if not _in_scope(spec.get("ranks", "all"), ranks[host]):
+                continue
+            who = "%s rank %d" % (host, ranks[host])
+            a, b = mine.get(host), base.get(host)
+            if a is None or b is None:
+                out.append("%s: %s cannot be compared with the baseline (%s log not read)"
+                           % (who, spec["id"], "the arm's" if a is None else "the baseline's"))
+            elif not b:
+                out.append("%s: %s: the baseline printed no line matching %r, so nothing shows it unchanged"
+                           % (who, spec["id"], what))
+            elif a != b:
+                pairs = [(x, y) for x, y in zip(a, b) if x != y]
+                x, y = pairs[0] if pairs else ((a[len(b)] if len(a) > len(b) else "no line"),
+                                               (b[len(a)] if len(b) > len(a) else "no line"))
+                out.append("%s: %s differs from the baseline: %r (baseline %r)" % (who, spec["id"], x[:300], y[:300]))
+    return out
+
+
 # Switches that cannot be declared "off" to get their forward, with why; their forward is asked for by name
 # (container_env_forward_keys) and passes nothing while they stay unset:
 # - unset is not off (SPEC section 3): declaring them off would change the fleet's behaviour;
 # - off is unset (a device path): a declared empty value passes nothing, so the launcher finds no forward
 #   missing.
 FORWARD_BY_NAME = {"SGLANG_DSPARK_FOLDED_SAMPLING": "unset is AUTO (the engine decides from the free memory), not off",
-                   "DSV41_ENGRAM_DRM_NODE": "a DRM device path; unset is off"}
+                   "DSV41_ENGRAM_DRM_NODE": "a DRM device path; unset is off",
+                   "DSV41_CACHE_LAYER_GIB": "per-layer Engram budgets; unset leaves the global DSV41_CACHE_GIB"}
 
 # The stages that write the stage ledger (dsv41_stages_passed) when they pass, for the refusal to name.
 STAGE_PLAYBOOKS = {"A": "playbooks/stage_a_pack.yml", "B": "playbooks/stage_b_autotune.yml"}
@@ -113,7 +164,8 @@ def preconditions(requires, facts):
     "worker": [...]}), ``packed`` (host -> bool), ``mem_available_gib`` (host -> float),
     ``ledger`` (list of {name, image_digest, record}), ``image_digest``, ``arms_passed`` (names),
     ``driver_version`` (host -> nvidia-smi's driver version, None where it did not answer), ``clocks`` (host ->
-    the clock-lock verdict: locked, unlocked, drift or unknown).
+    the clock-lock verdict: locked, unlocked, drift or unknown), ``drm_probe`` (host -> the drm_probe module's
+    result for the arm's DRM node).
     """
     out = []
     ledger = [v for v in facts.get("ledger") or [] if v.get("image_digest") == facts.get("image_digest")]
@@ -182,6 +234,14 @@ def preconditions(requires, facts):
         if off or not seen:
             out.append("clocks %s required on every rank (from the journal of this boot); found: %s" % (
                 want, ", ".join(off) or "no rank's clock state was read"))
+    probe = requires.get("drm_probe")
+    if probe is not None:
+        seen = facts.get("drm_probe") or {}
+        if not seen:
+            out.append("DRM driver compatibility probe required before the arm; no rank was probed")
+        for host, result in sorted(seen.items()):
+            out.extend("DRM probe on %s: %s" % (host, p)
+                       for p in drm_probe.problems(result, (probe or {}).get("modeset", drm_probe.MODESET_ON)))
     for arm in requires.get("arms_passed", []):
         if arm not in (facts.get("arms_passed") or []):
             out.append("arm %s must pass first in this run" % arm)
@@ -231,12 +291,15 @@ def pin_images(definition, pins):
 SHORT_WORKLOAD = "short"
 
 
-def correctness_failures(checks, results, run_logs=None, baseline=None, mixed=None):
+def correctness_failures(checks, results, run_logs=None, baseline=None, mixed=None, probes=None):
     """Named correctness checks against the arm's decode_bench results and its rank-0 run log.
-    ``baseline`` ({"results", "mixed_results"} of the baseline measured in this run; None while the
-    baseline itself is judged) and ``mixed`` (this condition's mixed greedy/sampled batches) serve the
-    checks that compare two conditions (stage H)."""
+    ``baseline`` ({"results", "mixed_results", "capped_probe"} of the baseline measured in this run; None while
+    the baseline itself is judged) and ``mixed`` (this condition's mixed greedy/sampled batches) serve the
+    checks that compare two conditions (stage H). ``probes``: this condition's own probes, kept apart from its
+    measured results: ``proposal`` (the logprob probe's decode_bench results) and ``capped`` ({"results",
+    "steps"} of the greedy probe under the cap)."""
     out = []
+    probes = probes or {}
     results = results or []
     for check in checks:
         name, args = check["name"], check.get("args") or {}
@@ -287,6 +350,13 @@ def correctness_failures(checks, results, run_logs=None, baseline=None, mixed=No
             if baseline is not None:
                 out += distribution_failures(results, baseline.get("results"), args.get("alpha", DEFAULT_ALPHA),
                                              args.get("bins", DEFAULT_BINS))[0]
+        elif name == "proposal_distribution":
+            out += verify_checks.proposal_failures(probes.get("proposal"), args.get("alpha", verify_checks.DEFAULT_ALPHA),
+                                                   args.get("bins", verify_checks.DEFAULT_BINS),
+                                                   args.get("min_positions", verify_checks.MIN_POSITIONS))[0]
+        elif name == "capped_block":
+            out += verify_checks.capped_failures(probes.get("capped"),
+                                                 None if baseline is None else baseline.get("capped_probe") or {})
         elif name == "greedy_matches_baseline":
             if baseline is not None:
                 out += quality.greedy_match_failures(results, baseline.get("results"))

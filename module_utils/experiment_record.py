@@ -207,6 +207,8 @@ def markdown(record):
                 out.append("| " + " | ".join(["C%d" % r["concurrency"], r["baseline"]] + [r[a] for a in timed]) + " |")
     out += metric_tables(d, record["conditions"], ["baseline"] + timed)
     out += condition_table(record["conditions"], ["baseline"] + arms)
+    if (d.get("report") or {}).get("accept_length"):
+        out += accept_length_table(record["conditions"], ["baseline"] + arms)
     out += expected_table(record.get("estimate"), record["conditions"])
     if "campaign_drift" in record:
         from ansible.module_utils import experiment_campaign
@@ -215,6 +217,7 @@ def markdown(record):
     out += _window_tables(record["conditions"], ["baseline"] + arms)
     out += exposed_table(d, record["conditions"], ["baseline"] + arms)
     out += sampling_table(record["conditions"], ["baseline"] + arms)
+    out += verification_table(record["conditions"], ["baseline"] + arms)
     out += wo_a_mode_table(record["conditions"], ["baseline"] + arms)
     from ansible.module_utils import experiment_nodes
     out += experiment_nodes.markdown_rows(record["conditions"], ["baseline"] + arms)
@@ -256,6 +259,30 @@ def _steps(stats):
     if stats.get("missing"):
         return "n/a (%s)" % stats["missing"], "-"
     return _fig(stats["committed_tokens_per_step"]), _fig(stats["step_ms"])
+
+
+def accept_length_table(conditions, order):
+    """The report's acceptance beside the baseline's: rank 0's accept length (committed tokens per speculative
+    step, from its Decode batch lines) per concurrency, each arm with its difference from the baseline."""
+    base = (conditions.get("baseline") or {}).get("decode_steps") or {}
+    rows = []
+    for name in order:
+        steps = (conditions.get(name) or {}).get("decode_steps") or {}
+        for key in sorted((k for k in steps if k[:1] == "C" and k[1:].isdigit()), key=lambda k: int(k[1:])):
+            st, b = steps.get(key) or {}, base.get(key) or {}
+            if not st.get("lines"):
+                continue
+            mine = (st.get("committed_tokens_per_step") or {}).get("median")
+            theirs = (b.get("committed_tokens_per_step") or {}).get("median") if b.get("lines") else None
+            rows.append("| %s | %s | %s | %s | %s | %d |" % (
+                name, key, "-" if mine is None else "%.2f" % mine, "-" if theirs is None else "%.2f" % theirs,
+                "-" if name == "baseline" or mine is None or theirs is None else "%+.2f" % (mine - theirs),
+                st.get("lines") or 0))
+    if not rows:
+        return []
+    return ["", "## Acceptance: rank 0's accept length per concurrency, beside the baseline's", "",
+            "Committed tokens per speculative step (`accept len` of rank 0's `Decode batch` lines), median.", "",
+            "| condition | concurrency | accept length | baseline | difference | lines |", "|---|---|---|---|---|---|"] + rows
 
 
 def verdicts_metric(record):
@@ -357,15 +384,16 @@ def memory_tables(definition, conditions, order):
             ref_text = "; ".join("%+.1f MiB %s%s" % (r["mib"], r.get("what", "weights"),
                                                      " (%s)" % r["why"] if r.get("why") else "") for r in ref) or "-"
             for host, diff in sorted(ml.difference(led[name], led[vs]).items()):
-                rows.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                rows.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                     name, vs, host, _m(diff["weights_mib"]), _m(diff["capture_low_mib"]),
                     _m(diff["serving_free_mib"]), "-" if diff["kv_pool_tokens"] is None else "%+d" % diff["kv_pool_tokens"],
-                    ref_text))
+                    _m(diff.get("mem_available_after_mib")), _m(ml.cost_mib(diff)), ref_text))
     if rows:
         out += ["", "## Memory differences (MiB, arm minus reference condition; weights negative = saved, "
                 "free memory positive = gained)", "",
-                "| arm | against | host | weights | capture low | left for serving | KV pool tokens | reference |",
-                "|---|---|---|---|---|---|---|---|"] + rows
+                "| arm | against | host | weights | capture low | left for serving | KV pool tokens | MemAvailable after "
+                "boot | cost (weights + less for serving) | reference |",
+                "|---|---|---|---|---|---|---|---|---|---|"] + rows
     return out
 
 
@@ -449,6 +477,29 @@ def sampling_table(conditions, order):
         return []
     return ["", "## Sampling: folded decision (rank 0) and sampled answers against the baseline", "",
             "| condition | folded-sampling decision | answer words vs baseline |", "|---|---|---|"] + rows
+
+
+def verification_table(conditions, order):
+    """The proposal test (randomised PIT of every committed token in the target's reported distribution, per
+    workload) and the capped-block probe (rank 0's mean committed tokens per step on the greedy probe) of each
+    condition that ran them (module_utils/verify_checks.py)."""
+    rows = []
+    for name in order:
+        c = conditions.get(name) or {}
+        steps = (c.get("capped_probe") or {}).get("steps") or {}
+        for workload in sorted(set(c.get("proposal") or {}) | set(steps), key=str):
+            f = (c.get("proposal") or {}).get(workload)
+            s = steps.get(workload) or {}
+            rows.append("| %s | %s | %s | %s | %s | %s |" % (
+                name, workload, f["positions"] if f else "-", " ".join(str(n) for n in f["bins"]) if f else "-",
+                "chi2 %.1f on %d df, p=%.3g" % (f["chi2"], f["df"], f["p"]) if f else "-",
+                "%.3f (%d lines)" % (s["mean_accept_len"], s["lines"]) if s.get("mean_accept_len") is not None
+                else (s.get("missing") or "-")))
+    if not rows:
+        return []
+    return ["", "## Speculative verification: proposal test and capped-block probe", "",
+            "| condition | workload | sampled positions | PIT bins | uniformity | committed tokens per step (greedy probe, C1) |",
+            "|---|---|---|---|---|---|"] + rows
 
 
 def _label(labels):

@@ -28,6 +28,13 @@ STAGES = tuple("ABCDEFGHI")
 MIN_REPETITIONS = 5
 SWITCH_RE = re.compile(r"^(?:DSV41|SGLANG|DSPARK)_[A-Z0-9_]+$")
 
+def _int_between(low, high):
+    def check(where, value, ctx):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            ctx.fail(where, "must be an integer %d..%d, got %r" % (low, high, value))
+    return check
+
+
 # Checks made on the answers the engine gives (the role runs them; the names are the interface).
 CORRECTNESS_CHECKS = {
     "greedy_repeat_identical": "the same greedy request sent `repeats` times gives one output per prompt",
@@ -39,6 +46,16 @@ CORRECTNESS_CHECKS = {
                             "homogeneity per workload, p >= `alpha`, default 0.001; module_utils/sampling_checks.py)",
     "mixed_batch_greedy": "greedy requests in batches mixed with sampled ones (`greedy_streams` of `concurrency`) give "
                           "the baseline's greedy answers",
+    "proposal_distribution": "sampled requests ask for the target's logprobs (`top_logprobs`, default 20); every "
+                             "committed token's randomised probability integral transform in the reported "
+                             "distribution (the request's temperature, top-p and top-k; the unreported rest one bucket) "
+                             "is uniform, pooled per workload over at least `min_positions` (500) positions: "
+                             "chi-square over `bins` (10), p >= `alpha` (0.001). It holds only if speculative "
+                             "acceptance uses the distribution the draft proposed from; no logprobs fails "
+                             "(module_utils/verify_checks.py)",
+    "capped_block": "dead verify rows under the confidence cap are never committed: a greedy probe (every workload, "
+                    "C1, one round) answers as the uncapped baseline's prompt by prompt, and rank 0's mean committed "
+                    "tokens per step on it is never above the baseline's (module_utils/verify_checks.py)",
     "greedy_matches_baseline": "the arm's greedy answers equal the baseline's prompt by prompt on every prompt set both "
                                "measured; a failure names the prompt and shows both answers (module_utils/quality_checks.py)",
     "graded_tasks": "every answer to the graded task set is right: code that runs and passes its asserts (run only "
@@ -55,6 +72,12 @@ CHECK_PARAMS = {
     "no_abort": {},
     "sampled_distribution": {"alpha": float, "bins": int},
     "mixed_batch_greedy": {"concurrency": int, "greedy_streams": int},
+    # concurrency: streams of the logprob probe; max_tokens: its answer length (default the plan's); logprobs:
+    # what the engine reports (tempered: SGLang's default; original: SGLANG_RETURN_ORIGINAL_LOGPROB set)
+    "proposal_distribution": {"alpha": float, "bins": _int_between(2, 100), "top_logprobs": _int_between(1, 20),
+                              "min_positions": int, "concurrency": int, "max_tokens": int,
+                              "logprobs": _one_of(("tempered", "original"))},
+    "capped_block": {"max_tokens": int},
     "greedy_matches_baseline": {},
     "long_context_needles": {"tokens": list},
     "graded_tasks": {"kinds": ("code", "json", "math")},    # a tuple: a list of these
@@ -151,6 +174,8 @@ def _named_checks(registry, params):
                             ctx.fail("%s.%s.%s[%d]" % (at, name, key, j), "%r is not a token count 1,000..1,000,000" % (n,))
                 elif allowed[key] is float:
                     _probability("%s.%s.%s" % (at, name, key), val, ctx)
+                elif callable(allowed[key]):            # its own validator (a bounded count, one of a few words)
+                    allowed[key]("%s.%s.%s" % (at, name, key), val, ctx)
                 elif isinstance(allowed[key], tuple):   # a non-empty list of these names (graded_tasks.kinds)
                     if not isinstance(val, list) or not val:
                         ctx.fail("%s.%s.%s" % (at, name, key), "must be a non-empty list of %s" % ", ".join(allowed[key]))
@@ -190,12 +215,20 @@ EVIDENCE_LINE = {
         "why": _str,
     },
 }
+# A line the condition must print on every rank in scope exactly as the baseline of the same run printed it on
+# that rank (the latest boot's matching lines, in order): what must stay as it is while something else changes
+# (EP1 keeps TP3's attention, vocab and draft padding).
+SAME_LINE = {
+    "type": dict, "required": ("id",),
+    "keys": {"id": _name, "text": _str, "pattern": _regex, "ranks": _ranks, "why": _str},
+}
 EVIDENCE = {
     "type": dict,
     "keys": {
         "checks": _named_checks(EVIDENCE_CHECKS, None),
         "must": {"type": list, "items": EVIDENCE_LINE},
         "must_not": {"type": list, "items": EVIDENCE_LINE},
+        "same_as_baseline": {"type": list, "items": SAME_LINE},
     },
 }
 REQUIRES = {
@@ -219,6 +252,10 @@ REQUIRES = {
         # every rank's clock-lock verdict (the journal of this boot) before anything changes: the clocks A/B
         # measures unlocked against a locked baseline
         "clocks": _one_of(("locked",)),
+        # the isolated driver compatibility probe of the DRM cache, on every rank before anything changes
+        # (library/drm_probe.py): the arm's DSV41_ENGRAM_DRM_NODE a character device on the host and among the
+        # running serving container's devices, nvidia_drm's modeset parameter `modeset` (default Y)
+        "drm_probe": {"type": dict, "keys": {"modeset": _str}},
     },
 }
 SAMPLING = {
@@ -290,6 +327,10 @@ MEMORY = {
         "floor_gib": _number,                    # every rank keeps at least this for serving, or the arm fails
         "compare_with": _list_of(_name),         # conditions each arm's ledger is differenced against
         "reference": {"type": list, "items": MEMORY_REFERENCE},   # figures printed beside the measured ones
+        # each arm's memory cost against the baseline of the same run, on every rank (extra weights plus what it
+        # leaves less for serving, and the drop of MemAvailable after the boot), within the arm's stated
+        # requires.memory_headroom_gib_per_rank, or the arm fails naming the rank and the figures
+        "cost_within_headroom": _bool,
     },
 }
 PROFILE = {
@@ -325,7 +366,9 @@ DEFINITION = {
         # rates decode_bench keeps per repetition
         "report": {"type": dict, "keys": {"metrics": _list_of(_one_of(("aggregate_tok_s", "per_stream_tok_s"))),
                                           # sample every rank's GPU (clock, power, heat) over each measured window
-                                          "telemetry": _bool}},
+                                          "telemetry": _bool,
+                                          # rank 0's accept length per concurrency, each arm beside the baseline
+                                          "accept_length": _bool}},
         "arms": {"type": list, "items": ARM, "min_items": 1},
     },
 }
@@ -351,6 +394,7 @@ def _cross_checks(doc, ctx, stem):
         if arm.get("timed", True) is False and "benchmark" in arm:
             ctx.fail(at + ".benchmark", "an untimed arm (timed: false) has no benchmark plan")
     _cache_ways_rule(doc, ctx)
+    _drm_budget_rule(doc, ctx)
     known = ["baseline"] + names
     for i, name in enumerate(doc.get("memory", {}).get("compare_with", [])):
         if name not in known:
@@ -360,8 +404,14 @@ def _cross_checks(doc, ctx, stem):
             if ref[key] not in known:
                 ctx.fail("memory.reference[%d].%s" % (i, key), "%r is not the baseline or an arm of this definition"
                          % ref[key])
+    if doc.get("memory", {}).get("cost_within_headroom"):
+        for i, arm in enumerate(doc["arms"]):
+            need = dict(doc.get("requires") or {}, **(arm.get("requires") or {})).get("memory_headroom_gib_per_rank")
+            if not need:
+                ctx.fail("arms[%d].requires" % i, "memory.cost_within_headroom judges each arm against its stated "
+                         "memory_headroom_gib_per_rank, which %s does not give" % arm["name"])
     for where, evidence in _evidence_blocks(doc):
-        for kind in ("must", "must_not"):
+        for kind in ("must", "must_not", "same_as_baseline"):
             for j, line in enumerate(evidence.get(kind, [])):
                 at = "%s.%s[%d]" % (where, kind, j)
                 if ("text" in line) == ("pattern" in line):
@@ -388,6 +438,31 @@ def _cache_ways_rule(doc, ctx):
             ctx.fail("arms[%d].settings.DSV41_CACHE_WAYS" % i,
                      "ways matter only with a non-zero DSV41_CACHE_GIB (the arm's cache is %s)"
                      % own.get("DSV41_CACHE_GIB", base.get("DSV41_CACHE_GIB", "unset")))
+
+
+# The per-layer budget switch of the ported adapter (engine feature engram_layer_budget): "L:GiB" pairs.
+LAYER_BUDGET_KEY = "DSV41_CACHE_LAYER_GIB"
+
+
+def _drm_budget_rule(doc, ctx):
+    """The report: raising the global Engram budget (DSV41_CACHE_GIB) also gives the non-DRM layer an ordinary
+    cache. An arm with a DRM node must give per-layer budgets (DSV41_CACHE_LAYER_GIB) and keep the global one 0;
+    a DRM probe needs the arm's DRM node to probe."""
+    base = doc.get("baseline", {}).get("settings", {})
+    for i, arm in enumerate(doc["arms"]):
+        own = arm.get("settings") or {}
+        merged = dict(base, **own)
+        if merged.get("DSV41_ENGRAM_DRM_NODE") not in (None, ""):
+            cache = _gib(merged.get("DSV41_CACHE_GIB"))
+            if cache and merged.get(LAYER_BUDGET_KEY) in (None, ""):
+                ctx.fail("arms[%d].settings.DSV41_CACHE_GIB" % i,
+                         "%s raises the global Engram budget with a DRM node: that also allocates an ordinary-RAM "
+                         "cache for the other layer; give per-layer budgets in %s (e.g. \"1:0,14:0.25\") and keep "
+                         "DSV41_CACHE_GIB 0" % (merged.get("DSV41_CACHE_GIB"), LAYER_BUDGET_KEY))
+        if "drm_probe" in dict(doc.get("requires") or {}, **(arm.get("requires") or {})) and \
+                merged.get("DSV41_ENGRAM_DRM_NODE") in (None, ""):
+            ctx.fail("arms[%d].requires.drm_probe" % i, "the DRM probe needs the arm's DSV41_ENGRAM_DRM_NODE (the node "
+                     "to probe), which %s does not set" % arm["name"])
 
 
 def _evidence_blocks(doc):

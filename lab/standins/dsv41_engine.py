@@ -50,6 +50,13 @@ so tests can turn them on without changing the launcher; the environment wins ov
                                        first third of the vocabulary twice as often (a shifted distribution)
                            mixed_greedy block_verify armed: a greedy request served while a sampled one runs
                                        commits other tokens (mixed batches break greedy answers)
+                           tau_untempered  draft_tau armed on a folded proposal: speculative acceptance and its
+                                       residual use the untempered draft distribution while the proposal was drawn
+                                       at temperature T * tau, so committed tokens drift from the distribution the
+                                       logprobs report (the proposal_distribution check's case)
+                           cap_dead_rows  verify_cap armed: a step commits its dead verify rows too (the draft's
+                                       unverified guesses), so greedy answers change and more tokens are committed
+                                       per step than without the cap (the capped_block check's case)
                            rank_length_mismatch  the last worker boots with block size 3 whatever it is given (4
                                        when given 3): a rank that disagrees on the speculative length
                            bridge_draft_dropped  wo_a_w8 with DROP in bridge mode releases the draft's bf16 wo_a
@@ -63,6 +70,9 @@ so tests can turn them on without changing the launcher; the environment wins ov
                            drm_fallback  engram_drm armed (DSV41_ENGRAM_DRM_NODE set, the ported adapter in the
                                        image) with a cache: the DRM allocation fails and the layer falls back
                                        to anonymous memory (the line the DRM stage must catch)
+                           mxfp4_fallback  EP_SIZE 1: the last rank's expert GEMMs leave the MXFP4 path (its MoE
+                                       line says quant=bf16, dequantized weights), as a kernel set without the
+                                       768-wide slice would; the other ranks stay on MXFP4 (stage I's EP1 case)
   LAB_ENGINE_SMALL_ROW_KERNEL=1  the engine has the small-row kernel (as the canary's kernel module gives it; an
                            image whose wo_a_w8.py carries the G=4 dispatch has it without the knob). Without it, as
                            on today's fleet image, wo_a_w8 arms its einsum bridge and says so; with DROP it keeps
@@ -102,9 +112,19 @@ Boot of rank r (new build; * = rank 0 only, H = head only; E = stderr, O = stdou
   E DSV41 Engram prefetch ARMED: rows fetched on a side stream after the hasher[ (CHECK mode: ...)]   (prefetch)
   E Exact {OFFLOAD_MODE} Engram layer=L rank=r rows=[lo,hi) cache=C.CGiB (S slots, W-way, P.P% of owned rows)
         scales=0.0GiB io_threads=96 packed=True|False          (layers 1, 14; OFFLOAD_MODE default nvme)
+  O [engram_layer_budget] per-layer Engram cache budgets: layer 1 G GiB, layer 14 G GiB (DSV41_CACHE_GIB not used)
+        (the ported per-layer budget adapter, DSV41_CACHE_LAYER_GIB set; lab wording)
+  O [engram_drm] layer 14 rank r cache on NODE: G GiB DRM-backed (keys, metadata and staging in ordinary memory:
+        M MiB)                       (the ported DRM adapter with DSV41_ENGRAM_DRM_NODE set; lab wording)
+  E MoE expert GEMM: backend=B, quant=mxfp4, ep_size=E, experts_per_rank=all|1/T, intermediate_per_rank=768|2304
+        (of 2304)                    (every rank; lab wording: the b12x MoE path the fleet runs prints no such
+                                      line the SPEC quotes; quant=bf16 on a rank that fell off MXFP4)
+  E DSV41 TP padding: attention heads 64->96 (32 per rank), wo_a groups 8->12 (4 per rank), vocab 129280->129408
+        (43136 per rank)             (every rank at TP3; lab wording of the local TP3 padding)
   O [wo_a_w8] fp8 twins for 43 wo_a weights, 0 left on bf16 (+ mid path / released lines with MID / DROP)
   E Load weight end. elapsed=S s, type=DeepseekV4ForCausalLM, quant=fp8, avail mem=X GB, mem usage=Y GB.
   E Load weight begin. avail mem=X GB   (draft)
+  E DSV41 TP padding (draft): experts 128->129 (43 per rank), vocab 129280->129408 (43136 per rank)   (TP3; lab)
   O [draft_head_fp8] armed / [draft_head_fp8] fp8 twin of the draft LM head (43136, 5120)
   E Load weight end. elapsed=S s, type=DeepseekV4ForCausalLMNextN, quant=fp8, avail mem=X GB, mem usage=Y GB.
   E DSV4 memory calculation: bytes_per_full_token=1670.75, available_bytes=A GB, c128_state_fixed=0.00 GB,
@@ -191,7 +211,10 @@ Engram: N rows per layer (1, 14) from the checkpoint index + safetensors headers
 
 Memory model (bytes; printed "GB" = bytes / 2**30, as the engine prints; deterministic):
   TOTAL = 120e9 (what the GPU reports); reserve = TOTAL * (1 - F)
-  weights: target 94.00 GiB + DSV41_CACHE_GIB GiB (Engram row cache) + 688 MiB (DSV41_WO_A_W8 twins)
+  weights: target 94.00 GiB + DSV41_CACHE_GIB GiB (Engram row cache; with the per-layer port, the sum of
+           DSV41_CACHE_LAYER_GIB instead, plus the DRM layer's keys/metadata (16 B a slot) and 32 MiB staging in
+           ordinary memory) + 96 MiB with EP_SIZE 1 (per-slice MXFP4 scales and metadata of every expert's
+           768-wide slice) + 688 MiB (DSV41_WO_A_W8 twins)
            - 1312 MiB (DSV41_WO_A_W8_DROP: 41 bf16 copies of 32 MiB released); draft 2.61 GiB
            + 210.6 MiB (DSV41_DRAFT_HEAD_FP8); SGLANG_DSPARK_FOLDED_SAMPLING=2: 96 MiB static buffers
   Load weight begin (rank r) = KV_BASE + 0.05 * TOTAL + 94.00 GiB + 2.61 GiB + RANK_EXTRA[r]
@@ -206,7 +229,8 @@ Memory model (bytes; printed "GB" = bytes / 2**30, as the engine prints; determi
   allocated = min(full_token, floor(P / 256) * 256)  (P = --max-total-tokens; unset: full_token)
         report: P 750,000 -> 491,520 (clamped, with the WARNING); P 3,000,000 with room -> 2,999,808 (rounding)
   c4 = allocated // 4, c128 = allocated // 128, c4_state = swa // 4, c128_state = 0
-  Memory pool end = after loads - allocated * 1670.75 - swa_fixed; capture begin = that - 1.70 GiB (workspace);
+  Memory pool end = after loads - allocated * 1670.75 - swa_fixed; capture begin = that - 1.70 GiB (workspace;
+  + 160 MiB with EP_SIZE 1: more, narrower grouped GEMMs);
   target graphs use 0.145 GiB * M, draft graphs 0.03 GiB * M; available_gpu_mem = after the draft graphs.
   Folded sampling (rank 0): unset = AUTO: folded when available_gpu_mem >= 0.75 GB, else the "disabled" line.
 
@@ -235,6 +259,7 @@ HTTP (head; bound right after the marker so /health can answer while booting):
 Latency model of the chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED):
   TTFT            = 60 ms + 0.05 ms * prompt_tokens
   step_ms         = base + 4 * (K - 3)                    base 98 if every known rank is packed else 120
+                    - 2 if DSV41_VERIFY_CAP (dead rows routed to the anchor's experts)
                     - 4 if DSV41_WO_A_W8, - 2 if DSV41_ENGRAM_PREFETCH (packed only), - 1 if DSV41_DRAFT_HEAD_FP8,
                     + 15 if DSV41_ENGRAM_PREFETCH_CHECK (validation mode), - 3 with EP_SIZE 1 (EP1),
                     - 4 * min(DSV41_CACHE_GIB, 0.5) with a row cache (- 0.5 more at 16 ways, cache only)
@@ -242,16 +267,24 @@ Latency model of the chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED
                     times (1 + 0.12 * (active_requests - 1))   (aggregate improves, per-stream falls)
                     times a +-3% jitter
   committed/step  = 1 + accepted, accepted ~ Binomial(K, a); a = 0.55 prose, 0.70 code-like prompts
-                    ('def ' or 'code' in the prompt); sampled rows accept 0.12 less; DSV41_VERIFY_CAP
-                    nudges a by +0.02; on sampled rows DSV41_BLOCK_VERIFY by +0.06 and DSV41_DRAFT_TAU by
-                    +0.03, the latter only while the proposal is folded (it does nothing otherwise)
+                    ('def ' or 'code' in the prompt); sampled rows accept 0.12 less; on sampled rows
+                    DSV41_BLOCK_VERIFY adds +0.06 to a and DSV41_DRAFT_TAU +0.03, the latter only while the
+                    proposal is folded (it does nothing otherwise). DSV41_VERIFY_CAP keeps the same draws and
+                    limits the accepted ones to the step's live rows (fixed N: N; conf:T: each next row stays
+                    live with probability 1 - 2T, from a generator of its own), so it only removes acceptances
   Concurrency is capped at --max-running-requests with a semaphore (extra requests queue).
   "Known ranks": workers started with --dist-init-addr report their packed state to the head's rendezvous
   port (a lab detail); without it the head uses its own state.
   ``gen throughput`` of the Decode batch line is the batch's: this request's rate times #running-req.
   Output text: words drawn from a hash of the messages (temperature 0: deterministic; > 0 with a ``seed``:
   deterministic per (messages, seed, sampler path: forced folding, draft temperature and block verification each
-  draw another stream from the same distribution); > 0 without one: random; ``top_p``/``top_k`` are accepted);
+  draw another stream from the same distribution); > 0 without one: random). A sampled word follows the target's
+  distribution at its position (logits seeded by the messages and the position, the greedy word on top), under
+  the request's temperature, then ``top_k``, then ``top_p``; with draft temperature on a folded proposal it is
+  committed by speculative sampling from the draft at T * tau (the draft's logits: the target's plus noise).
+  ``logprobs: true`` (+ ``top_logprobs: N``) adds ``logprobs.content`` [{token, logprob, bytes, top_logprobs}]
+  to the response's choice, and streamed to each chunk with the tokens it carries: the tempered distribution
+  before top-k and top-p, as SGLang reports it (a fixed answer: needle, graded task, reports each token certain);
   completion length = min(max tokens, natural), natural = 64 + hash % 961 (+256 with thinking).
 """
 from __future__ import annotations
@@ -301,6 +334,14 @@ RANK_EXTRA = (0.0, 0.38 * GIB, 0.21 * GIB)   # more free memory on ranks 1, 2 th
 SWA_TOKENS_PER_REQUEST = 3328
 SWA_BYTES_PER_TOKEN = 22400
 WORKSPACE = 1.70 * GIB              # allocated between the pool and the first capture
+# EP1 (lab figures; the report refuses any bound): every rank holds a 768-wide slice of every expert, whose
+# MXFP4 scales and metadata cost a little more than whole experts, and more, narrower grouped GEMMs need more
+# workspace
+EP1_WEIGHTS_EXTRA = 96 * MIB
+EP1_WORKSPACE_EXTRA = 160 * MIB
+MOE_INTERMEDIATE = 2304             # every expert's intermediate width (the report)
+DRM_SLOT_META_BYTES = 16            # keys and metadata of one DRM-backed cache slot, in ordinary memory
+DRM_STAGING = 32 * MIB              # the DRM layer's staging buffer, in ordinary memory
 TARGET_GRAPH_PER_BS = 0.145 * GIB
 DRAFT_GRAPH_PER_BS = 0.03 * GIB
 FOLDED_AUTO_MIN = 0.75 * GIB        # AUTO folds sampling when at least this much is free after capture
@@ -729,6 +770,8 @@ def adapter_on(name: str) -> bool:
         on = abs(tau_value() - 1.0) > 1e-9
     elif name == "engram_drm":
         on = bool(os.environ.get("DSV41_ENGRAM_DRM_NODE", "").strip())
+    elif name == "engram_layer_budget":
+        on = bool(os.environ.get("DSV41_CACHE_LAYER_GIB", "").strip())
     else:
         switch = {"autotune_keep": "DSV41_AUTOTUNE_KEEP", "folded_fence": "DSV41_FOLDED_FENCE",
                   "wo_a_w8": "DSV41_WO_A_W8", "draft_head_fp8": "DSV41_DRAFT_HEAD_FP8",
@@ -755,15 +798,95 @@ def rank_extra() -> tuple:
     return RANK_EXTRA
 
 
+# --------------------------------------------------------------------------- Engram caches
+def layer_budgets() -> dict:
+    """Each Engram layer's row-cache budget (GiB). Stock, and with the downstream DRM adapter: DSV41_CACHE_GIB
+    split evenly over the two layers (raising it gives the other layer an ordinary cache too). With the ported
+    per-layer adapter (``engram_layer_budget`` in the image, DSV41_CACHE_LAYER_GIB set, e.g. ``1:0,14:0.25``):
+    each named layer its own budget, a layer not named 0, DSV41_CACHE_GIB not used."""
+    if adapter_on("engram_layer_budget"):
+        out = {layer: 0.0 for layer in ENGRAM_LAYERS}
+        for item in os.environ.get("DSV41_CACHE_LAYER_GIB", "").replace(" ", "").split(","):
+            layer, _, value = item.partition(":")
+            try:
+                if int(layer) in out:
+                    out[int(layer)] = max(0.0, float(value))
+            except ValueError:
+                continue
+        return out
+    share = env_float("DSV41_CACHE_GIB", 0.0) / len(ENGRAM_LAYERS)
+    return {layer: share for layer in ENGRAM_LAYERS}
+
+
+def cache_slots(gib_budget: float, ways: int) -> int:
+    return int(gib_budget * GIB // ROW_BYTES // ways * ways) if gib_budget > 0 else 0
+
+
+def drm_ordinary_bytes() -> float:
+    """Ordinary memory the DRM-backed layer still takes (the report: keys/metadata and staging stay in ordinary
+    memory): 16 B a slot plus a 32 MiB staging buffer; 0 without a DRM-backed cache (a fallback's rows are in the
+    budget already)."""
+    share = layer_budgets()[ENGRAM_LAYERS[-1]]
+    if not adapter_on("engram_drm") or share <= 0 or fault("drm_fallback"):
+        return 0.0
+    ways = int(env_float("DSV41_CACHE_WAYS", 4)) or 4
+    return cache_slots(share, ways) * DRM_SLOT_META_BYTES + DRM_STAGING
+
+
+def layer_budget_line() -> str | None:
+    """The ported per-layer budget adapter's line (lab wording: no port exists yet)."""
+    if not adapter_on("engram_layer_budget"):
+        return None
+    b = layer_budgets()
+    return ("[engram_layer_budget] per-layer Engram cache budgets: "
+            + ", ".join(f"layer {layer} {b[layer]:.2f} GiB" for layer in ENGRAM_LAYERS)
+            + " (DSV41_CACHE_GIB not used)")
+
+
+# --------------------------------------------------------------------------- MoE and TP padding
+def moe_line(args) -> str:
+    """How the expert GEMMs run on this rank (lab wording: the SPEC quotes no MoE line of the b12x path). EP1
+    tensor-shards every expert's 2304-wide intermediate over the TP ranks (768 at TP3); EP=TP keeps whole experts.
+    Fault ``mxfp4_fallback`` (EP1 only): the last rank runs dequantized bf16 weights instead of MXFP4."""
+    ep1 = args.ep_size == 1 and args.tp_size > 1
+    width = MOE_INTERMEDIATE // args.tp_size if ep1 else MOE_INTERMEDIATE
+    quant = "bf16" if ep1 and fault("mxfp4_fallback") and args.rank == args.tp_size - 1 else "mxfp4"
+    experts = "all" if args.ep_size == 1 else f"1/{args.ep_size}"
+    return (f"MoE expert GEMM: backend={args.moe_runner_backend}, quant={quant}, ep_size={args.ep_size}, "
+            f"experts_per_rank={experts}, intermediate_per_rank={width} (of {MOE_INTERMEDIATE})")
+
+
+def tp_pad_off() -> bool:
+    return os.environ.get("DSV41_TP_PAD", "").strip().lower() in ("0", "off", "false")
+
+
+def padding_line(args, model: str) -> str | None:
+    """The local TP3 padding (lab wording): 64 attention heads to 96 (32 a rank, rank 2's all zero), 8 wo_a
+    groups to 12 (G=4), the vocabulary to 129408 rows (43136 a rank), the draft's 128 experts to 129. Nothing is
+    padded at other TP sizes (64, 8, 128 and the vocab divide by 4); DSV41_TP_PAD=0 turns it off."""
+    if args.tp_size != 3:
+        return None
+    if tp_pad_off():
+        return "DSV41 TP padding: off (DSV41_TP_PAD=0)" if model == "target" else None
+    if model == "target":
+        return ("DSV41 TP padding: attention heads 64->96 (32 per rank), wo_a groups 8->12 (4 per rank), "
+                "vocab 129280->129408 (43136 per rank)")
+    return "DSV41 TP padding (draft): experts 128->129 (43 per rank), vocab 129280->129408 (43136 per rank)"
+
+
 # --------------------------------------------------------------------------- memory model
 
-def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int = 4, tp: int = 3) -> dict:
+def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int = 4, tp: int = 3,
+                 ep: int | None = None) -> dict:
     """Every memory figure of one boot (bytes; see the module docstring). The KV pool and the folded-sampling
     AUTO decision follow the rank with the least free memory (every rank agrees on both, as the engine does)."""
     extra = rank_extra()
     least = min(extra[r % len(extra)] for r in range(max(tp, 1)))
     # TARGET_WEIGHTS is a TP3 rank's share; a TP4 rank holds a quarter of the same weights instead of a third
-    target = TARGET_WEIGHTS * 3 / max(tp, 1) + env_float("DSV41_CACHE_GIB", 0.0) * GIB
+    target = TARGET_WEIGHTS * 3 / max(tp, 1) + sum(layer_budgets().values()) * GIB + drm_ordinary_bytes()
+    ep1 = ep == 1 and tp > 1
+    if ep1:
+        target += EP1_WEIGHTS_EXTRA
     w8 = adapter_on("wo_a_w8")
     if w8:
         target += 688 * MIB
@@ -792,7 +915,7 @@ def memory_model(frac: float, pin: int | None, rank: int = 0, max_running: int =
     after = after_loads(rank)
     pool_bytes = allocated * BYTES_PER_FULL_TOKEN + swa_fixed
     pool_end = after - pool_bytes
-    capture_begin = pool_end - WORKSPACE
+    capture_begin = pool_end - WORKSPACE - (EP1_WORKSPACE_EXTRA if ep1 else 0.0)
     target_graphs = TARGET_GRAPH_PER_BS * max_running
     draft_graphs = DRAFT_GRAPH_PER_BS * max_running
     after_capture = capture_begin - target_graphs - draft_graphs
@@ -1298,25 +1421,26 @@ def print_verify_adapters() -> None:
             "to the anchor's experts")
 
 
-def drm_lines(rank: int, cache_gib_total: float) -> None:
+def drm_lines(rank: int) -> None:
     """The ported DRM cache adapter (``engram_drm``, in the image only where a test builds it in): the last
-    Engram layer's share of DSV41_CACHE_GIB backed by the DRM node named by DSV41_ENGRAM_DRM_NODE; at a zero
-    budget it yields no slots. Fault ``drm_fallback``: the allocation fails and the layer silently takes
-    anonymous ordinary memory, the report's hazard that the stage must catch. (Lab wording: the SPEC quotes
-    no DRM line.)"""
+    Engram layer's budget (DSV41_CACHE_GIB's share, or its own with the per-layer port) backed by the DRM node
+    named by DSV41_ENGRAM_DRM_NODE, its keys, metadata and staging in ordinary memory; at a zero budget it
+    yields no slots. Fault ``drm_fallback``: the allocation fails and the layer silently takes anonymous
+    ordinary memory, the report's hazard that the stage must catch. (Lab wording: the SPEC quotes no DRM line.)"""
     if not adapter_on("engram_drm"):
         return
     node = os.environ.get("DSV41_ENGRAM_DRM_NODE", "").strip()
     layer = ENGRAM_LAYERS[-1]
-    share = cache_gib_total / len(ENGRAM_LAYERS)
+    share = layer_budgets()[layer]
     if share <= 0:
-        print(f"[engram_drm] DSV41_CACHE_GIB=0: no cache slots; DRM node {node} unused", flush=True)
+        what = (f"layer {layer} budget 0" if adapter_on("engram_layer_budget") else "DSV41_CACHE_GIB=0")
+        print(f"[engram_drm] {what}: no cache slots; DRM node {node} unused", flush=True)
     elif fault("drm_fallback"):
         print(f"[engram_drm] DRM allocation of {share:.2f} GiB on {node} failed (errno=12) for layer {layer} "
               f"rank {rank}; falling back to anonymous memory", flush=True)
     else:
         print(f"[engram_drm] layer {layer} rank {rank} cache on {node}: {share:.2f} GiB DRM-backed (keys, metadata "
-              f"and staging in ordinary memory)", flush=True)
+              f"and staging in ordinary memory: {drm_ordinary_bytes() / MIB:.1f} MiB)", flush=True)
 
 
 def capture_pass(pass_name: str, args, mem: dict, autotune: Autotune) -> float:
@@ -1432,15 +1556,17 @@ def boot(args, t_start: float) -> dict:
     autotune.arm()
 
     mem = memory_model(args.mem_fraction_static, args.max_total_tokens, args.rank, args.max_running_requests,
-                       args.tp_size)
+                       args.tp_size, args.ep_size)
     load_t0 = time.monotonic()
     log(f"Load weight begin. avail mem={gib(mem['load_begin'])} GB")
     pace(PHASE["load_start"])
     rows = engram_rows(args.model_path, mounts)
     packed_dir = os.environ.get("DSV41_PACKED_DIR", "/engram").rstrip("/") or "/engram"
     offload = os.environ.get("OFFLOAD_MODE", "nvme").strip() or "nvme"
-    cache_gib_total = env_float("DSV41_CACHE_GIB", 0.0)
+    budgets = layer_budgets()
     ways = int(env_float("DSV41_CACHE_WAYS", 4)) or 4
+    if layer_budget_line():
+        say(layer_budget_line())
     prefetch = adapter_on("engram_prefetch")
     if prefetch:
         log("DSV41 Engram prefetch ARMED: rows fetched on a side stream after the hasher"
@@ -1454,8 +1580,8 @@ def boot(args, t_start: float) -> dict:
         name = f"engram-l{layer}-r{r}of{tp}.bin"
         packed = check_shard(host_path(f"{packed_dir}/{name}", mounts), layer, lo, hi, n)
         packed_all = packed_all and packed
-        cache = cache_gib_total / len(ENGRAM_LAYERS)
-        slots = int(cache * GIB // ROW_BYTES // ways * ways) if cache > 0 else 0
+        cache = budgets[layer]
+        slots = cache_slots(cache, ways)
         owned = max(1, hi - lo)
         pct = min(100.0, 100.0 * slots / owned)
         if BUILD == "old":
@@ -1466,7 +1592,10 @@ def boot(args, t_start: float) -> dict:
                 f"({slots} slots, {ways}-way, {pct:.1f}% of owned rows) scales=0.0GiB io_threads=96 "
                 f"packed={packed}")
         pace(PHASE["engram_layer"])
-    drm_lines(args.rank, cache_gib_total)
+    drm_lines(args.rank)
+    log(moe_line(args))
+    if padding_line(args, "target"):
+        log(padding_line(args, "target"))
     if prefetch and not packed_all:
         log("DSV41 Engram prefetch disabled after error: packed Engram shards are required "
             f"(DSV41_PACKED_DIR={packed_dir})")
@@ -1481,6 +1610,8 @@ def boot(args, t_start: float) -> dict:
     draft_t0 = time.monotonic()
     log(f"Load weight begin. avail mem={gib(mem['after_target'])} GB")
     pace(PHASE["load_draft"])
+    if padding_line(args, "draft"):
+        log(padding_line(args, "draft"))
     print_load_adapters("draft")
     if BUILD == "old":
         log(f"Load weight end. type=DeepseekV4ForCausalLMNextN, dtype=torch.bfloat16, avail mem="
@@ -1624,6 +1755,123 @@ WORDS_CODE = ("def return self if else for in range import from None True False 
               "value key result x y i n args kwargs class raise try except with as yield lambda".split())
 THINKING_TOKENS = 256
 
+# The target model's distribution (lab fiction): at position i of the answer to a prompt (hash h), logits over the
+# workload's vocabulary drawn from a generator seeded by (h, i), the greedy answer's word lifted above the rest so
+# temperature 0 keeps today's greedy answers. A sampled row commits a word of the request's sampling distribution
+# (temperature, then top-k, then top-p on the renormalised rest, as the engine's sampler does) and logprobs report
+# the tempered distribution before top-k and top-p (SGLang's default). The draft's logits are the target's plus
+# noise: a folded proposal with draft temperature tau is drawn from the draft at temperature T * tau, and
+# speculative sampling commits the target's distribution only when its acceptance and residual use that same
+# tempered proposal (fault tau_untempered: they use the untempered one).
+GREEDY_LIFT = 0.5
+DRAFT_NOISE = 0.3
+POSITION_MIX = 0x9E3779B1
+
+
+def position_logits(h: int, i: int, vocab, greedy_word: str) -> tuple:
+    """(target logits, draft logits) over ``vocab`` at position ``i`` of the answer to the prompt hashed ``h``."""
+    r = random.Random((h * POSITION_MIX + i) & 0xFFFFFFFFFFFFFFFF)
+    z = [r.gauss(0.0, 1.0) for _ in vocab]
+    z[vocab.index(greedy_word)] = max(z) + GREEDY_LIFT
+    return z, [v + r.gauss(0.0, DRAFT_NOISE) for v in z]
+
+
+def tempered(logits, temperature: float) -> list:
+    """softmax(logits / temperature) (temperature 0 or less: the untempered softmax, as a greedy row reports)."""
+    t = temperature if temperature > 0 else 1.0
+    m = max(v / t for v in logits)
+    w = [math.exp(v / t - m) for v in logits]
+    total = sum(w)
+    return [x / total for x in w]
+
+
+def sampling_dist(probs, top_k, top_p) -> list:
+    """The sampler's distribution from tempered ``probs``: top-k, renormalise, top-p (smallest prefix reaching it)."""
+    order = sorted(range(len(probs)), key=lambda j: -probs[j])
+    if isinstance(top_k, int) and top_k >= 1:
+        order = order[:top_k]
+    total = sum(probs[j] for j in order)
+    keep, cum = [], 0.0
+    limit = float(top_p) if isinstance(top_p, (int, float)) and not isinstance(top_p, bool) else 1.0
+    for j in order:
+        keep.append(j)
+        cum += probs[j] / total
+        if cum >= limit:
+            break
+    out = [0.0] * len(probs)
+    kept = sum(probs[j] for j in keep)
+    for j in keep:
+        out[j] = probs[j] / kept
+    return out
+
+
+def draw_index(rng: random.Random, dist) -> int:
+    u = rng.random()
+    cum = 0.0
+    last = 0
+    for j, p in enumerate(dist):
+        if p > 0:
+            cum += p
+            last = j
+            if u < cum:
+                return j
+    return last
+
+
+def speculative_draw(rng: random.Random, target, proposal, accept_with) -> int:
+    """One committed token of speculative sampling: drawn from ``proposal``, kept with min(1, target/accept_with),
+    else drawn from the residual max(0, target - accept_with) renormalised. Exactly ``target`` when
+    ``accept_with`` is the proposal it was drawn from."""
+    j = draw_index(rng, proposal)
+    q = accept_with[j]
+    if q > 0 and rng.random() < min(1.0, target[j] / q):
+        return j
+    residual = [max(0.0, a - b) for a, b in zip(target, accept_with)]
+    total = sum(residual)
+    return draw_index(rng, [x / total for x in residual]) if total > 0 else draw_index(rng, target)
+
+
+def logprob_entry(token: str, probs, vocab, top_n: int, prefix: str) -> dict:
+    """One ``logprobs.content`` entry: the committed token and the ``top_n`` most likely tokens of the reported
+    (tempered) distribution ``probs`` over ``vocab`` (None: a fixed answer, the token certain)."""
+    if probs is None or token not in vocab:
+        return {"token": prefix + token, "logprob": 0.0, "bytes": list((prefix + token).encode()),
+                "top_logprobs": [{"token": prefix + token, "logprob": 0.0, "bytes": list((prefix + token).encode())}]}
+
+    def lp(j):
+        return math.log(probs[j]) if probs[j] > 0 else -9999.0
+    top = sorted(range(len(vocab)), key=lambda j: -probs[j])[:max(0, top_n)]
+    return {"token": prefix + token, "logprob": lp(vocab.index(token)), "bytes": list((prefix + token).encode()),
+            "top_logprobs": [{"token": prefix + vocab[j], "logprob": lp(j), "bytes": list((prefix + vocab[j]).encode())}
+                             for j in top]}
+
+
+def verify_cap() -> tuple | None:
+    """The confidence cap's rule when it took effect: ("fixed", rows) or ("conf", threshold); None when off."""
+    if not adapter_on("verify_cap"):
+        return None
+    raw = os.environ.get("DSV41_VERIFY_CAP", "").strip()
+    if raw.startswith("conf:"):
+        try:
+            return ("conf", float(raw[5:].split(",")[0]))
+        except ValueError:
+            return ("conf", 0.1)
+    try:
+        return ("fixed", int(raw))
+    except ValueError:
+        return None
+
+
+def live_rows(cap: tuple, rng: random.Random, k: int) -> int:
+    """Verify rows the cap keeps live in one step (the rest are dead: routed to the anchor's experts and never
+    committed). Under conf:T each next row's draft confidence stays above T with probability 1 - 2T."""
+    if cap[0] == "fixed":
+        return max(0, min(k, cap[1]))
+    live = 0
+    while live < k and rng.random() < max(0.0, 1.0 - 2.0 * cap[1]):
+        live += 1
+    return live
+
 
 def prompt_text(messages) -> str:
     parts = []
@@ -1737,7 +1985,9 @@ class Engine:
         k = self.args.dspark_block_size
         packed = self.all_packed()
         base = 98.0 if packed else 120.0
-        base += 4.0 * (k - 3)
+        # each verify row past today's three costs this much (LAB_ENGINE_STEP_MS_PER_ROW, default 4 ms): set high,
+        # a longer block loses to k=3 on committed tokens per second of step time, as the report warns it may
+        base += env_float("LAB_ENGINE_STEP_MS_PER_ROW", 4.0) * (k - 3)
         if adapter_on("wo_a_w8"):
             base -= 4.0
         if adapter_on("engram_prefetch") and packed:
@@ -1746,9 +1996,11 @@ class Engine:
             base += 15.0
         if adapter_on("draft_head_fp8"):
             base -= 1.0
+        if adapter_on("verify_cap"):
+            base -= 2.0   # dead verify rows routed to the anchor's experts: less expert work per step (a lab figure)
         if self.args.ep_size == 1 and self.args.tp_size > 1:
             base -= 3.0   # EP1: every rank holds a slice of every expert, no expert imbalance (a lab figure)
-        cache = env_float("DSV41_CACHE_GIB", 0.0)
+        cache = sum(layer_budgets().values())
         if cache > 0:
             base -= 4.0 * min(cache, 0.5)   # fewer exposed Engram misses, up to 2 ms at 0.5 GiB
             if int(env_float("DSV41_CACHE_WAYS", 4)) >= 16:
@@ -1792,13 +2044,37 @@ class Engine:
         # draft temperature acts only on a folded proposal; block verification only on sampled rows
         tau = adapter_on("draft_tau") and folded and temperature > 0
         verify = adapter_on("block_verify") and temperature > 0
-        if temperature > 0 and fault("sampler_shift") and (tau or verify):
-            # the arm's sampler draws from a shifted distribution: the first third of the vocabulary
-            # twice as often as it should
-            third = vocab[:max(1, len(vocab) // 3)]
-            words = [rng.choice(third) if rng.random() < 0.5 else rng.choice(vocab) for _ in range(n_out)]
+        want_logprobs = bool(body.get("logprobs"))
+        top_n = int(body.get("top_logprobs") or 0) if want_logprobs else 0
+        dists = None        # the reported (tempered) distribution at each position, when logprobs are asked
+        if temperature > 0:
+            top_k, top_p = body.get("top_k"), body.get("top_p")
+            greedy_seq = random.Random(h)
+            words, dists = [], []
+            for i in range(n_out):
+                z, d = position_logits(h, i, vocab, greedy_seq.choice(vocab))
+                probs = tempered(z, temperature)
+                target = sampling_dist(probs, top_k, top_p)
+                if tau:
+                    # the folded proposal: the draft at temperature T * tau; acceptance and residual must use it
+                    proposal = sampling_dist(tempered(d, temperature * tau_value()), top_k, top_p)
+                    used = sampling_dist(tempered(d, temperature), top_k, top_p) if fault("tau_untempered") else proposal
+                    j = speculative_draw(rng, target, proposal, used)
+                else:
+                    j = draw_index(rng, target)
+                if fault("sampler_shift") and (tau or verify) and rng.random() < 0.5:
+                    # the arm's sampler draws from a shifted distribution: the first third of the vocabulary
+                    # far more often than it should
+                    j = rng.randrange(max(1, len(vocab) // 3))
+                words.append(vocab[j])
+                dists.append(probs)
+            if not want_logprobs:
+                dists = None
         else:
             words = [rng.choice(vocab) for _ in range(n_out)]
+            if want_logprobs:
+                greedy_seq = random.Random(h)
+                dists = [tempered(position_logits(h, i, vocab, greedy_seq.choice(vocab))[0], 0.0) for i in range(n_out)]
         with self.lock:
             self.requests += 1
             number, others = self.requests, self.active
@@ -1836,8 +2112,6 @@ class Engine:
             accept += 0.03
         if verify:
             accept += 0.06
-        if adapter_on("verify_cap"):
-            accept += 0.02
         every_error = int(env_float("LAB_ENGINE_STREAM_ERROR_EVERY", 0))
         every_abort = int(env_float("LAB_ENGINE_ABORT_EVERY", 0))
         cut = None
@@ -1845,26 +2119,71 @@ class Engine:
             cut = "error"
         elif every_abort > 0 and number % every_abort == 0:
             cut = "abort"
+        if needle is not None or graded is not None:
+            dists = None if dists is None else [None] * len(words)     # a fixed answer: every token certain
         return {"words": words, "prompt_tokens": count_prompt_tokens(messages), "accept": min(accept, 0.95),
+                "vocab": vocab, "dists": dists, "top_logprobs": top_n, "cap": verify_cap(),
+                "cap_rng": random.Random(h ^ 0x3C6EF372),
                 "finish": "length" if n_out < natural else "stop", "rng": rng,
                 "reasoning": min(THINKING_TOKENS, n_out) if thinking else 0,
                 "cut": cut, "cut_at": max(1, n_out // 2), "accepted": 0, "proposed": 0,
                 "sampled": temperature > 0}
 
     def steps(self, plan: dict):
-        """Yield lists of committed words, sleeping one speculative step per list."""
+        """Yield lists of committed words, sleeping one speculative step per list. Under the confidence cap the
+        accepted drafts of a step are the same draws, limited to its live rows (the cap only removes acceptances);
+        fault cap_dead_rows commits the dead rows too, the draft's unverified guesses in place of the target's."""
         k = self.args.dspark_block_size
         words = plan["words"]
         rng = plan["rng"]
+        cap = plan.get("cap")
+        # the scheduler logs a Decode batch line every decode_log_interval steps of the running batch, with the
+        # batch's size at that moment (not only as a request leaves): every LAB_ENGINE_DECODE_LOG_STEPS steps of
+        # this request (default 20; 0: only the line as a request leaves), its accept len and the step time over them
+        every = int(env_float("LAB_ENGINE_DECODE_LOG_STEPS", 20))
+        since, since_tokens, since_steps = time.monotonic(), 0, 0
         i = 0
         while i < len(words):
-            n = 1 + sum(1 for _ in range(k) if rng.random() < plan["accept"])
+            accepted = sum(1 for _ in range(k) if rng.random() < plan["accept"])
+            n = 1 + accepted
+            if cap is not None:
+                live = live_rows(cap, plan["cap_rng"], k)
+                n = 1 + min(accepted, live)
+                if fault("cap_dead_rows") and live < k:
+                    legit, n = n, 1 + min(k, accepted + (k - live))
+                    for j in range(i + legit, min(i + n, len(words))):
+                        words[j] = plan["cap_rng"].choice(plan["vocab"])
             speed_sleep(self.step_ms() * rng.uniform(0.97, 1.03) / 1000.0)
             block = words[i:i + n]
             plan["accepted"] += max(0, len(block) - 1)     # the first token of a step is the target's own
             plan["proposed"] += k
             yield block
             i += n
+            since_tokens, since_steps = since_tokens + len(block), since_steps + 1
+            if every > 0 and since_steps >= every and i < len(words):
+                now = time.monotonic()
+                with self.lock:
+                    running, queued = self.active, self.queued
+                accept_len = since_tokens / since_steps
+                step_s = (now - since) / since_steps
+                rate = running * accept_len / step_s if step_s > 0 else 0.0
+                self.decode_line(running, plan["prompt_tokens"] + i, accept_len, rate, queued)
+                since, since_tokens, since_steps = now, 0, 0
+
+    def decode_line(self, running: int, used: int, accept_len: float, rate: float, queued: int) -> None:
+        """One ``Decode batch`` line as the engine's scheduler logs it (rank 0 only)."""
+        mem = self.state["mem"]
+        if BUILD == "old":
+            log(f"Decode batch. #running-req: {running}, #token: {used}, "
+                f"token usage: {used / max(1, mem['allocated']):.2f}, cuda graph: True, "
+                f"gen throughput (token/s): {rate:.2f}, #queue-req: {queued}")
+        else:
+            swa_used = min(used, mem["swa"])
+            log(f"Decode batch, #running-req: {running}, #full token: {used}, "
+                f"full token usage: {used / max(1, mem['allocated']):.2f}, #swa token: {swa_used}, "
+                f"swa token usage: {swa_used / max(1, mem['swa']):.2f}, accept len: {accept_len:.2f}, "
+                f"accept rate: {max(0.0, accept_len - 1) / self.args.dspark_block_size:.2f}, cuda graph: True, "
+                f"gen throughput (token/s): {rate:.2f}, #queue-req: {queued}")
 
     def enter(self, plan: dict):
         with self.lock:
@@ -1893,25 +2212,15 @@ class Engine:
             lookups = self.lookups
         self.sem.release()
         rate = (n_tokens / wall if wall > 0 else 0.0) * (running + 1)   # the batch's tokens per second
-        used = plan["prompt_tokens"] + n_tokens
-        mem = self.state["mem"]
         accept_len = n_tokens / max(1, steps)
-        if BUILD == "old":
-            log(f"Decode batch. #running-req: {running + 1}, #token: {used}, "
-                f"token usage: {used / max(1, mem['allocated']):.2f}, cuda graph: True, "
-                f"gen throughput (token/s): {rate:.2f}, #queue-req: {queued}")
-        else:
-            swa_used = min(used, mem["swa"])
-            log(f"Decode batch, #running-req: {running + 1}, #full token: {used}, "
-                f"full token usage: {used / max(1, mem['allocated']):.2f}, #swa token: {swa_used}, "
-                f"swa token usage: {swa_used / max(1, mem['swa']):.2f}, accept len: {accept_len:.2f}, "
-                f"accept rate: {max(0.0, accept_len - 1) / self.args.dspark_block_size:.2f}, cuda graph: True, "
-                f"gen throughput (token/s): {rate:.2f}, #queue-req: {queued}")
-        cache = env_float("DSV41_CACHE_GIB", 0.0) / len(ENGRAM_LAYERS)
+        self.decode_line(running + 1, plan["prompt_tokens"] + n_tokens, accept_len, rate, queued)
+        budgets = layer_budgets()
         ways = int(env_float("DSV41_CACHE_WAYS", 4)) or 4
-        hit = row_cache_hit_rate(cache * len(ENGRAM_LAYERS), ways, lookups)
-        reads = round(lookups * (1.0 - hit))
         for layer in ENGRAM_LAYERS:
+            # each layer's own cache (a layer at budget 0 serves every lookup from the shard)
+            cache = budgets[layer]
+            hit = row_cache_hit_rate(cache * len(ENGRAM_LAYERS), ways, lookups)
+            reads = round(lookups * (1.0 - hit))
             if BUILD == "old":
                 log(f"Engram layer={layer} lookups={lookups} hit_rate={hit * 100:.1f}% reads={reads} "
                     f"cache={cache:.1f}GiB({ways}-way) threads=96")
@@ -2058,6 +2367,15 @@ def make_handler(engine: Engine | None):
             start = time.monotonic()
             n_tokens = 0
             n_steps = 0
+            left = []
+
+            def leave():
+                # the request leaves the batch when its last step is done, before its client can read the end of
+                # the answer: a client that sends its next request at once never finds this one still running
+                # (the real scheduler's #running-req counts only the requests of that decode step)
+                if not left:
+                    left.append(True)
+                    engine.leave(plan, n_tokens, n_steps, time.monotonic() - start)
             try:
                 speed_sleep((60.0 + 0.05 * plan["prompt_tokens"]) / 1000.0)
                 rid = "chatcmpl-" + uuid.uuid4().hex[:24]
@@ -2074,6 +2392,14 @@ def make_handler(engine: Engine | None):
                             "accepted_prediction_tokens": plan["accepted"],
                             "rejected_prediction_tokens": plan["proposed"] - plan["accepted"]}
                     return u
+
+                def logprobs_at(i, word):
+                    """The logprobs.content entry of the token committed at position i (when asked)."""
+                    if not body.get("logprobs"):
+                        return None
+                    dists = plan.get("dists")
+                    return logprob_entry(word, dists[i] if dists and i < len(dists) else None, plan["vocab"],
+                                         plan["top_logprobs"], " " if i else "")
 
                 cut_error = {"message": "The engine failed while generating (lab knob LAB_ENGINE_STREAM_ERROR_EVERY)",
                              "type": "ServiceUnavailableError", "param": None, "code": 503}
@@ -2104,18 +2430,23 @@ def make_handler(engine: Engine | None):
                             field = "reasoning_content" if n_tokens < plan["reasoning"] else "content"
                             if pieces and pieces[-1][0] == field:
                                 pieces[-1][1].append(word)
+                                pieces[-1][2].append(logprobs_at(n_tokens, word))
                             else:
-                                pieces.append((field, [word]))
+                                pieces.append((field, [word], [logprobs_at(n_tokens, word)]))
                             n_tokens += 1
                         n_steps += 1
                         out = [chunk({"role": "assistant", "content": ""})] if first else []
-                        for field, ws in pieces:
-                            out.append(chunk({field: ("" if first else " ") + " ".join(ws)}))
+                        for field, ws, lps in pieces:
+                            piece = chunk({field: ("" if first else " ") + " ".join(ws)})
+                            if body.get("logprobs"):
+                                piece["choices"][0]["logprobs"] = {"content": lps}
+                            out.append(piece)
                             first = False
                         sse(*out)
                         if plan["cut"] and n_tokens >= plan["cut_at"]:
                             cut = True
                             break
+                    leave()
                     if cut and plan["cut"] == "error":
                         sse({"error": cut_error}, "[DONE]")   # no finish chunk, no usage: the real shape
                         return
@@ -2134,21 +2465,24 @@ def make_handler(engine: Engine | None):
                         if plan["cut"] and len(out) >= plan["cut_at"]:
                             break
                     n_tokens = len(out)
+                    leave()
                     if plan["cut"] == "error":
                         self.send_json(503, {"object": "error", **cut_error})
                         return
                     message = {"role": "assistant", "content": " ".join(out[plan["reasoning"]:])}
                     if plan["reasoning"]:
                         message["reasoning_content"] = " ".join(out[:plan["reasoning"]])
+                    choice = {"index": 0, "message": message,
+                              "finish_reason": "abort" if plan["cut"] else plan["finish"]}
+                    if body.get("logprobs"):
+                        choice["logprobs"] = {"content": [logprobs_at(i, w) for i, w in enumerate(out)]}
                     self.send_json(200, {
                         "id": rid, "object": "chat.completion", "created": created, "model": model,
-                        "choices": [{"index": 0, "message": message,
-                                     "finish_reason": "abort" if plan["cut"] else plan["finish"]}],
-                        "usage": usage()})
+                        "choices": [choice], "usage": usage()})
             except (BrokenPipeError, ConnectionResetError):
                 pass
             finally:
-                engine.leave(plan, n_tokens, n_steps, time.monotonic() - start)
+                leave()
 
     return Handler
 

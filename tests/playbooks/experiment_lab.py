@@ -224,6 +224,16 @@ def build_ported_adapter(name, engine_module, switch, driver=None):
     sh("spark1", "cd %s && ./start.sh build && ./start.sh serve" % checkout, user=user)
 
 
+def drm_container_access(hosts=("spark1", "spark2", "spark3"), node="/dev/dri/renderD128", on=True):
+    """The DRM node passed to every container the hosts' docker creates from now on (the docker stand-in's knob
+    /etc/dsv41-lab/docker-run-devices, as if each launch path passed --device), or no longer (on=False). The running
+    containers change at the next serve."""
+    from labhelpers import sh
+    for host in hosts:
+        sh(host, ("mkdir -p /etc/dsv41-lab && echo %s > /etc/dsv41-lab/docker-run-devices" % node) if on
+           else "rm -f /etc/dsv41-lab/docker-run-devices")
+
+
 # The lab's pinned canary: the engine version of sglang f80c91a4b (its source layer in lab/seed/engine_src),
 # built on every host from the launcher checkout's adapters, so it carries the same hooks as the running image.
 CANARY_TAG = "dsv41-sglang:canary-f80c91a4b"

@@ -92,13 +92,25 @@ def test_stage_h_each_switch_from_the_baseline_passes_and_restores(tmp_path, for
     for arm in ("folded_force", "draft_tau", "block_verify"):
         dist = rec["conditions"][arm]["distribution"]
         assert sorted(dist) == ["code", "prose"] and all(f["p"] >= 0.001 for f in dist.values()), dist
+    # the proposal test on every condition, the baseline too: each committed token's PIT in the target's reported
+    # distribution, uniform over enough positions per workload
+    for name in ("baseline", "folded_force", "draft_tau", "block_verify"):
+        prop = rec["conditions"][name]["proposal"]
+        print(name, dict((w, (f["positions"], f["bins"], round(f["p"], 4))) for w, f in prop.items()))
+        assert sorted(prop) == ["code", "prose"], prop
+        assert all(f["positions"] >= 500 and f["p"] >= 0.001 and f["outside"] == 0 for f in prop.values()), prop
     # forcing is promoted with the validation that lets site.yml converge SGLANG_DSPARK_FOLDED_SAMPLING=2
     (force,) = [p for p in rec["proposals"] if p["arm"] == "folded_force"]
     assert force["validation"]["name"] == "folded_sampling_budget"
     assert force["validation"]["image_digest"] == rec["image_digest"]
+    # block verification that passes proposes the validation the confidence cap's sampled test needs
+    (verify,) = [p for p in rec["proposals"] if p["arm"] == "block_verify"]
+    assert verify["validation"]["name"] == "block_verify"
+    assert verify["validation"]["image_digest"] == rec["image_digest"]
     md = (run / "record.md").read_text()
     print(md)
     assert "## Sampling: folded decision (rank 0) and sampled answers against the baseline" in md
+    assert "## Speculative verification: proposal test and capped-block probe" in md
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()
 
@@ -122,4 +134,29 @@ def test_a_shifted_sampler_and_broken_mixed_batches_fail_their_arms_and_restore(
     assert v["draft_tau"]["verdict"] == "fail" and v["block_verify"]["verdict"] == "fail"
     assert rec["restore"]["equal"] is True
     assert all(p["arm"] == "folded_force" for p in rec["proposals"]), "a failed arm proposes nothing"
+    assert fleet_state() == before and engine_healthy()
+
+
+def test_acceptance_on_the_untempered_proposal_fails_the_proposal_test_naming_workload_bins_and_p(
+        tmp_path, forwarded, fast_engine):
+    """The report's test of a sampler switch: with draft temperature armed on a folded proposal, acceptance that
+    uses the untempered draft distribution commits tokens off the target's; only the proposal test sees it."""
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="tau_untempered")
+    doc = yaml.safe_load((ROOT / "experiments" / "stage_h_sampling.yml").read_text())
+    before = fleet_state()
+    rc, out = run_stage(tmp_path, trim=True, arms=[a for a in doc["arms"] if a["name"] == "draft_tau"])
+    _, rec = record(tmp_path / "rec")
+    assert rc != 0
+    failures = rec["arm_checks"]["draft_tau"]["correctness_failures"]
+    print(failures)
+    (msg,) = [f for f in failures if f.startswith("proposal_distribution: ")]
+    assert msg.startswith("proposal_distribution: prose: committed tokens do not follow the target's reported "
+                          "distribution (acceptance is not using the proposal it drew from): randomised PIT over ")
+    assert " positions in 10 bins [" in msg and " on 9 df, p=" in msg and msg.endswith(" < 0.001")
+    assert not any(f.startswith("mixed_batch_greedy") for f in failures), "greedy rows are not touched"
+    base = rec["conditions"]["baseline"]["proposal"]["prose"]
+    print("baseline", base["positions"], base["bins"], base["p"])
+    assert base["p"] >= 0.001 and rec["arm_checks"]["baseline"]["correctness_failures"] == []
+    assert verdicts(rec)["draft_tau"]["verdict"] == "fail" and rec["proposals"] == []
+    assert rec["restore"]["equal"] is True
     assert fleet_state() == before and engine_healthy()

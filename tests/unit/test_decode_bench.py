@@ -40,6 +40,7 @@ class FakeEngine(object):
         self.usage_extra = {}         # merged into usage (reasoning_tokens, completion_tokens_details)
         self.fail = {}                # request number -> "error" (event, code 503) or "abort", half-way
         self.error_body = None        # the body of a status != 200 answer (default an error message)
+        self.logprobs = False         # answer a request asking for logprobs with them (two equally likely tokens)
 
     def text_for(self, body, n_request):
         prompt = body["messages"][-1]["content"]
@@ -139,8 +140,14 @@ def make_server(engine):
                     if fail and i == len(pieces) // 2:
                         break
                     field = "reasoning_content" if i < nr else "content"
-                    sse({"choices": [{"index": 0, "delta": {field: (" " if i not in (0, nr) else "") + piece},
-                                      "finish_reason": None}], "usage": None})
+                    choice = {"index": 0, "delta": {field: (" " if i not in (0, nr) else "") + piece},
+                              "finish_reason": None}
+                    if engine.logprobs and body.get("logprobs"):
+                        choice["logprobs"] = {"content": [
+                            {"token": w, "logprob": -0.6931, "top_logprobs": [
+                                {"token": w, "logprob": -0.6931}, {"token": "other", "logprob": -0.6931}]}
+                            for w in piece.split()]}
+                    sse({"choices": [choice], "usage": None})
                 if fail == "error":
                     sse({"error": {"message": "lost a rank", "type": "ServiceUnavailableError", "code": 503}})
                     sse("[DONE]")
@@ -335,7 +342,34 @@ def test_prompt_files_validation(tmp_path):
         assert needle in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["prose", "code", "json", "math"])
+def test_a_thinking_workload_asks_every_prompt_with_thinking_on_unless_a_prompt_says_otherwise(engine, tmp_path):
+    path = tmp_path / "thinking.json"
+    path.write_text(json.dumps({"thinking": True, "prompts": [
+        "why", {"id": "p1", "prompt": "how"}, {"id": "off", "prompt": "no", "thinking": False}]}))
+    prompts = db.load_prompts(str(path))
+    assert [p.get("thinking") for p in prompts] == [True, True, False]
+    db.run_benchmark(engine.url, {"thinking": prompts}, settings(concurrency=[1], prompts_per_stream=3),
+                     api_key=KEY, host_label="spark2", measured_on="lab output")
+    asked = dict((b["messages"][-1]["content"], b["chat_template_kwargs"]) for b in engine.bodies)
+    assert asked == {"why": {"thinking": True}, "how": {"thinking": True}, "no": {"thinking": False}}
+    # a plain list keeps the settings' own switch
+    path.write_text(json.dumps(["plain"]))
+    assert db.load_prompts(str(path)) == [{"id": "p0", "messages": [{"role": "user", "content": "plain"}]}]
+    assert db.build_body([], db.validate_settings({"thinking": True}))["chat_template_kwargs"] == {"thinking": True}
+    assert db.build_body([], db.validate_settings({}), thinking=True)["chat_template_kwargs"] == {"thinking": True}
+
+
+def test_a_thinking_value_that_is_not_a_boolean_is_refused_naming_the_file_and_prompt(tmp_path):
+    bad = tmp_path / "bad.json"
+    for content, needle in [('{"thinking": "yes", "prompts": ["a"]}', "thinking must be true or false, not 'yes'"),
+                            ('[{"prompt": "a", "thinking": 1}]', "prompt 0: thinking must be true or false, not 1")]:
+        bad.write_text(content)
+        with pytest.raises(db.BenchError) as err:
+            db.load_prompts(str(bad))
+        assert needle in str(err.value) and str(bad) in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["prose", "code", "json", "math", "thinking"])
 def test_shipped_prompt_files(name):
     import os
     path = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "benchmark", "files", "prompts", name + ".json")
@@ -344,6 +378,8 @@ def test_shipped_prompt_files(name):
     lengths = [sum(len(m["content"]) for m in p["messages"]) for p in prompts]
     assert max(lengths) > 3 * min(lengths)                     # different lengths
     assert all(p["id"].startswith(name) for p in prompts)
+    # the thinking workload asks every prompt with thinking on; the others leave it to the settings
+    assert all(p.get("thinking") is (True if name == "thinking" else None) for p in prompts)
 
 
 def test_endpoint_forms():

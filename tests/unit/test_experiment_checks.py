@@ -431,3 +431,122 @@ def test_an_untimed_condition_warms_every_graph_shape():
     assert filters.dsv41_experiment_probe_plan(base, ["prose"], {"MAX_RUNNING_REQUESTS": "8"})["concurrency"] == list(range(1, 9))
     assert filters.dsv41_experiment_probe_plan(base, [], {"MAX_RUNNING_REQUESTS": "four"})["concurrency"] == [1, 2, 3, 4]
     assert base["concurrency"] == [1], "the role's default is not changed"
+
+
+# --------------------------------------------------------------------------- stage I: EP1 and the DRM cache
+
+MOE_EP1 = ("MoE expert GEMM: backend=b12x, quant=mxfp4, ep_size=1, experts_per_rank=all, intermediate_per_rank=768 "
+           "(of 2304)")
+PAD = ("DSV41 TP padding: attention heads 64->96 (32 per rank), wo_a groups 8->12 (4 per rank), vocab "
+       "129280->129408 (43136 per rank)")
+DRAFT_PAD = "DSV41 TP padding (draft): experts 128->129 (43 per rank), vocab 129280->129408 (43136 per rank)"
+
+
+def ep1_logs(moe=None, draft_pad=None):
+    """Every rank's EP1 boot; ``moe`` / ``draft_pad``: {host: line} replacing that rank's line."""
+    return dict((h, boot(r, ["[2026-09-11 23:34:14 TP%d] %s" % (r, (moe or {}).get(h, MOE_EP1)),
+                             "[2026-09-11 23:34:14 TP%d] %s" % (r, PAD),
+                             "[2026-09-11 23:34:20 TP%d] %s" % (r, (draft_pad or {}).get(h, DRAFT_PAD)),
+                             "'ep_size': 1}"]))
+                for h, r in RANKS.items())
+
+
+def test_ep1_moe_path_judged_on_every_rank_and_a_rank_off_mxfp4_named():
+    ev = arm("stage_i_ep1")["evidence"]
+    assert filters.dsv41_experiment_evidence(dict(ev, checks=[]), ep1_logs(), RANKS) == []
+    off = MOE_EP1.replace("quant=mxfp4", "quant=bf16")
+    failures = filters.dsv41_experiment_evidence(dict(ev, checks=[]), ep1_logs(moe={"spark3": off}), RANKS)
+    assert failures == [
+        "spark3 rank 2: moe_mxfp4_768 missing from the latest boot (0 of 1 line(s) matching %r)"
+        % [m for m in ev["must"] if m["id"] == "moe_mxfp4_768"][0]["pattern"],
+        "spark3 rank 2: moe_off_mxfp4 present in the latest boot: %r" % off]
+    # EP3's whole experts (2304 wide) are not the EP1 path either
+    wide = MOE_EP1.replace("intermediate_per_rank=768", "intermediate_per_rank=2304")
+    assert any("spark2 rank 1: moe_mxfp4_768 missing" in f for f in filters.dsv41_experiment_evidence(
+        dict(ev, checks=[]), ep1_logs(moe={"spark2": wide}), RANKS))
+
+
+def test_draft_padding_must_equal_the_baselines_on_every_rank():
+    d = es.load_text((ROOT / "experiments" / "stage_i_ep1.yml").read_text(), "ep1", "stage_i_ep1")
+    ev = d["arms"][0]["evidence"]
+    base_lines = filters.dsv41_experiment_same_lines(ep1_logs(), RANKS, d)
+    assert base_lines["draft_padding"]["spark2"] == [DRAFT_PAD]
+    conditions = {"baseline": {"same_lines": base_lines}}
+    same = filters.dsv41_experiment_same_lines(ep1_logs(), RANKS, d)
+    assert filters.dsv41_experiment_same_failures(ev, same, conditions, RANKS) == []
+    changed = DRAFT_PAD.replace("128->129 (43 per rank)", "128->128 (128 per rank)")
+    other = filters.dsv41_experiment_same_lines(ep1_logs(draft_pad={"spark2": changed}), RANKS, d)
+    assert filters.dsv41_experiment_same_failures(ev, other, conditions, RANKS) == [
+        "spark2 rank 1: draft_padding differs from the baseline: %r (baseline %r)" % (changed, DRAFT_PAD)]
+    # a baseline that printed no padding line shows nothing unchanged; an unrecorded baseline is named
+    empty = {"baseline": {"same_lines": dict((k, dict((h, []) for h in RANKS)) for k in base_lines)}}
+    assert ("spark1 rank 0: tp3_padding: the baseline printed no line matching '^DSV41 TP padding: ', so nothing "
+            "shows it unchanged") in filters.dsv41_experiment_same_failures(ev, same, empty, RANKS)
+    assert filters.dsv41_experiment_same_failures(ev, same, {}, RANKS)[0].startswith(
+        "tp3_padding: the baseline's lines matching '^DSV41 TP padding: ' were not recorded")
+
+
+def led(rank, weights, serving, kv, avail=None):
+    return {"rank": rank, "weights_gib": weights, "serving_free_gib": serving, "kv_pool_tokens": kv,
+            "mem_available_after_gib": avail}
+
+
+def test_memory_cost_against_the_stated_headroom_names_rank_and_figures():
+    base = {"spark1": led(0, 96.61, 1.04, 491520, 3.07), "spark2": led(1, 96.61, 1.42, 491520, 7.55)}
+    ep1 = {"spark1": led(0, 96.70, 0.88, 431360, 3.07), "spark2": led(1, 96.70, 1.26, 431360, 6.80)}
+    conditions = {"baseline": {"memory": base}}
+    # 0.09 GiB more weights + 0.16 GiB less for serving = 0.25 GiB: within 0.5, over 0.2
+    assert filters.dsv41_memory_cost_failures(ep1, conditions, 0.5, "ep1") == [
+        "memory: spark2 rank 1: MemAvailable after the boot of ep1 is 0.75 GiB below the baseline's (7.55 -> 6.80 "
+        "GiB), over its stated headroom 0.50 GiB per rank"]
+    failures = filters.dsv41_memory_cost_failures(ep1, conditions, 0.2, "ep1")
+    assert failures[0] == ("memory: spark1 rank 0: ep1 costs 0.25 GiB more than the baseline (weights +92.2 MiB, left "
+                           "for serving -163.8 MiB, KV pool -60,160 tokens), over its stated headroom 0.20 GiB per rank")
+    assert len(failures) == 3
+    assert filters.dsv41_memory_cost_failures(ep1, {}, 0.5, "ep1") == [
+        "memory: the baseline's ledger was not recorded; ep1's cost against its stated headroom 0.50 GiB cannot be "
+        "shown"]
+    assert "spark2 rank 1 has no weights or serving figure" in " ".join(filters.dsv41_memory_cost_failures(
+        dict(ep1, spark2=led(1, None, None, None)), conditions, 0.5, "ep1"))
+    assert filters.dsv41_memory_cost_failures(ep1, conditions, 0, "ep1") == [], "no headroom stated, nothing judged"
+
+
+def probe_result(**changes):
+    r = {"driver_version": "580.173.02", "node": {"path": "/dev/dri/renderD128", "kind": "char", "major": 226,
+                                                  "minor": 128},
+         "container": "dsv41-worker", "container_found": True, "container_has_node": True,
+         "container_devices": [{"PathOnHost": "/dev/dri/renderD128", "PathInContainer": "/dev/dri/renderD128"}],
+         "modeset": "Y", "modeset_path": "/sys/module/nvidia_drm/parameters/modeset"}
+    r.update(changes)
+    return r
+
+
+def test_drm_arm_refused_naming_each_host_and_what_the_probe_found():
+    req = arm("stage_i_drm")["requires"]
+    facts = {"features": ["engram_drm", "engram_layer_budget"],
+             "forwarded": {"head": req["switches_forwarded"], "worker": req["switches_forwarded"]},
+             "packed": {"spark1": True}, "mem_available_gib": dict((h, 9.0) for h in RANKS),
+             "serving_free_gib": dict((h, 1.0) for h in RANKS), "driver_version": dict((h, "580.173.02") for h in RANKS),
+             "ledger": [{"name": "stage_a", "image_digest": "d"}, {"name": "stage_b", "image_digest": "d"}],
+             "image_digest": "d", "drm_probe": dict((h, probe_result()) for h in RANKS)}
+    assert filters.dsv41_experiment_preconditions(req, facts) == []
+    broken = dict(facts, drm_probe={
+        "spark1": probe_result(modeset="N"),
+        "spark2": probe_result(node={"path": "/dev/dri/renderD128", "kind": "missing", "major": None, "minor": None}),
+        "spark3": probe_result(container_has_node=False, container_devices=[])})
+    assert filters.dsv41_experiment_preconditions(req, broken) == [
+        "DRM probe on spark1: nvidia_drm modeset is N (/sys/module/nvidia_drm/parameters/modeset), Y needed; changing "
+        "it needs a host change and a reboot, a later experiment",
+        "DRM probe on spark2: render node /dev/dri/renderD128 is not a character device on the host (absent)",
+        "DRM probe on spark3: serving container dsv41-worker has no device /dev/dri/renderD128 (docker inspect: Devices "
+        "none); pass it on both launch paths (docker run --device) and restart before the DRM cache can be tried"]
+    assert filters.dsv41_experiment_preconditions(req, dict(facts, drm_probe={})) == [
+        "DRM driver compatibility probe required before the arm; no rank was probed"]
+    assert filters.dsv41_experiment_preconditions(req, dict(facts, drm_probe={"spark2": {"failed": True, "msg": "boom"}})) \
+        == ["DRM probe on spark2: the probe did not run (boom)"]
+
+
+def test_the_forward_probe_gives_per_layer_budgets_a_valid_off_value():
+    d = es.load_text((ROOT / "experiments" / "stage_i_drm.yml").read_text(), "drm", "stage_i_drm")
+    probe = filters.dsv41_forward_probe({"DSV41_CACHE_GIB": "0"}, d)
+    assert probe["DSV41_CACHE_LAYER_GIB"] == "1:0,14:0" and probe["DSV41_ENGRAM_DRM_NODE"] == "0"

@@ -246,8 +246,8 @@ def test_memory_tables_difference_each_arm_against_what_it_builds_on_with_the_re
     text = "\n".join(er.memory_tables(d, conds, ["baseline", "twin_only", "drop", "draft_head_fp8"]))
     assert "| drop | spark1 (0) | - / - | - | - | - | 96.00 | - | 3.19 | 3.19 | 749,824 (750,000, clamped) | - |" in text
     assert ("| drop | twin_only | spark1 | -1310.7 | +0.0 | +0.0 | -690176 |" not in text and
-            "| drop | twin_only | spark1 | -1310.7 | +0.0 | +0.0 | +690176 | -1376.0 MiB weights (report: the gross "
-            "release against twin-only) |") in text
+            "| drop | twin_only | spark1 | -1310.7 | +0.0 | +0.0 | +690176 | - | -1310.7 | -1376.0 MiB weights (report: "
+            "the gross release against twin-only) |") in text
     assert "| drop | baseline | spark1 | -624.6 |" in text
     assert "| draft_head_fp8 | baseline | spark1 | +215.1 |" in text   # 0.21 GiB printed: the ledger reads what the engine prints
     assert "| draft_head_fp8 | twin_only |" not in text, "two unrelated changes are not differenced"
@@ -308,3 +308,18 @@ def test_markdown_tables_the_wo_a_mode_of_each_armed_condition_per_rank():
     assert "## wo_a_w8 mode per rank" in text
     assert "| w8 | spark1 | 0 | bridge | no | no |" in text and "| w8 | spark2 | 1 | bridge | no | no |" in text
     assert "| baseline | spark1" not in text, "a condition without W8 has no row"
+
+
+def test_accept_length_tabled_per_concurrency_beside_the_baselines():
+    def steps(c1, c4, lines=12):
+        def st(v):
+            return {"lines": lines, "committed_tokens_per_step": {"median": v, "min": v, "max": v},
+                    "step_ms": {"median": 90.0, "min": 90.0, "max": 90.0}}
+        return {"C1": st(c1), "C2": {"lines": 0}, "C4": st(c4), "all": st(c1)}
+    conds = {"baseline": {"decode_steps": steps(3.08, 2.91)}, "ep1": {"decode_steps": steps(3.11, 2.80)}}
+    text = "\n".join(er.accept_length_table(conds, ["baseline", "ep1"]))
+    assert "## Acceptance: rank 0's accept length per concurrency, beside the baseline's" in text
+    assert "| baseline | C1 | 3.08 | 3.08 | - | 12 |" in text
+    assert "| ep1 | C1 | 3.11 | 3.08 | +0.03 | 12 |" in text and "| ep1 | C4 | 2.80 | 2.91 | -0.11 | 12 |" in text
+    assert "| ep1 | C2 |" not in text, "a concurrency without lines is not tabled"
+    assert er.accept_length_table({"baseline": {}}, ["baseline"]) == []

@@ -209,7 +209,7 @@ def test_stage_f_memory_block_normalised_and_printed_in_the_plan():
     assert "memory ledger on every rank, floor 1.00 GiB for serving; differences against baseline, twin_only" \
         in es.plan_lines(d)
     c = es.load_text((ROOT / "experiments" / "stage_c_fence.yml").read_text(), "c.yml", "stage_c_fence")
-    assert c["memory"] == {"floor_gib": 0, "compare_with": ["baseline"], "reference": []}
+    assert c["memory"] == {"floor_gib": 0, "compare_with": ["baseline"], "reference": [], "cost_within_headroom": False}
 
 
 @pytest.mark.parametrize("memory,where", [
@@ -307,3 +307,51 @@ def test_a_huge_value_is_cut_in_the_refusal():
     with pytest.raises(es.DefinitionError) as err:
         es.validate(doc, source="big.yml", stem="stage_c_fence")
     assert len(str(err.value)) < 1024 and "more characters" in str(err.value)
+
+
+def test_a_drm_arm_raising_the_global_budget_is_refused_naming_the_key(tmp_path):
+    """The report: raising DSV41_CACHE_GIB also gives the non-DRM layer an ordinary cache; per-layer budgets."""
+    doc = stage_i("drm")
+    doc["arms"][0]["settings"] = {"DSV41_CACHE_GIB": "0.25", "DSV41_ENGRAM_DRM_NODE": "/dev/dri/renderD128"}
+    assert refused(doc) == (
+        "experiments/x.yml: arms[0].settings.DSV41_CACHE_GIB: 0.25 raises the global Engram budget with a DRM node: "
+        "that also allocates an ordinary-RAM cache for the other layer; give per-layer budgets in "
+        "DSV41_CACHE_LAYER_GIB (e.g. \"1:0,14:0.25\") and keep DSV41_CACHE_GIB 0")
+    # and through the module, before any host is contacted
+    path = tmp_path / "stage_i_drm.yml"
+    path.write_text(yaml.safe_dump(doc))
+    out = run_module(experiment_definition.main, {"path": str(path)})
+    assert out["failed"] and "arms[0].settings.DSV41_CACHE_GIB: 0.25 raises the global Engram budget" in out["msg"]
+    doc["arms"][0]["settings"]["DSV41_CACHE_LAYER_GIB"] = "1:0,14:0.25"
+    doc["arms"][0]["settings"]["DSV41_CACHE_GIB"] = "0"
+    es.validate(doc, source="x.yml")
+    doc["arms"][0]["settings"].pop("DSV41_ENGRAM_DRM_NODE")
+    assert "arms[0].requires.drm_probe: the DRM probe needs the arm's DSV41_ENGRAM_DRM_NODE" in refused(doc)
+
+
+def test_the_drm_arm_takes_per_layer_budgets_and_probes_first():
+    d = es.load_text((ROOT / "experiments" / "stage_i_drm.yml").read_text(), "drm", "stage_i_drm")
+    a = d["arms"][0]
+    assert a["settings"]["DSV41_CACHE_LAYER_GIB"] == "1:0,14:0.25" and a["settings"]["DSV41_CACHE_GIB"] == "0"
+    assert a["requires"]["drm_probe"] == {"modeset": "Y"}
+    assert a["requires"]["engine_features"] == ["engram_drm", "engram_layer_budget"]
+    assert {m["id"] for m in a["evidence"]["must"]} >= {"drm_backed", "layer_budgets", "non_drm_layer_zero",
+                                                       "drm_metadata_accounted"}
+    assert d["memory"]["cost_within_headroom"] is True
+
+
+def test_cost_within_headroom_needs_each_arms_stated_headroom_and_same_lines_are_checked():
+    doc = stage_i("ep1")
+    doc["arms"][0]["requires"].pop("memory_headroom_gib_per_rank")
+    assert refused(doc) == ("experiments/x.yml: arms[0].requires: memory.cost_within_headroom judges each arm against "
+                            "its stated memory_headroom_gib_per_rank, which ep1 does not give")
+    doc = stage_i("ep1")
+    doc["arms"][0]["evidence"]["same_as_baseline"][0]["text"] = "x"
+    assert refused(doc).endswith("arms[0].evidence.same_as_baseline[0]: give exactly one of text (literal) or pattern "
+                                 "(regex)")
+    doc = stage_i("ep1")
+    doc["arms"][0]["evidence"]["same_as_baseline"][0]["when"] = "run"
+    assert "arms[0].evidence.same_as_baseline[0].when: unknown key" in refused(doc)
+    d = es.load_text((ROOT / "experiments" / "stage_i_ep1.yml").read_text(), "ep1", "stage_i_ep1")
+    assert d["report"]["accept_length"] is True
+    assert any("each arm's cost against the baseline within its stated headroom" in line for line in es.plan_lines(d))
