@@ -211,8 +211,11 @@ def test_stage_a_lists_its_parts_in_the_specs_order_and_selects_them_by_tag():
     plays = listed()
     parts = [p.split(" | ")[0] for p in plays]
     assert parts == ["Preflight", "Stage A plan", "Stage A relocate", "Stage A pack", "Stage A pack", "Stage A verify",
-                     "Stage A bench", "Stage A contention", "Stage A verify", "Stage A bench", "Stage A record",
-                     "Stage A ledger"], plays
+                     "Stage A bench", "Stage A contention", "Stage A verify", "Stage A bench", "Stage A bench",
+                     "Stage A record", "Stage A ledger"], plays
+    # the all-rank step profile is the last bench play, and its own tag selects it alone
+    assert plays[-3].startswith("Stage A bench | every rank's step profile"), plays
+    assert [p.split(" | ")[1][:24] for p in listed("--tags", "profile")[1:]] == ["every rank's step profil"]
     assert [p.split(" | ")[0] for p in listed("--tags", "plan")] == ["Preflight", "Stage A plan"]
     assert [p.split(" | ")[0] for p in listed("--tags", "relocate")] == ["Preflight", "Stage A plan", "Stage A relocate"]
     assert [p.split(" | ")[0] for p in listed("--tags", "pack")] == ["Preflight", "Stage A plan", "Stage A relocate",
