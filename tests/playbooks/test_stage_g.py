@@ -45,7 +45,7 @@ def test_check_mode_prints_the_plan_and_changes_nothing(tmp_path, image_digest):
     rc, out = playbook("stage_g_spec.yml", "--check", "-e", "experiment_record_root=%s" % tmp_path)
     assert rc == 0, out[-3000:]
     out = flat(out)
-    assert "arm k5: DSPARK_BLOCK_SIZE=5; prose/code/json/thinking x C1/C2/C4, 5 reps after 1 warm-up(s), greedy" in out
+    assert "arm k5: DSPARK_BLOCK_SIZE=5; prose/code/json x C1/C2/C4, 5 reps after 1 warm-up(s), greedy" in out
     assert "k5: []" in out
     assert fleet_state() == before and not any(tmp_path.iterdir())
 
@@ -61,8 +61,17 @@ def test_the_cap_before_k5_was_measured_is_refused_before_any_host_is_touched(tm
 
 
 def test_block_size_5_against_3_every_rank_consistent(tmp_path, fast_engine):
+    # at the suites' speed a lab answer of 64 tokens is over in milliseconds, so the four streams of a C4 round
+    # rarely overlap at one request's last step: rank 0 logs a Decode batch line every 2 steps here (the fleet's
+    # scheduler logs every 40 steps of rounds that last minutes), so every round has lines at its concurrency
+    fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_DECODE_LOG_STEPS=2)
     before = fleet_state()
-    rc, out = run(tmp_path, "stage_g_spec")
+    # Speed decides nothing on the lab, and at this speed a C2/C4 round is too short for rank 0 to log a line at its
+    # concurrency in every round, which the per-round committed_per_s needs (the k=5-loses test judges it at C1);
+    # the ranking at C1 below still reads the Decode batch lines of each workload's window.
+    lab_acceptance = {"metric": "aggregate_tok_s", "rule": "separation", "wins_required": "none",
+                      "regression_allowed": True, "promote": True}
+    rc, out = run(tmp_path, "stage_g_spec", acceptance=lab_acceptance)
     assert list((tmp_path / "rec").glob("*/record.json")), flat(out)[-4000:]
     run_dir, rec = record(tmp_path / "rec")
     assert rc == 0, (rec["verdicts"], rec["arm_checks"])
@@ -80,16 +89,16 @@ def test_block_size_5_against_3_every_rank_consistent(tmp_path, fast_engine):
     # traffic apart, from the lines rank 0 logged while each workload ran
     for name in ("baseline", "k5"):
         ws = rec["conditions"][name]["workload_steps"]
-        assert sorted(ws) == ["code", "json", "prose", "thinking"], ws
+        assert sorted(ws) == ["code", "json", "prose"], ws
         assert all(w["committed_per_s"] and w["lines"] >= 5 for w in ws.values()), ws
-    # the thinking workload was asked with thinking on: its answers came with reasoning, the others without
+    # greedy block-size traffic is asked with thinking off: no reasoning in any answer
     reasoning = dict((r["workload"], r["reasoning_tokens_total"] or 0)
                      for r in rec["conditions"]["baseline"]["results"] if r["concurrency"] == 1)
-    assert reasoning["thinking"] > 0 and reasoning["prose"] == reasoning["json"] == 0, reasoning
+    assert reasoning == {"code": 0, "json": 0, "prose": 0}, reasoning
     assert "## Ranking at C1: committed tokens per step / step time, per workload" in md
     ranked = md.split("## Ranking at C1")[1].splitlines()
-    assert [line.split(" | ")[0] for line in ranked if line.startswith(("| 1 |", "| 2 |"))] == ["| 1", "| 2"] * 4, \
-        "both finalists ranked for each of the four workloads"
+    assert [line.split(" | ")[0] for line in ranked if line.startswith(("| 1 |", "| 2 |"))] == ["| 1", "| 2"] * 3, \
+        "both finalists ranked for each of the three workloads"
     assert rec["restore"] == {"equal": True, "differences": {}}
     assert fleet_state() == before and engine_healthy()
 
