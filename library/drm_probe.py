@@ -91,6 +91,7 @@ problems:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.drm_probe import problems, read
 from ansible.module_utils.host_files import host_label
+from ansible.module_utils.probe_runner import make_runner
 
 
 def run_module():
@@ -107,14 +108,9 @@ def run_module():
     p = module.params
     who = host_label(p["host_label"])
 
-    def run(argv):
-        # a missing nvidia-smi or docker is a finding, not a module failure
-        try:
-            return module.run_command(argv, check_rc=False, handle_exceptions=False)
-        except OSError as exc:
-            return 127, "", "%s: %s" % (argv[0], exc.strerror or exc)
-
-    result = read(p["node"], p["container"], p["sysfs_root"], run)
+    # the project's probe runner: a missing nvidia-smi or docker is a finding (rc None), not a module failure, and
+    # a docker daemon that stops answering ends within its bound instead of hanging the probe
+    result = read(p["node"], p["container"], p["sysfs_root"], make_runner(module))
     result["problems"] = ["%s: %s" % (who, msg) for msg in problems(result, p["want_modeset"])]
     module.exit_json(changed=False, **result)
 
