@@ -34,6 +34,13 @@ options:
         boot up to I(max_bytes)). Used to show why a restart failed.
     type: int
     default: 0
+  keep_since:
+    description:
+      - For I(container), read every line logged at or after this time (seconds since the epoch, the
+        controller's clock less a margin for skew) with no record limit, so a measured window's lines are
+        all in I(content) even when the boot's periodic lines outgrow the bounded tail read. Without it
+        the latest 2000 records after the boot's head are read. Still capped by I(max_bytes).
+    type: float
   host_label:
     description: Name used in messages (default the node's hostname).
     type: str
@@ -45,6 +52,12 @@ EXAMPLES = r"""
   engine_boot_log:
     container: "{{ 'dsv41-head' if dsv41_rank == 0 else 'dsv41-worker' }}"
   register: boot_log
+
+- name: Keep every line rank 0 logged while the benchmark ran (its Decode batch lines are judged)
+  engine_boot_log:
+    container: dsv41-head
+    keep_since: "{{ benchmark_started_epoch | float - 120 }}"
+  register: measured_boot
 
 - name: Show the last 40 lines of a rank that did not come up
   engine_boot_log:
@@ -103,7 +116,8 @@ def collect(run_command, params):
     """The module result (without ``changed``) for ``params``."""
     text, info = read_boot_text(run_command, log_path=params["log_path"], container=params["container"],
                                 docker=params["docker_bin"], timestamps=params["docker_timestamps"],
-                                max_bytes=params["max_bytes"], timeout=params["docker_timeout"])
+                                max_bytes=params["max_bytes"], timeout=params["docker_timeout"],
+                                keep_since=params.get("keep_since"))
     if params["tail_lines"]:
         text = "".join(text.splitlines(True)[-params["tail_lines"]:])
     info["content"] = text
@@ -114,7 +128,8 @@ def collect(run_command, params):
 def main():
     module = AnsibleModule(
         argument_spec=dict(SOURCE_ARGUMENT_SPEC, max_bytes=dict(type="int", default=8 << 20),
-                           tail_lines=dict(type="int", default=0), host_label=dict(type="str")),
+                           tail_lines=dict(type="int", default=0), keep_since=dict(type="float"),
+                           host_label=dict(type="str")),
         mutually_exclusive=SOURCE_MUTUALLY_EXCLUSIVE,
         required_one_of=SOURCE_REQUIRED_ONE_OF,
         supports_check_mode=True,

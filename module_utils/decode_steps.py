@@ -151,20 +151,30 @@ def round_metrics(text, result):
     """{metric: {"rounds": [one value per measured round]}} of one decode_bench result from rank 0's Decode batch
     lines logged in each round's window at the result's concurrency: committed tokens per step (median), step
     time in ms (median) and their quotient, committed tokens per second of step time (the report's rank for
-    the block size). {} when a round has no usable line (the verdict then names the metric as unmeasured)."""
+    the block size). When a round has no usable line: ``{"unmeasured": {metric: why}}`` instead (the verdict
+    then names the metric as unmeasured, and why); {} for a result without round windows."""
     windows = result.get("round_windows") or []
     if not windows or not result.get("concurrency"):
         return {}
     per, ms, quotient = [], [], []
-    for start, end in windows:
+    for n, (start, end) in enumerate(windows, 1):
         st = step_stats(text, running=int(result["concurrency"]), window=(start, end))
         p, m = st["committed_tokens_per_step"], st["step_ms"]
         if not p or not m or not m["median"]:
-            return {}
+            why = "round %d of %d (%s to %s UTC): %s" % (n, len(windows), _clock(start), _clock(end),
+                                                         st["missing"] or "step time is zero")
+            return {"unmeasured": dict((metric, why) for metric in ROUND_METRICS)}
         per.append(p["median"])
         ms.append(m["median"])
         quotient.append(round(p["median"] / (m["median"] / 1000.0), 3))
     return {"committed_per_step": {"rounds": per}, "step_ms": {"rounds": ms}, "committed_per_s": {"rounds": quotient}}
+
+
+def _clock(epoch):
+    try:
+        return time.strftime("%H:%M:%S", time.gmtime(float(epoch)))
+    except (TypeError, ValueError, OverflowError):
+        return str(epoch)
 
 
 def with_round_metrics(results, logs, ranks):

@@ -28,7 +28,13 @@ latest start (``docker inspect``: ``State.StartedAt``), and two bounded reads co
 When the head reaches the end of the log first (a fresh boot, or one that never became Ready) the
 whole boot has been read and there is no tail.  Otherwise the lines between the two reads (days of
 periodic lines) are not read: ``facts.read["gap"]`` says so, counts of periodic and decode lines
-cover the head and the tail only, and line numbers after the gap count from it.  ``count_boots``
+cover the head and the tail only, and line numbers after the gap count from it.
+
+A caller that judges a window of time (an experiment condition's measured benchmark: rank 0's
+``Decode batch`` lines while each workload ran) passes ``keep_since``: every record logged from then
+on is read, with no record limit, so the gap can only lie before it.  A condition's benchmark on the
+fleet logs a decode line about every two seconds per running batch plus the Engram lines, a few MB an
+hour, which the reads' time bound and the caller's ``max_bytes`` still cap.  ``count_boots``
 needs every earlier boot, so it reads the whole log (streamed, memory still flat).
 """
 from __future__ import absolute_import, division, print_function
@@ -53,16 +59,17 @@ BOOT_SPAN = 2 * 3600          # seconds after the start by which any boot is ove
 
 
 def read_boot_text(run_command, log_path=None, container=None, docker="docker", timestamps=True,
-                   max_bytes=None, timeout=DOCKER_TIMEOUT, open_stream=None):
+                   max_bytes=None, timeout=DOCKER_TIMEOUT, open_stream=None, keep_since=None):
     """``(text, info)``: the latest boot of a log file or of a container (both streams, in order), as
-    the one way roles collect boot logs.  ``info`` adds ``source`` (and ``read`` for a container)."""
+    the one way roles collect boot logs.  ``info`` adds ``source`` (and ``read`` for a container).
+    ``keep_since`` (epoch seconds, containers only): every line logged from then on is read (module doc)."""
     if log_path:
         with random_access(log_path) as (read_at, size):
             data, info = latest_boot_slice(read_at, size, max_bytes)
         info["source"] = str(log_path)
     elif container:
         boot = ContainerBoot(run_command, container, docker=docker, timestamps=timestamps, timeout=timeout,
-                             keep_text=True, open_stream=open_stream)
+                             keep_text=True, open_stream=open_stream, keep_since=keep_since)
         boot.run()
         data, info = latest_boot_bytes(boot.text(), max_bytes)
         if boot.partial and not info["partial_last_line"]:
@@ -124,6 +131,12 @@ def epoch_of(ts):
     return secs + float(b"0." + (m.group(7) or b"0"))
 
 
+def rfc3339_of(epoch):
+    """The RFC 3339 time (bytes, UTC, nanoseconds as docker prints them) of epoch seconds."""
+    whole = int(epoch // 1)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)).encode() + b".%09dZ" % min(999999999, int((epoch - whole) * 1e9))
+
+
 class ContainerBoot(object):
     """The latest boot of a container's log, read in bounded time (module doc); ``run()`` -> facts,
     with ``facts.read``: ``since`` (the start read from), ``head_bytes``, ``tail_bytes``,
@@ -131,10 +144,11 @@ class ContainerBoot(object):
 
     ``run_command`` runs ``docker inspect``; ``docker logs`` is streamed through ``open_stream``
     (default :func:`command_stream.open_stream`; :func:`command_stream.opener_over` for a runner that
-    only returns whole outputs)."""
+    only returns whole outputs).  ``keep_since`` (epoch seconds): the tail read covers every record
+    from then on (or from where the head stopped, when later) instead of the latest TAIL_RECORDS."""
 
     def __init__(self, run_command, container, kinds=ALL_KINDS, docker="docker", timestamps=True,
-                 timeout=DOCKER_TIMEOUT, count_boots=False, keep_text=False, open_stream=None):
+                 timeout=DOCKER_TIMEOUT, count_boots=False, keep_text=False, open_stream=None, keep_since=None):
         self.run_command = run_command
         self.open_stream = open_stream
         self.container = container
@@ -144,6 +158,7 @@ class ContainerBoot(object):
         self.timeout = timeout
         self.count_boots = count_boots
         self.keep_text = keep_text
+        self.keep_since = keep_since
         # Ready and the periodic Engram lines tell the head read where the boot ends (HeadStop).
         self.scanner = Scanner(self.source, frozenset(kinds) | frozenset([KIND_READY, KIND_ENGRAM]))
         self.chunks = []
@@ -183,20 +198,31 @@ class ContainerBoot(object):
         return stop is not None and stop.enough(facts.ready or bool(facts.periodic), self.info["head_bytes"])
 
     def _tail(self, cut_key):
-        """The latest TAIL_RECORDS records after where the head stopped (``--since`` keeps equal times,
-        which the merger drops as already read)."""
-        args = [self.docker, "logs", "--timestamps", "--since", cut_key.decode(), "--tail", str(TAIL_RECORDS),
-                self.container]
+        """The records after where the head stopped (``--since`` keeps equal times, which the merger
+        drops as already read): the latest TAIL_RECORDS of them, or, with ``keep_since``, every one
+        from the later of the two times on."""
+        since, limit = cut_key, ["--tail", str(TAIL_RECORDS)]
+        if self.keep_since is not None:
+            limit = []
+            keep = rfc3339_of(self.keep_since)
+            if self.keep_since > epoch_of(cut_key):
+                since = keep
+        args = [self.docker, "logs", "--timestamps", "--since", since.decode()] + limit + [self.container]
         merger = StreamMerger(True, after=cut_key)
         parts = []
         self._stream(args, merger, lambda batch: parts.append(batch))
         data = b"".join(parts)
-        if merger.records >= TAIL_RECORDS and merger.first_key:
-            self.info["gap"] = {"after": cut_key.decode(), "before": merger.first_key.decode()}
+        if since != cut_key:
+            before = keep
+        elif limit and merger.records >= TAIL_RECORDS and merger.first_key:
+            before = merger.first_key
+        else:
+            before = None
+        if before is not None:
+            self.info["gap"] = {"after": cut_key.decode(), "before": before.decode()}
             if self.keep_text:
                 self.chunks.append(b"[... lines logged between %s and %s not read: the container has served "
-                                   b"since %s ...]\n" % (cut_key, merger.first_key,
-                                                         (self.info["since"] or "its start").encode()))
+                                   b"since %s ...]\n" % (cut_key, before, (self.info["since"] or "its start").encode()))
         self.info["tail_bytes"] = len(data)
         self._feed(data)
         self.partial.extend(merger.partial)

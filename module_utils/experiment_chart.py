@@ -51,7 +51,11 @@ def draw(path, title, conditions, order, metric="aggregate_tok_s", verdicts=None
                    if (r["workload"], int(r["concurrency"])) == key]
             if not res:
                 continue
-            vals = st.metric_values(res[0], metric)
+            try:
+                vals = st.metric_values(res[0], metric)
+            except st.StatsError:                      # a condition without the figure: named, not drawn
+                names.append((x, "%s\nunmeasured" % name))
+                continue
             d = st.describe(vals)
             colour = colours[x % len(colours)]
             spread = [x - 0.12 + 0.24 * i / max(1, len(vals) - 1) for i in range(len(vals))]

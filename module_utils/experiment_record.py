@@ -112,19 +112,30 @@ def _fig(d):
     return "%.2f [%.2f..%.2f]" % (d["median"], d["min"], d["max"])
 
 
+def _cell(result, metric):
+    """A condition's median [min..max] of ``metric``, or ``unmeasured`` (the arm's verdict says why)."""
+    try:
+        return _fig(st.describe(st.metric_values(result, metric)))
+    except st.StatsError:
+        return "unmeasured"
+
+
 def table_rows(definition, conditions, verdicts):
     """Side by side: one row per workload x concurrency, the baseline then each timed arm."""
     base = dict(((r["workload"], int(r["concurrency"])), r) for r in conditions.get("baseline", {}).get("results") or [])
     rows = []
     for key in sorted(base):
         metric = verdicts[0]["metric"] if verdicts else "aggregate_tok_s"
-        row = {"workload": key[0], "concurrency": key[1],
-               "baseline": _fig(st.describe(st.metric_values(base[key], metric)))}
+        row = {"workload": key[0], "concurrency": key[1], "baseline": _cell(base[key], metric)}
         for v in verdicts:
             cmp_row = [c for c in v.get("comparisons", []) if (c["workload"], c["concurrency"]) == key]
-            row[v["arm"]] = ("%s (%+.1f%%, %s)" % (_fig(cmp_row[0]["arm"]), 100 * cmp_row[0]["gain"],
-                                                   cmp_row[0]["outcome"].replace("_", " "))
-                             if cmp_row else "-")
+            mine = [r for r in (conditions.get(v["arm"]) or {}).get("results") or []
+                    if (r.get("workload"), int(r.get("concurrency") or 0)) == key]
+            if cmp_row:
+                row[v["arm"]] = "%s (%+.1f%%, %s)" % (_fig(cmp_row[0]["arm"]), 100 * cmp_row[0]["gain"],
+                                                      cmp_row[0]["outcome"].replace("_", " "))
+            else:       # measured but not compared (the baseline or the arm lacks the figure): its own, or unmeasured
+                row[v["arm"]] = _cell(mine[0], metric) if mine else "-"
         rows.append(row)
     return rows
 

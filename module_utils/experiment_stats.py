@@ -101,8 +101,9 @@ def metric_values(result, metric):
     fig = result.get(metric)
     if isinstance(fig, dict) and isinstance(fig.get("rounds"), list):
         return fig["rounds"]
-    raise StatsError("condition %s C%s has no per-repetition %s" % (result.get("workload"),
-                                                                  result.get("concurrency"), metric))
+    why = (result.get("unmeasured") or {}).get(metric)      # decode_steps.round_metrics says why a round had none
+    raise StatsError("condition %s C%s has no per-repetition %s%s" % (result.get("workload"), result.get("concurrency"),
+                                                                    metric, ": %s" % why if why else ""))
 
 
 def _key(result):

@@ -882,6 +882,8 @@ def test_head_serving_lines_rank0(head):
     with request(head["port"], "/v1/chat/completions", CHAT) as r:
         json.load(r)
     head["proc"].wait_for("Engram layer=14 lookups=")  # written when the request leaves the batch
+    # the access line follows the response's last bytes, which may come after the request left the batch
+    head["proc"].wait_for('"POST /v1/chat/completions HTTP/1.1" 200 OK')
     err = head["proc"].stream("stderr")
     msgs = messages(err)
     decode = [m for m in msgs if m.startswith("Decode batch")]

@@ -8,6 +8,7 @@ from ansible.module_utils import decode_bench as db
 from ansible.module_utils import decode_bench_client as dbc
 from ansible.module_utils import decode_bench_summary as dbs
 from ansible.module_utils import decode_steps
+from ansible.module_utils import experiment_stats
 
 import decode_bench
 from modrun import run_module
@@ -249,7 +250,15 @@ def test_each_round_is_judged_by_committed_tokens_per_step_over_step_time():
     assert got["committed_per_step"] == {"rounds": [3.0, 2.0]}
     # round 1: steps of 100 and 150 ms (median 125) -> 3 / 0.125 = 24 tokens/s; round 2: 2 / 0.05 = 40 (C4 line left out)
     assert got["step_ms"]["rounds"] == pytest.approx([125.0, 50.0]) and got["committed_per_s"] == {"rounds": [24.0, 40.0]}
-    assert decode_steps.round_metrics(text, dict(result, round_windows=[[t0 + 60, t0 + 61]])) == {}
+    late = decode_steps.round_metrics(text, dict(result, round_windows=[[t0 + 0.5, t0 + 2.5], [t0 + 60, t0 + 61]]))
+    assert "committed_per_s" not in late and set(late["unmeasured"]) == {"committed_per_s", "committed_per_step", "step_ms"}
+    assert late["unmeasured"]["committed_per_s"] == (
+        "round 2 of 2 (02:56:00 to 02:56:01 UTC): no Decode batch line with #running-req: 1 in the measured window "
+        "in the latest boot")
+    # the verdict names the metric as unmeasured, and why
+    with pytest.raises(experiment_stats.StatsError) as err:
+        experiment_stats.metric_values(dict(result, **late), "committed_per_s")
+    assert str(err.value) == "condition prose C1 has no per-repetition committed_per_s: " + late["unmeasured"]["committed_per_s"]
     assert decode_steps.round_metrics(text, dict(result, round_windows=None)) == {}
     both = decode_steps.with_round_metrics([result], {"spark1": text}, {"spark1": 0})
     assert both[0]["committed_per_s"] == {"rounds": [24.0, 40.0]} and "committed_per_s" not in result

@@ -231,6 +231,55 @@ def test_the_boot_text_says_what_it_left_out(small_bounds):
     assert info["read"]["gap"] and info["source"] == "docker logs dsv41-head"
 
 
+def _measured_window_then_more(days=1, after=5000):
+    """An aged head, then a measured window (30 C1 Decode batch lines), then ``after`` more periodic records."""
+    docker, ns = aged_head(days=days)
+    window_start = ns + S
+    for i in range(30):
+        ns = docker.add(window_start + i * S, "stderr", "[2026-09-12 09:00:00 TP0 EP0] Decode batch, #running-req: 1, "
+                        "accept len: 3.%02d, accept rate: 0.41, cuda graph: True, gen throughput (token/s): 60.00, "
+                        "#queue-req: 0" % i)
+    for i in range(after):
+        ns = docker.add(ns + S // 10, "stderr", "[2026-09-12 09:10:00 TP0 EP0] Engram layer=14 lookups=%d hit_rate=50.0%% "
+                        "reads=%d cache=0.0GiB(4-way) scales=0.0GiB threads=96 packed=True" % (i, i))
+    return docker, window_start
+
+
+def test_a_window_older_than_the_tail_read_is_lost_without_keep_since(small_bounds):
+    docker, _ = _measured_window_then_more()
+    text, info = engine_log_source.read_boot_text(docker.run, container="dsv41-head", open_stream=docker.open_stream)
+    assert info["read"]["gap"] and text.count("09:00:00 TP0 EP0] Decode batch") == 0
+
+
+def test_keep_since_reads_every_line_of_the_measured_window(small_bounds):
+    docker, window_start = _measured_window_then_more()
+    keep = window_start / S - 0.5
+    text, info = engine_log_source.read_boot_text(docker.run, container="dsv41-head", open_stream=docker.open_stream,
+                                                  keep_since=keep)
+    assert text.count("09:00:00 TP0 EP0] Decode batch") == 30 and text.count("Engram layer=14 lookups=") >= 5000
+    tail_call = [c for c in docker.calls if c[1] == "logs"][1]
+    assert "--tail" not in tail_call and tail_call[tail_call.index("--since") + 1].startswith("2026-")
+    assert abs(L.parse_rfc3339(tail_call[tail_call.index("--since") + 1]) - (window_start - S // 2)) < 1000
+    # what was not read lies before the window, and the text says so
+    assert info["read"]["gap"]["before"] == tail_call[tail_call.index("--since") + 1]
+    assert "not read: the container has served since" in text.split("09:00:00 TP0 EP0] Decode batch")[0]
+
+
+def test_keep_since_before_the_head_stopped_reads_the_rest_without_a_gap(small_bounds):
+    docker, _ = _measured_window_then_more(days=0.2)
+    keep = START / S + 60                        # the engine was up a minute after the start: all of it is read
+    text, info = engine_log_source.read_boot_text(docker.run, container="dsv41-head", open_stream=docker.open_stream,
+                                                  keep_since=keep)
+    assert info["read"]["stopped_at"] and info["read"]["gap"] is None
+    assert text.count("09:00:00 TP0 EP0] Decode batch") == 30 and "not read" not in text
+    assert len(docker.records) <= docker.delivered <= len(docker.records) + 1   # the record at the cut, twice
+
+
+def test_rfc3339_of_is_what_docker_prints_and_reads_back():
+    assert engine_log_source.rfc3339_of(1757633640.25) == b"2025-09-11T23:34:00.250000000Z"
+    assert engine_log_source.epoch_of(engine_log_source.rfc3339_of(1757633640.5)) == 1757633640.5
+
+
 def test_no_marker_counts_no_boot(tmp_path):
     log = tmp_path / "x.log"
     log.write_text(P + "Decode batch, #running-req: 1, accept len: 3.08, #queue-req: 0\n")
@@ -276,3 +325,20 @@ def test_closing_a_stream_early_kills_the_command(tmp_path):
     st = command_stream.open_stream(["sh", "-c", "echo $$; exec sleep 300"], 30)
     pid = int(st.read()[0][1])
     assert st.close() is None and not os.path.exists("/proc/%d" % pid)
+
+
+def test_the_module_passes_keep_since_to_the_reader(small_bounds, monkeypatch):
+    from modrun import run_module
+    import engine_boot_log
+    docker, window_start = _measured_window_then_more()
+    # modrun hands a streamed command's whole output over at once (the head read would take everything): the
+    # reader streams from the fake docker here, so the module's own bounded reads run
+    real = engine_boot_log.read_boot_text
+    monkeypatch.setattr(engine_boot_log, "read_boot_text",
+                        lambda *a, **kw: real(docker.run, **dict(kw, open_stream=docker.open_stream)))
+    res = run_module(engine_boot_log.main, {"container": "dsv41-head", "keep_since": window_start / S - 0.5})
+    assert not res.get("failed") and res["content"].count("09:00:00 TP0 EP0] Decode batch") == 30
+    assert "--tail" not in [c for c in docker.calls if c[1] == "logs"][-1] and res["read"]["gap"]
+    res = run_module(engine_boot_log.main, {"container": "dsv41-head"})
+    assert res["content"].count("09:00:00 TP0 EP0] Decode batch") == 0 and res["read"]["gap"]
+    assert "--tail" in [c for c in docker.calls if c[1] == "logs"][-1]

@@ -323,3 +323,26 @@ def test_accept_length_tabled_per_concurrency_beside_the_baselines():
     assert "| ep1 | C1 | 3.11 | 3.08 | +0.03 | 12 |" in text and "| ep1 | C4 | 2.80 | 2.91 | -0.11 | 12 |" in text
     assert "| ep1 | C2 |" not in text, "a concurrency without lines is not tabled"
     assert er.accept_length_table({"baseline": {}}, ["baseline"]) == []
+
+
+def test_a_condition_without_the_judged_figure_is_recorded_unmeasured(monkeypatch, capsys, tmp_path):
+    """Stage G judges rank 0's Decode batch lines per round; a round without one leaves the figure out. The record is
+    still written: the arm fails naming the condition, the round and why, the tables say unmeasured, the chart
+    names the condition without drawing it."""
+    from ansible.module_utils import decode_steps
+    d = definition("stage_g_spec")
+    why = "round 2 of 5 (03:10:00 to 03:10:30 UTC): no Decode batch line with #running-req: 1 in the measured window"
+    conds = {"baseline": {"results": [dict(res("prose", 1, BASE), unmeasured=dict.fromkeys(decode_steps.ROUND_METRICS, why))]},
+             "k5": {"results": [dict(res("prose", 1, BASE), committed_per_s={"rounds": BASE})]}}
+    (k5,) = er.evaluate(d, conds, {})
+    assert k5["verdict"] == "fail" and k5["reasons"] == [
+        "speed: no condition was measured", "speed: condition prose C1 has no per-repetition committed_per_s: " + why]
+    record = {"definition": d, "conditions": conds, "labels": {}, "verdicts": [k5], "measured_on": "lab output"}
+    text = er.markdown(record)
+    assert "| C1 | unmeasured | 100.00 [98.00..102.00] |" in text
+    out = run_module(experiment_record.main, {
+        "dest": str(tmp_path / "rec"), "definition": d, "conditions": conds, "snapshot": {}, "restored": {},
+        "baseline_file": str(BASELINE_FILE), "image_digest": "sha256:feed", "measured_on": "lab output"})
+    assert not out.get("failed"), out.get("msg")
+    assert out["passed"] is False and (tmp_path / "rec" / "chart.png").read_bytes()[:4] == b"\x89PNG"
+    assert why in (tmp_path / "rec" / "record.md").read_text()
