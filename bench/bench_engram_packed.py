@@ -45,7 +45,7 @@ root = sys.argv[1]
 sys.path.insert(0, os.path.join(root, "library"))
 import ansible.module_utils
 ansible.module_utils.__path__.append(os.path.join(root, "module_utils"))
-from ansible.module_utils import engine_log_lines, engine_log_scan
+from ansible.module_utils.engine_log import lines as engine_log_lines, scan
 import engram_packed
 path = sys.argv[2]
 t0 = time.perf_counter()

@@ -32,7 +32,7 @@ import json, os, statistics, subprocess, sys, tempfile, time
 sys.path.insert(0, "/tmp/dsv41-bench")
 import ansible.module_utils
 ansible.module_utils.__path__.append("/tmp/dsv41-bench/module_utils")
-from ansible.module_utils import launch_record as R
+from ansible.module_utils.launcher import effective as R
 launcher = os.path.expanduser("~/dsv41-3x-spark/start.sh")
 stubs = tempfile.mkdtemp()
 for name in ("docker", "ssh", "curl", "sleep", "nvidia-smi"):

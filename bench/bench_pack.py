@@ -24,9 +24,9 @@ import ansible.module_utils   # noqa: E402
 
 ansible.module_utils.__path__.append(os.path.join(ROOT, "module_utils"))
 import ckpt_factory   # noqa: E402
-from ansible.module_utils.engram_packer import DEFAULT_CHUNK_BYTES, pack_layer  # noqa: E402
-from ansible.module_utils.safetensors_index import read_engram_tables  # noqa: E402
-from ansible.module_utils.shard_format import HEADER_BYTES, MIB, ROW_BYTES, shard_name  # noqa: E402
+from ansible.module_utils.engram.packer import DEFAULT_CHUNK_BYTES, pack_layer  # noqa: E402
+from ansible.module_utils.engram.safetensors_index import read_engram_tables  # noqa: E402
+from ansible.module_utils.engram.shard_format import HEADER_BYTES, MIB, ROW_BYTES, shard_name  # noqa: E402
 
 TARGET_RATIO = 0.8
 

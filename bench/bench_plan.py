@@ -22,7 +22,7 @@ import ansible.module_utils  # noqa: E402
 
 ansible.module_utils.__path__.append(os.path.join(ROOT, "module_utils"))
 import ckpt_factory  # noqa: E402
-from ansible.module_utils.pack_plan import plan  # noqa: E402
+from ansible.module_utils.engram.plan import plan  # noqa: E402
 
 TARGET_SECONDS = 0.2
 TP = 3

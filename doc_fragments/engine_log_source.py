@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The log-source options every engine-log module takes (module_utils/engine_log_source.SOURCE_ARGUMENT_SPEC)."""
+"""The log-source options every engine-log module takes (module_utils/engine_log/source.SOURCE_ARGUMENT_SPEC)."""
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type

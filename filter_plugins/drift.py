@@ -1,19 +1,14 @@
 """Filters for the drift check (playbooks/drift.yml): the declared launcher .env split into what may be
-shown and what is secret, by the one secret rule (module_utils/secret_rule.py)."""
+shown and what is secret, by the one secret rule (module_utils/base/secrets.py)."""
 from pathlib import Path
 
+import ansible.module_utils
 
-def _secret_rule():
-    """The repo's secret rule, imported as Ansible ships module_utils to hosts (see filter_plugins/fleet.py)."""
-    import ansible.module_utils as amu
-    path = str(Path(__file__).resolve().parent.parent / "module_utils")
-    if path not in list(amu.__path__):
-        amu.__path__.append(path)
-    from ansible.module_utils import secret_rule
-    return secret_rule
+MODULE_UTILS = str(Path(__file__).resolve().parent.parent / "module_utils")  # the repo's, as Ansible ships them
+if MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(MODULE_UTILS)
 
-
-_secret = _secret_rule()
+from ansible.module_utils.base.secrets import is_secret  # noqa: E402
 
 
 def dsv41_drift_env_split(settings, api_key=None):
@@ -26,7 +21,7 @@ def dsv41_drift_env_split(settings, api_key=None):
     for key, value in (settings or {}).items():
         if value is None:
             continue
-        (secrets if _secret.is_secret(key, str(value)) else public)[key] = value
+        (secrets if is_secret(key, str(value)) else public)[key] = value
     if api_key not in (None, ""):
         secrets["API_KEY"] = api_key
     return {"public": public, "secrets": secrets}

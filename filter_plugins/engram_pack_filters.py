@@ -1,5 +1,5 @@
 """Filters of the engram_pack role: the fleet's space table, its notes and refusals, the ways out for a
-rank that is short (relocate or delete foreign shards: module_utils/pack_options.py, pack_choice.py), the
+rank that is short (relocate or delete foreign shards: module_utils/engram/options.py, pack_choice.py), the
 time limit.
 
 Unit-tested in tests/unit/test_engram_pack_filters.py.
@@ -9,9 +9,13 @@ import os
 from pathlib import Path
 
 import ansible.module_utils
-if str(Path(__file__).resolve().parent.parent / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
-from ansible.module_utils import experiment_estimate, pack_choice, pack_options  # noqa: E402  (the repo's module_utils, as Ansible ships them)
+
+MODULE_UTILS = str(Path(__file__).resolve().parent.parent / "module_utils")  # the repo's, as Ansible ships them
+if MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(MODULE_UTILS)
+
+from ansible.module_utils.engram import choice as pack_choice, options as pack_options  # noqa: E402
+from ansible.module_utils.experiment import estimate as experiment_estimate  # noqa: E402
 
 # The directory made for relocated shards in each of dsv41_spare_volumes ([/data/zurih] -> /data/zurih/dsv41-engram-archive).
 SPARE_SUBDIR = "dsv41-engram-archive"
@@ -209,7 +213,7 @@ def dsv41_pack_summary(hosts, hostvars, choice, options, prefix, check_mode):
 
 def dsv41_stage_a_estimate(hosts, hostvars, bench, prompt_dir=None, max_mib_s=0, window_minutes=0, record_root=None,
                            fleet=None):
-    """Stage A's expected duration on this fleet (module_utils/experiment_estimate.py): every rank's bytes to
+    """Stage A's expected duration on this fleet (module_utils/experiment/estimate.py): every rank's bytes to
     write (its plan) packed one rank at a time, one restart, the C1/C4 benchmark twice (``bench``: workloads
     {name: file}, concurrency, repetitions, warmups, max_tokens), the contention step. The restart and the
     benchmark rounds from this fleet's experiment records under ``record_root`` when there are any. Returns

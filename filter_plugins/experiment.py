@@ -1,115 +1,106 @@
 """Filters of the experiment role: judging an arm on the control node.
 
-Thin wrappers over ``module_utils/experiment_checks.py`` and ``experiment_snapshot.py`` (unit-tested
+Thin wrappers over ``module_utils/experiment/checks.py`` and ``snapshot.py`` (unit-tested
 there), so the role's tasks hold no Jinja programs: each verdict is one filter call.
 """
 from pathlib import Path
 
+import ansible.module_utils
 
-def _module_utils():
-    """The repo's module_utils, imported as Ansible ships them (see filter_plugins/fleet.py)."""
-    import ansible.module_utils as amu
-    path = str(Path(__file__).resolve().parent.parent / "module_utils")
-    if path not in list(amu.__path__):
-        amu.__path__.append(path)
-    from ansible.module_utils import (decode_steps, engram_cache_state, experiment_campaign, experiment_checks,
-                                      experiment_estimate, experiment_evidence, experiment_nodes,
-                                      experiment_snapshot, memory_ledger, meminfo, nvidia_smi, quality_checks,
-                                      sampling_checks, verify_checks)
-    return (experiment_checks, experiment_snapshot, decode_steps, memory_ledger, meminfo, experiment_evidence,
-            sampling_checks, nvidia_smi, engram_cache_state, quality_checks, experiment_nodes, experiment_campaign,
-            experiment_estimate, verify_checks)
+MODULE_UTILS = str(Path(__file__).resolve().parent.parent / "module_utils")  # the repo's, as Ansible ships them
+if MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(MODULE_UTILS)
 
-
-(_checks, _snapshot, _steps, _ledger, _meminfo, _named, _sampling, _smi, _cache, _quality,
- _nodes, _campaign, _estimate, _verify) = _module_utils()
+from ansible.module_utils.bench import sampling  # noqa: E402
+from ansible.module_utils.engine_log import decode_steps, engram_cache, memory_ledger  # noqa: E402
+from ansible.module_utils.experiment import campaign, graded_tasks, checks as experiment_checks, estimate, evidence as experiment_evidence, nodes, quality, snapshot, verify  # noqa: E402
+from ansible.module_utils.host import meminfo, nvidia_smi  # noqa: E402
 
 
 def dsv41_stage_b_estimate(hosts, record_root=None, window_minutes=0, fleet=None):
-    """Stage B's expected duration on this fleet (module_utils/experiment_estimate.py): the image rebuild and
+    """Stage B's expected duration on this fleet (module_utils/experiment/estimate.py): the image rebuild and
     four boots, the boot and apply figures from this fleet's experiment records under ``record_root`` (runs
     whose snapshot holds exactly ``hosts`` and that recorded no other fleet name than ``fleet``) when there are
     any. Returns {estimate, lines, refusal} (refusal: None, or the window_minutes refusal naming what fits)."""
-    est = _estimate.stage_b_estimate(_estimate.fleet_figures(record_root, list(hosts), fleet))
-    return {"estimate": est, "lines": _estimate.stage_lines("stage_b_autotune", est),
-            "refusal": _estimate.stage_window_refusal("stage_b_autotune", est, window_minutes,
-                                                      _estimate.STAGE_B_ADVICE)}
+    est = estimate.stage_b_estimate(estimate.fleet_figures(record_root, list(hosts), fleet))
+    return {"estimate": est, "lines": estimate.stage_lines("stage_b_autotune", est),
+            "refusal": estimate.stage_window_refusal("stage_b_autotune", est, window_minutes,
+                                                      estimate.STAGE_B_ADVICE)}
 
 
 def dsv41_campaign_drift(conditions, definition):
-    """A campaign's A-B-A check (module_utils/experiment_campaign.py): the baseline at the start against the
+    """A campaign's A-B-A check (module_utils/experiment/campaign.py): the baseline at the start against the
     baseline at the end, by the separation rule and the campaign's tolerance."""
     camp = (definition or {}).get("campaign") or {}
     metric = (((definition or {}).get("arms") or [{}])[0].get("acceptance") or {}).get("metric", "aggregate_tok_s")
-    return _campaign.baseline_drift(conditions or {}, metric, (camp.get("baseline_drift") or {}).get("tolerance_pct", 0))
+    return campaign.baseline_drift(conditions or {}, metric, (camp.get("baseline_drift") or {}).get("tolerance_pct", 0))
 
 
 def dsv41_campaign_stage(definition, stage, conditions, arm_checks):
     """[conditions, arm_checks] of one stage of a campaign: the shared baseline and the stage's own arms."""
-    return list(_campaign.stage_conditions(definition, stage, conditions, arm_checks))
+    return list(campaign.stage_conditions(definition, stage, conditions, arm_checks))
 
 
 def dsv41_experiment_node_facts(running, images, memory, logs, ranks):
-    """{host: what the rank ran and its memory} of one condition (module_utils/experiment_nodes.py): container
+    """{host: what the rank ran and its memory} of one condition (module_utils/experiment/nodes.py): container
     variables (secrets masked), image id, engine/FlashInfer versions, kernel, graph shapes, MemAvailable and
     pressure stalls before the restart, after the captures and after the measurement."""
-    return _nodes.node_facts(running or {}, images or {}, memory or {}, logs or {}, ranks or {})
+    return nodes.node_facts(running or {}, images or {}, memory or {}, logs or {}, ranks or {})
 
 
 def dsv41_experiment_probe_plan(base, workloads, settings):
     """An untimed condition's requests: every workload at every concurrency 1..slots (every graph shape
-    warmed; module_utils/experiment_checks.py)."""
-    return _checks.probe_plan(base or {}, workloads or [], settings or {})
+    warmed; module_utils/experiment/checks.py)."""
+    return experiment_checks.probe_plan(base or {}, workloads or [], settings or {})
 
 
 def dsv41_graded_prompts(kinds=None):
     """The graded code, JSON and math task set (decode_bench's prompt file format), the tasks of ``kinds``
-    (module_utils/graded_tasks.py)."""
-    from ansible.module_utils import graded_tasks
+    (module_utils/experiment/graded_tasks.py)."""
     return graded_tasks.prompts(kinds or None)
 
 
 def dsv41_needle_prompts(tokens=None):
     """The long-context needle prompt set (decode_bench's prompt file format) for the given sizes in tokens
-    (default 30,000 and 100,000): module_utils/quality_checks.py."""
-    return _quality.needle_prompts(tokens or _quality.DEFAULT_NEEDLE_TOKENS)
+    (default 30,000 and 100,000): module_utils/experiment/quality.py."""
+    return quality.needle_prompts(tokens or quality.DEFAULT_NEEDLE_TOKENS)
 
 
 def dsv41_experiment_cache_state(logs, ranks):
     """{host: [{layer, cold_hit_pct, warm_hit_pct, ...}]}: the Engram row cache at the first and the last
-    periodic Engram line of every rank's latest boot (module_utils/engram_cache_state.py)."""
-    return _cache.fleet_cache_state(logs or {}, ranks or {})
+    periodic Engram line of every rank's latest boot (module_utils/engine_log/engram_cache.py)."""
+    return engram_cache.fleet_cache_state(logs or {}, ranks or {})
 
 
 def dsv41_experiment_wo_a_modes(logs, ranks):
     """{host: {rank, armed, mode (bridge/kernel/None), drop, draft_kept}}: how wo_a_w8 ran on each rank's latest
-    boot, from the adapter's own lines (module_utils/experiment_evidence.py)."""
-    return _named.wo_a_modes(logs or {}, ranks or {})
+    boot, from the adapter's own lines (module_utils/experiment/evidence.py)."""
+    return experiment_evidence.wo_a_modes(logs or {}, ranks or {})
 
 
 def dsv41_driver_versions(outputs):
     """{host: nvidia-smi --query-gpu=driver_version output} -> {host: "580.95.05" or None} (one parser:
-    module_utils/nvidia_smi.py)."""
-    return dict((host, _smi.parse_driver_version(text)) for host, text in (outputs or {}).items())
+    module_utils/host/nvidia_smi.py)."""
+    return dict((host, nvidia_smi.parse_driver_version(text)) for host, text in (outputs or {}).items())
 
 
 def dsv41_experiment_evidence(evidence, logs, ranks, profiles=None):
     """Failure messages of an arm's named checks and its must / must-not lines on every rank (empty = pass)."""
-    return (_named.named_failures((evidence or {}).get("checks") or [], logs or {}, ranks or {})
-            + _checks.evidence_failures(evidence, logs or {}, ranks or {}, profiles))
+    return (experiment_evidence.named_failures((evidence or {}).get("checks") or [], logs or {}, ranks or {})
+            + experiment_checks.evidence_failures(evidence, logs or {}, ranks or {}, profiles))
 
 
 def dsv41_experiment_same_lines(logs, ranks, definition):
     """{id: {host: [lines]}}: what every ``same_as_baseline`` line of the definition (shared and each arm's)
     matches in each rank's latest boot, recorded for every condition so each arm is compared with the baseline
-    of the same run (module_utils/experiment_checks.py: same_lines)."""
+    of the same run (module_utils/experiment/checks.py: same_lines)."""
     specs, seen = [], set()
     for arm in (definition or {}).get("arms") or []:
         for spec in ((arm.get("evidence") or {}).get("same_as_baseline") or []):
             if spec["id"] not in seen:
                 seen.add(spec["id"])
                 specs.append(spec)
-    return _checks.same_lines(specs, logs or {}, ranks or {})
+    return experiment_checks.same_lines(specs, logs or {}, ranks or {})
 
 
 def dsv41_experiment_same_failures(evidence, lines, conditions, ranks):
@@ -118,40 +109,40 @@ def dsv41_experiment_same_failures(evidence, lines, conditions, ranks):
     if not specs:
         return []
     base = ((conditions or {}).get("baseline") or {}).get("same_lines")
-    return _checks.same_as_baseline_failures(specs, lines or {}, base if base is not None else {}, ranks or {})
+    return experiment_checks.same_as_baseline_failures(specs, lines or {}, base if base is not None else {}, ranks or {})
 
 
 def dsv41_memory_cost_failures(ledger, conditions, headroom_gib, name="the arm"):
     """With memory.cost_within_headroom: the ranks where the arm costs more memory than its stated headroom
-    against the baseline of this run (module_utils/memory_ledger.py: cost_failures)."""
+    against the baseline of this run (module_utils/engine_log/memory_ledger.py: cost_failures)."""
     base = ((conditions or {}).get("baseline") or {}).get("memory")
     if not headroom_gib:
         return []
     if not base:
         return ["memory: the baseline's ledger was not recorded; %s's cost against its stated headroom %.2f GiB "
                 "cannot be shown" % (name, float(headroom_gib))]
-    return _ledger.cost_failures(ledger or {}, base, float(headroom_gib), name, "the baseline")
+    return memory_ledger.cost_failures(ledger or {}, base, float(headroom_gib), name, "the baseline")
 
 
 def dsv41_experiment_preconditions(requires, facts):
     """Failure messages of what an arm requires against what the fleet shows (empty = may run)."""
-    return _checks.preconditions(requires or {}, facts or {})
+    return experiment_checks.preconditions(requires or {}, facts or {})
 
 
 def dsv41_experiment_pin_images(definition, pins):
     """{"definition": the definition with each image_pin arm set to its pinned IMAGE, "problems": [...]}."""
-    resolved, problems = _checks.pin_images(definition or {}, pins or {})
+    resolved, problems = experiment_checks.pin_images(definition or {}, pins or {})
     return {"definition": resolved, "problems": problems}
 
 
 def dsv41_experiment_image_facts(presence, checks):
     """{ref: {"present": {host: bool}, "problems", "checks", "image_id"}} of the pinned images."""
-    return _checks.image_facts(presence or {}, checks or [])
+    return experiment_checks.image_facts(presence or {}, checks or [])
 
 
 def dsv41_experiment_pinned_image_failures(image_ids, ref, images):
     """Evidence failures: ranks whose engine does not run the pinned image (empty when nothing is pinned)."""
-    return _checks.pinned_image_failures(image_ids or {}, ref or "", images or {})
+    return experiment_checks.pinned_image_failures(image_ids or {}, ref or "", images or {})
 
 
 def dsv41_experiment_correctness(checks, results, run_logs=None, conditions=None, condition=None, mixed=None,
@@ -163,15 +154,15 @@ def dsv41_experiment_correctness(checks, results, run_logs=None, conditions=None
     baseline = None
     if condition not in (None, "baseline"):
         baseline = (conditions or {}).get("baseline") or {}
-    return _checks.correctness_failures(checks or [], results or [], run_logs, baseline, mixed or [], probes or {})
+    return experiment_checks.correctness_failures(checks or [], results or [], run_logs, baseline, mixed or [], probes or {})
 
 
 def dsv41_experiment_proposal(results, bins=None):
-    """{workload: PIT uniformity figures} of a condition's logprob probe (module_utils/verify_checks.py), for the
+    """{workload: PIT uniformity figures} of a condition's logprob probe (module_utils/experiment/verify.py), for the
     record; {} when no probe was sent."""
     if not results:
         return {}
-    return _verify.proposal_failures(results, bins=bins or _verify.DEFAULT_BINS)[1]
+    return verify.proposal_failures(results, bins=bins or verify.DEFAULT_BINS)[1]
 
 
 def dsv41_experiment_capped_probe(results, logs, ranks):
@@ -180,7 +171,7 @@ def dsv41_experiment_capped_probe(results, logs, ranks):
     if not results:
         return {}
     heads = [h for h, r in (ranks or {}).items() if int(r) == 0 and h in (logs or {})]
-    steps = _verify.probe_steps(logs[heads[0]], results) if heads else {}
+    steps = verify.probe_steps(logs[heads[0]], results) if heads else {}
     return {"results": results, "steps": steps}
 
 
@@ -190,7 +181,7 @@ def dsv41_experiment_distribution(results, conditions, condition, bins=None):
     base = ((conditions or {}).get("baseline") or {}).get("results")
     if condition == "baseline" or not base:
         return {}
-    return _sampling.distribution_failures(results or [], base, bins=bins or _sampling.DEFAULT_BINS)[1]
+    return sampling.distribution_failures(results or [], base, bins=bins or sampling.DEFAULT_BINS)[1]
 
 
 # The value a switch is evaluated at when it is unset and an arm needs it forwarded: its off value.
@@ -216,30 +207,30 @@ def dsv41_forward_probe(settings, definition):
 
 def dsv41_experiment_boot_facts(logs, ranks):
     """What the preconditions read from every rank's latest boot: memory left after capture per host and
-    rank 0's folded-sampling decision (module_utils/experiment_evidence.py: boot_memory_facts)."""
-    return _named.boot_memory_facts(logs or {}, ranks or {})
+    rank 0's folded-sampling decision (module_utils/experiment/evidence.py: boot_memory_facts)."""
+    return experiment_evidence.boot_memory_facts(logs or {}, ranks or {})
 
 
 def dsv41_experiment_fatal_lines(tails, ranks):
     """Fatal lines of each rank's latest boot, "host rank r: line" (why a condition did not come up)."""
-    return _checks.fatal_lines(tails or {}, ranks or {})
+    return experiment_checks.fatal_lines(tails or {}, ranks or {})
 
 
 def dsv41_snapshot_compare(before, after):
     """{"equal": bool, "differences": {host: [item: a -> b]}} of two fleet snapshots."""
-    return _snapshot.compare(before or {}, after or {})
+    return snapshot.compare(before or {}, after or {})
 
 
 def dsv41_experiment_needs_profile(evidence):
     """True when an arm's evidence reads the profile trace (``when: profile``)."""
-    return _checks.needs_profile(evidence)
+    return experiment_checks.needs_profile(evidence)
 
 
 def dsv41_experiment_exposed_failures(exposed, arm_us, conditions, ranks):
     """Ranks whose exposed time (profile traces) did not fall below the baseline's, when the definition asks.
     ``conditions`` is the run's conditions so far (the baseline's ``exposed_us`` is read from it)."""
     baseline_us = ((conditions or {}).get("baseline") or {}).get("exposed_us")
-    return _checks.exposed_failures(exposed, arm_us, baseline_us, ranks or {})
+    return experiment_checks.exposed_failures(exposed, arm_us, baseline_us, ranks or {})
 
 
 def dsv41_experiment_exposed_by_host(profiles):
@@ -250,39 +241,39 @@ def dsv41_experiment_exposed_by_host(profiles):
 
 def dsv41_experiment_phase_seconds(clock):
     """Seconds of each phase of a condition (apply, boot, benchmark, evidence, total) from its clock marks."""
-    return _checks.phase_seconds(clock or {})
+    return experiment_checks.phase_seconds(clock or {})
 
 
 def dsv41_experiment_workload_steps(logs, ranks, results, concurrency=1):
     """Per workload: committed tokens per step, step time and their quotient from rank 0's lines logged
-    while that workload ran at ``concurrency`` (module_utils/decode_steps.py: workload_steps)."""
-    return _steps.workload_steps(logs or {}, ranks or {}, results or [], concurrency)
+    while that workload ran at ``concurrency`` (module_utils/engine_log/decode_steps.py: workload_steps)."""
+    return decode_steps.workload_steps(logs or {}, ranks or {}, results or [], concurrency)
 
 
 def dsv41_experiment_round_metrics(results, logs, ranks):
     """A condition's decode_bench results with committed tokens per step, step time and their quotient per
-    measured round from rank 0's step lines (module_utils/decode_steps.py: with_round_metrics), so a definition
+    measured round from rank 0's step lines (module_utils/engine_log/decode_steps.py: with_round_metrics), so a definition
     can judge by them."""
-    return _steps.with_round_metrics(results or [], logs or {}, ranks or {})
+    return decode_steps.with_round_metrics(results or [], logs or {}, ranks or {})
 
 
 def dsv41_experiment_decode_steps(logs, ranks, benchmarked=()):
     """Committed tokens per step and step time of a condition, from rank 0's Decode batch lines: at C1, C2, C4
     and at every concurrency the condition's benchmark ran (``benchmarked``; more slots adds C8)."""
-    return _steps.condition_steps(logs or {}, ranks or {}, sorted({1, 2, 4} | set(int(c) for c in benchmarked or ())))
+    return decode_steps.condition_steps(logs or {}, ranks or {}, sorted({1, 2, 4} | set(int(c) for c in benchmarked or ())))
 
 
 def _mem_available_gib(text):
     if not text:
         return None
-    value = _meminfo.parse_meminfo(text).get("MemAvailable")
+    value = meminfo.parse_meminfo(text).get("MemAvailable")
     return None if value is None else round(value / float(1 << 30), 2)
 
 
 def dsv41_memory_ledger(logs, ranks, meminfo_before=None, meminfo_after=None):
-    """{host: ledger} of a condition: rank_ledger of each rank's latest boot (module_utils/memory_ledger.py)
+    """{host: ledger} of a condition: rank_ledger of each rank's latest boot (module_utils/engine_log/memory_ledger.py)
     with the host's MemAvailable (GiB) read before the restart and after the boot (/proc/meminfo texts)."""
-    out = _ledger.fleet_ledger(logs or {}, ranks or {})
+    out = memory_ledger.fleet_ledger(logs or {}, ranks or {})
     for host, led in out.items():
         led["mem_available_before_gib"] = _mem_available_gib((meminfo_before or {}).get(host))
         led["mem_available_after_gib"] = _mem_available_gib((meminfo_after or {}).get(host))
@@ -291,7 +282,7 @@ def dsv41_memory_ledger(logs, ranks, meminfo_before=None, meminfo_after=None):
 
 def dsv41_memory_floor_failures(ledger, floor_gib):
     """Failure messages of the ranks that keep less than floor_gib for serving (empty = pass)."""
-    return _ledger.floor_failures(ledger or {}, floor_gib)
+    return memory_ledger.floor_failures(ledger or {}, floor_gib)
 
 
 class FilterModule:

@@ -8,6 +8,17 @@ import posixpath
 import re
 from pathlib import Path
 
+import ansible.module_utils
+
+MODULE_UTILS = str(Path(__file__).resolve().parent.parent / "module_utils")  # the repo's, as Ansible ships them
+if MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(MODULE_UTILS)
+
+from ansible.module_utils.base import secrets  # noqa: E402
+from ansible.module_utils.fleet import records  # noqa: E402
+from ansible.module_utils.host.meminfo import parse_meminfo  # noqa: E402
+from ansible.module_utils.launcher import env  # noqa: E402
+
 # Per-host variables every rank host must define, with the check each value must pass.
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -33,7 +44,7 @@ REQUIRED_HOST_VARS = {
     "dsv41_worker_container": ("a container name", lambda v: isinstance(v, str) and bool(NAME_RE.match(v))),
 }
 # Fleet-wide variables every rank host must agree on. dsv41_fleet_name names the fleet's records directory
-# (records/<dsv41_fleet_name>/), so it is one safe path component (module_utils/fleet_records.py holds the rule,
+# (records/<dsv41_fleet_name>/), so it is one safe path component (module_utils/fleet/records.py holds the rule,
 # which bin/fleet-drift applies too); dsv41_fleet_is_lab (optional, false when absent) marks every figure the
 # fleet's runs record as lab output.
 FLEET_VARS = ("dsv41_fleet_name", "dsv41_fleet_is_lab")
@@ -44,9 +55,9 @@ def _fleet_var_errors(hostvars, hosts):
     for host in hosts:
         hv = hostvars.get(host, {})
         if "dsv41_fleet_name" not in hv:
-            errors.append(f"{host}: dsv41_fleet_name is not set (want {_records.FLEET_NAME_RULE})")
+            errors.append(f"{host}: dsv41_fleet_name is not set (want {records.FLEET_NAME_RULE})")
         else:
-            problem = _records.fleet_name_problem(hv["dsv41_fleet_name"])
+            problem = records.fleet_name_problem(hv["dsv41_fleet_name"])
             if problem:
                 errors.append(f"{host}: {problem}")
         if "dsv41_fleet_is_lab" in hv and not isinstance(hv["dsv41_fleet_is_lab"], bool):
@@ -131,8 +142,7 @@ def dsv41_bytes_gib(value, digits=3):
 
 
 def dsv41_meminfo(text):
-    """Parse /proc/meminfo text into {key: bytes} (the one parser, module_utils/meminfo.parse_meminfo)."""
-    from ansible.module_utils.meminfo import parse_meminfo
+    """Parse /proc/meminfo text into {key: bytes} (the one parser, module_utils/host/meminfo.parse_meminfo)."""
     return parse_meminfo(str(text))
 
 
@@ -148,69 +158,51 @@ def dsv41_table(rows, columns):
     return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body]
 
 
-def _module_utils():
-    """The repo's module_utils, imported as Ansible ships them to hosts (``ansible.module_utils.<name>``).
-
-    Filters cannot import module_utils the Ansible way, so the repo's module_utils directory is added
-    to the package path (as tests/conftest.py does): the controller then parses and writes a .env, and
-    decides what is secret, with exactly the code the modules run on the hosts.
-    """
-    import ansible.module_utils as amu
-    path = str(Path(__file__).resolve().parent.parent / "module_utils")
-    if path not in list(amu.__path__):
-        amu.__path__.append(path)
-    from ansible.module_utils import fleet_records, launcher_env, secret_rule
-    return launcher_env, secret_rule, fleet_records
-
-
-_env, _secret, _records = _module_utils()
-
-
 def _fail(exc):
     from ansible.errors import AnsibleFilterError
     return AnsibleFilterError(str(exc))
 
 
 def dsv41_env_parse(text, base=None):
-    """What ``set -a; source .env`` assigns, read with bash's rules (module_utils/launcher_env.parse_env).
+    """What ``set -a; source .env`` assigns, read with bash's rules (module_utils/launcher/env.parse_env).
 
     Fails naming the line for anything that is not data (command substitution, a command word, ...).
     """
     try:
-        return _env.parse_env(str(text), base)
-    except _env.EnvError as exc:
+        return env.parse_env(str(text), base)
+    except env.EnvError as exc:
         raise _fail(exc)
 
 
 def dsv41_env_render(settings, api_key=None, notes=None):
-    """The launcher .env text for ``settings`` (the one writer, module_utils/launcher_env.render_env).
+    """The launcher .env text for ``settings`` (the one writer, module_utils/launcher/env.render_env).
 
     Fails naming every key or value that cannot be written as data.
     """
     try:
-        return _env.render_env(settings or {}, api_key, notes or ())
-    except _env.EnvError as exc:
+        return env.render_env(settings or {}, api_key, notes or ())
+    except env.EnvError as exc:
         raise _fail(exc)
 
 
 def dsv41_is_secret(name):
-    """The one secret rule (module_utils/secret_rule.is_secret_name): KEY/TOKEN/SECRET/PASSWORD/PASSWD/
+    """The one secret rule (module_utils/base/secrets.is_secret_name): KEY/TOKEN/SECRET/PASSWORD/PASSWD/
     CREDENTIAL/PAT-style names, case-insensitive."""
-    return _secret.is_secret_name(name)
+    return secrets.is_secret_name(name)
 
 
 def dsv41_redact(data, secret_values=None):
     """``data`` with values of secret names shown as ``***`` and every secret value (those, plus
-    ``secret_values`` such as the API key) replaced wherever it appears (module_utils/secret_rule.redact).
+    ``secret_values`` such as the API key) replaced wherever it appears (module_utils/base/secrets.redact).
     Apply before to_json/to_nice_json so a secret holding quotes or backslashes is still matched."""
     values = [v for v in (secret_values or []) if v]
-    return _secret.redact(data, values)
+    return secrets.redact(data, values)
 
 
 def dsv41_secret_values(data, secret_values=None):
     """Every secret value in ``data`` (values of secret names, ``NAME=value`` items included) plus
-    ``secret_values``: what must be hidden in other documents too (module_utils/secret_rule.secret_values)."""
-    return _secret.secret_values(data, [v for v in (secret_values or []) if v])
+    ``secret_values``: what must be hidden in other documents too (module_utils/base/secrets.secret_values)."""
+    return secrets.secret_values(data, [v for v in (secret_values or []) if v])
 
 
 class FilterModule:

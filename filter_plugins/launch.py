@@ -11,17 +11,15 @@ from __future__ import absolute_import, division, print_function
 import json
 from pathlib import Path
 
+import ansible.module_utils
+
+MODULE_UTILS = str(Path(__file__).resolve().parent.parent / "module_utils")  # the repo's, as Ansible ships them
+if MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(MODULE_UTILS)
+
+from ansible.module_utils.launcher import truth as launch_truth  # noqa: E402
+
 __metaclass__ = type
-
-
-def _launch_truth():
-    """module_utils/launch_truth.py, imported as Ansible ships module_utils (see filter_plugins/fleet.py)."""
-    import ansible.module_utils as amu
-    path = str(Path(__file__).resolve().parent.parent / "module_utils")
-    if path not in amu.__path__:
-        amu.__path__.append(path)
-    from ansible.module_utils import launch_truth
-    return launch_truth
 
 
 def dsv41_engram_settings(key_effects, rank):
@@ -81,7 +79,7 @@ def dsv41_launch_truth(prediction, containers, images, hostvars):
         host = res["item"]
         running.append({"rank": hostvars[host]["dsv41_rank"], "host": host,
                         "container": _first_json(res), "image": _first_json(images_by_host.get(host))})
-    return _launch_truth().check_ranks(prediction, running)
+    return launch_truth.check_ranks(prediction, running)
 
 
 def _first_json(res):

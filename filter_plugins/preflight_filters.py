@@ -1,5 +1,5 @@
 """Filters of the preflight role: the refusal of a run on part of the fleet, the guard against starting
-while an experiment run is unfinished (module_utils/experiment_runs.py reads the record directory), and the
+while an experiment run is unfinished (module_utils/experiment/runs.py reads the record directory), and the
 notice of this fleet's runs left in the records/experiments/ every fleet shared before.
 
 Unit-tested in tests/unit/test_preflight_filters.py and tests/unit/test_experiment_runs.py.
@@ -8,9 +8,12 @@ import os
 from pathlib import Path
 
 import ansible.module_utils
-if str(Path(__file__).resolve().parent.parent / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent / "module_utils"))
-from ansible.module_utils import experiment_runs  # noqa: E402
+
+MODULE_UTILS = str(Path(__file__).resolve().parent.parent / "module_utils")  # the repo's, as Ansible ships them
+if MODULE_UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(MODULE_UTILS)
+
+from ansible.module_utils.experiment import runs as experiment_runs  # noqa: E402
 
 
 def dsv41_partial_fleet_refusal(covered, left_out, hostvars, scope, head, limit="", whole_only_reason=""):

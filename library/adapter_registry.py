@@ -88,11 +88,11 @@ missing:
 """
 
 import os
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.import_hook import HookError, public, read_hook
-from ansible.module_utils.import_hook_arming import adapter_reads, arming, hook_problems
+from ansible.module_utils.adapters.hook import HookError, public, read_hook
+from ansible.module_utils.adapters.arming import adapter_reads, arming, hook_problems
+from ansible.module_utils.base.host_label import host_label
 
 
 def report(text, expected, values=None, adapter_reads=None, source="sitecustomize.py"):
@@ -124,7 +124,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or socket.gethostname().split(".")[0]
+    label = host_label(p["host_label"])
     expected = {str(k): str(v) for k, v in (p["expected"] or {}).items()}
     try:
         with open(p["path"], encoding="utf-8") as handle:

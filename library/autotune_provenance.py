@@ -20,7 +20,7 @@ description:
     whole cache is moved to C(<cache_root>.invalidated/<UTC time>/) on this rank (kept, never deleted), so the
     next boot tunes from scratch. A cache without a record is kept (nothing says it is incompatible).
   - C(state=present) (after a boot) records the image id and kernel the boot ran and the cache's files.
-  - The logic is in C(module_utils/autotune_provenance.py).
+  - The logic is in C(module_utils/adapters/autotune_provenance.py).
 version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
@@ -101,8 +101,8 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import autotune_provenance as prov
-from ansible.module_utils.host_files import host_label
+from ansible.module_utils.adapters import autotune_provenance as prov
+from ansible.module_utils.base.host_label import host_label
 
 
 def image_id_of(module, image, who):

@@ -23,7 +23,7 @@ description:
   - Lists the rank's cache files C(<cache_root>/<flashinfer version>/<sm>/<hash>/rank_tp{r}_pp0_dp0.json)
     with size, sha256, mtime and the retention adapter's C(.launch) sidecar (the launch
     fingerprint) beside each, and which of them the latest boot used.
-  - Read-only. Parsing is done by C(module_utils/engine_log_source.py), the project's one engine-log
+  - Read-only. Parsing is done by C(module_utils/engine_log/source.py), the project's one engine-log
     parser; only the latest boot counts.
 version_added: "0.1.0"
 author: TP3 fleet config repo
@@ -156,9 +156,10 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.boot_facts import autotune_verdict as verdict_of
-from ansible.module_utils import engine_log_lines, engine_log_source
-from ansible.module_utils.engine_log_lines import EngineLogError
+from ansible.module_utils.engine_log.boot_facts import autotune_verdict as verdict_of
+from ansible.module_utils.engine_log import lines as engine_log_lines, source as engine_log_source
+from ansible.module_utils.engine_log.lines import EngineLogError
+from ansible.module_utils.base.host_label import host_label
 
 VERDICTS = ("reused", "tuned", "mixed", "failed", "none")
 # A cache file as the engine names it (container path, ".../autotune/<version>/<sm>/<hash>/<file>")
@@ -305,7 +306,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or os.uname().nodename
+    label = host_label(p["host_label"])
     who = "%s rank %d" % (label, p["rank"])
     if p["rank"] < 0:
         module.fail_json(msg="%s: rank must be >= 0" % who, changed=False)

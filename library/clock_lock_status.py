@@ -21,7 +21,7 @@ description:
     at 2026-11-30 14:24:59 UTC this boot, no later manual clock command)) or C(drift (manual -rgc by zurih
     (sudo) at ... after the unit's run))."
   - Every result carries C(cannot_verify), the plain list of what no check on a real Spark can see.
-  - Parsing is done by C(module_utils/clock_lock.py) and the files it names; commands run without a shell.
+  - Parsing is done by C(module_utils/host/clock_lock.py) and the files it names; commands run without a shell.
 version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
@@ -142,12 +142,12 @@ notes: {description: What could not be looked at, returned: always, type: list, 
 host: {description: The node's hostname, returned: always, type: str}
 """
 
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.clock_lock import ClockLockError, gather
-from ansible.module_utils.probe_runner import make_runner
-from ansible.module_utils.unit_journal import JournalError
+from ansible.module_utils.host.clock_lock import ClockLockError, gather
+from ansible.module_utils.base.probe import make_runner
+from ansible.module_utils.host.unit_journal import JournalError
+from ansible.module_utils.base.host_label import host_label
 
 
 def run_module():
@@ -165,7 +165,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    host = socket.gethostname()
+    host = host_label()
     try:
         res = gather(make_runner(module), p["state"], p["unit"], p["min_mhz"], p["max_mhz"],
                      reset_unit=p["reset_unit"], nvidia_smi=p["nvidia_smi"], sample_clock=p["sample_clock"],

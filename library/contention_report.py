@@ -19,7 +19,7 @@ description:
     else the inventory's I(owners) entry, else unknown.
   - Nothing that is missing makes the module fail - no docker (C(docker_available=false)), no systemd,
     a kernel without PSI (C(psi=null)), a journal it may not read (C(journal_readable=false)).
-  - Commands are run without a shell. Parsing is done by C(module_utils/contention.py) and the files it names.
+  - Commands are run without a shell. Parsing is done by C(module_utils/host/contention.py) and the files it names.
 version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
@@ -176,8 +176,8 @@ host: {description: I(host_label) or the hostname, returned: always, type: str}
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import contention
-from ansible.module_utils.probe_runner import make_runner
+from ansible.module_utils.host import contention
+from ansible.module_utils.base.probe import make_runner
 
 
 def run_module():

@@ -29,7 +29,7 @@ description:
     and reported with the error's own code, and up to I(failed_repetition_retries) extra rounds per
     condition replace failed ones. The task fails (with the results) when a condition is left with
     fewer than I(repetitions) measured rounds. Errors before the stream (HTTP 4xx/5xx) fail at once.
-  - All logic is in C(module_utils/decode_bench.py); this module is a thin wrapper.
+  - All logic is in C(module_utils/bench/decode.py); this module is a thin wrapper.
 version_added: "0.1.0"
 author: TP3 fleet config repo
 options:
@@ -103,7 +103,7 @@ options:
       - Ask every request for the target's log-probabilities (C(logprobs true), C(top_logprobs) this many, at most
         20); 0 (default) asks nothing. Each sampled condition then has C(proposal_pit), where every committed token
         falls in the distribution the engine reported, under the request's temperature, top-p and top-k
-        (C(module_utils/verify_checks.py); the stage checks' C(proposal_distribution) test pools it).
+        (C(module_utils/experiment/verify.py); the stage checks' C(proposal_distribution) test pools it).
     type: int
     default: 0
   logprobs_mode:
@@ -336,11 +336,11 @@ plan:
   type: list
 """
 
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import decode_bench as db
-from ansible.module_utils.decode_bench_progress import BenchProgress
+from ansible.module_utils.bench import decode as db
+from ansible.module_utils.bench.progress import BenchProgress
+from ansible.module_utils.base.host_label import host_label
 
 
 def run_module():
@@ -377,7 +377,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or (socket.gethostname().split(".")[0] or "this host")
+    label = host_label(p["host_label"])
     keys = ("model", "concurrency", "repetitions", "warmups", "prompts_per_stream", "max_tokens",
             "temperature", "top_p", "top_k", "seed", "greedy_streams", "failed_repetition_retries", "thinking", "stream",
             "timeout", "purpose", "top_logprobs", "logprobs_mode")

@@ -89,7 +89,7 @@ lines:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.decode_bench_follow import leftover_lines, leftovers
+from ansible.module_utils.bench.follow import leftover_lines, leftovers
 
 
 def main():

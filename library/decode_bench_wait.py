@@ -119,7 +119,7 @@ elapsed_s:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.decode_bench_follow import follow_bench
+from ansible.module_utils.bench.follow import follow_bench
 
 
 def main():

@@ -89,9 +89,9 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.drm_probe import problems, read
-from ansible.module_utils.host_files import host_label
-from ansible.module_utils.probe_runner import make_runner
+from ansible.module_utils.host.drm_probe import problems, read
+from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.base.probe import make_runner
 
 
 def run_module():

@@ -32,7 +32,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 boot:
-  description: The latest boot (see module_utils/boot_facts.py BootFacts.to_dict).
+  description: The latest boot (see module_utils/engine_log/boot_facts.py BootFacts.to_dict).
   returned: success
   type: dict
   contains:
@@ -64,13 +64,13 @@ boot:
       type: dict
 """
 
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_log_lines import EngineLogError
-from ansible.module_utils.engine_log_source import (
+from ansible.module_utils.engine_log.lines import EngineLogError
+from ansible.module_utils.engine_log.source import (
     SOURCE_ARGUMENT_SPEC, SOURCE_MUTUALLY_EXCLUSIVE, SOURCE_REQUIRED_ONE_OF, read_boot_params,
 )
+from ansible.module_utils.base.host_label import host_label
 
 
 def main():
@@ -81,7 +81,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or socket.gethostname().split(".")[0]
+    label = host_label(p["host_label"])
     try:
         facts = read_boot_params(module.run_command, p)
     except (EngineLogError, OSError) as exc:

@@ -12,7 +12,7 @@ short_description: Return the latest boot of an SGLang engine log (both streams,
 description:
   - Collects the text of the latest boot of a rank's engine log, the way every role collects boot
     logs (run records, a failed restart's report). The boot is found by the project's engine log
-    reader (C(module_utils/engine_log_source.py)), so "latest boot" means the same here as in
+    reader (C(module_utils/engine_log/source.py)), so "latest boot" means the same here as in
     C(engram_packed), C(kv_pool) and C(autotune_status); from the last boot marker to the end.
   - For a container, C(docker logs --timestamps) is read on both streams (the engine's logging goes
     to stderr, C(print) lines such as C(Ready) and the adapters' to stdout) and merged back into log
@@ -103,13 +103,13 @@ read:
   type: dict
 """
 
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_log_lines import EngineLogError
-from ansible.module_utils.engine_log_source import (
+from ansible.module_utils.engine_log.lines import EngineLogError
+from ansible.module_utils.engine_log.source import (
     SOURCE_ARGUMENT_SPEC, SOURCE_MUTUALLY_EXCLUSIVE, SOURCE_REQUIRED_ONE_OF, read_boot_text,
 )
+from ansible.module_utils.base.host_label import host_label
 
 
 def collect(run_command, params):
@@ -135,7 +135,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or socket.gethostname().split(".")[0]
+    label = host_label(p["host_label"])
     if p["max_bytes"] < 4096 or p["tail_lines"] < 0:
         module.fail_json(msg="%s: max_bytes must be at least 4096 and tail_lines not negative (got %d, %d)"
                          % (label, p["max_bytes"], p["tail_lines"]), changed=False)

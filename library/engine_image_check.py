@@ -113,13 +113,13 @@ problems:
 """
 
 import json
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_image_checks import CHECKS, adapter_modules, image_checks
-from ansible.module_utils.engine_source import Engine, SourceError
-from ansible.module_utils.import_hook import HookError, read_hook
-from ansible.module_utils.probe_runner import make_runner, tail_text
+from ansible.module_utils.adapters.image_checks import CHECKS, adapter_modules, image_checks
+from ansible.module_utils.adapters.engine_source import Engine, SourceError
+from ansible.module_utils.adapters.hook import HookError, read_hook
+from ansible.module_utils.base.probe import make_runner, tail_text
+from ansible.module_utils.base.host_label import host_label
 
 
 def image_reader(run, docker, image, root):
@@ -187,7 +187,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or socket.gethostname().split(".")[0]
+    label = host_label(p["host_label"])
     try:
         result = judge(make_runner(module, timeout=p["command_timeout"]), p, label)
     except (ValueError, SourceError, HookError) as exc:

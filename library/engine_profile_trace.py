@@ -16,7 +16,7 @@ description:
     in that directory of the rank's container (C(docker exec <container> python3)) and returns the
     kernel names they hold (events with C(cat=kernel), or every complete event when none is marked).
   - The W8 adapters print no per-call counter, so a trace is the evidence that the FP8 wo_a path
-    ran for target and draft shapes (stage D). Parsing is C(module_utils/profile_trace.py).
+    ran for target and draft shapes (stage D). Parsing is C(module_utils/engine_log/profile_trace.py).
   - A rank whose trace is not yet written has C(traces) empty (the caller retries, as the profiler
     writes asynchronously after C(/stop_profile)); a trace still being written is listed in
     C(unreadable), never parsed half. Such a round also returns C(lines) (empty) and C(msg) saying
@@ -95,7 +95,7 @@ exposed_us:
   type: float
 step_profile:
   description:
-    - The rank's step profile of the window (C(module_utils/profile_trace.py) C(step_profile)), averaged over the
+    - The rank's step profile of the window (C(module_utils/engine_log/profile_trace.py) C(step_profile)), averaged over the
       traces read; None without a trace that has durations. C(compute_us) is the kernel time on the compute stream,
       C(side_us) on the others, C(exposed_us) and C(exposed_share_pct) each I(profile_patterns) name's time on the
       compute stream and its share of it (percent), C(top) the five longest kernels there as [name, us].
@@ -122,12 +122,12 @@ lines:
 """
 
 import re
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.probe_runner import make_runner, tail_text
-from ansible.module_utils.profile_trace import (LIST_SCRIPT, TraceError, exposed_us, parse_listing, rank_kernels,
+from ansible.module_utils.base.probe import make_runner, tail_text
+from ansible.module_utils.engine_log.profile_trace import (LIST_SCRIPT, TraceError, exposed_us, parse_listing, rank_kernels,
                                                 step_profile, wait_report)
+from ansible.module_utils.base.host_label import host_label
 
 
 def read_traces(run, docker, container, directory, since, rank=None, label="host", exposed_pattern=None,
@@ -163,7 +163,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or socket.gethostname()
+    label = host_label(p["host_label"])
     patterns = [("exposed_pattern", p["exposed_pattern"])] if p["exposed_pattern"] else []
     patterns += [("profile_patterns.%s" % name, value) for name, value in sorted(p["profile_patterns"].items())]
     for where, value in patterns:

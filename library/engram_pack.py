@@ -197,8 +197,8 @@ metadata_written:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engram_packer import DEFAULT_CHUNK_BYTES, pack_layer, stop_signals_unwind
-from ansible.module_utils.shard_format import EngramError
+from ansible.module_utils.engram.packer import DEFAULT_CHUNK_BYTES, pack_layer, stop_signals_unwind
+from ansible.module_utils.engram.shard_format import EngramError
 
 
 def main():

@@ -166,7 +166,7 @@ packer_changed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engram_follow import follow_pack
+from ansible.module_utils.engram.follow import follow_pack
 
 
 def main():

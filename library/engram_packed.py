@@ -25,7 +25,7 @@ description:
   - Compares each layer's rows with the rank's expected range, rows N*r//tp up to N*(r+1)//tp
     (exclusive), when the layer's row count N is known (I(rows_total) or I(checkpoint)).
   - Read-only; a log file is read in bounded memory whatever its size. Parsing is done by
-    C(module_utils/engine_log_source.py), the project's one engine-log reader.
+    C(module_utils/engine_log/source.py), the project's one engine-log reader.
 version_added: "0.1.0"
 author: TP3 fleet config repo
 extends_documentation_fragment:
@@ -154,9 +154,10 @@ source:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import engine_log_lines, engine_log_source
-from ansible.module_utils.engine_log_lines import EngineLogError
-from ansible.module_utils import safetensors_index, shard_format
+from ansible.module_utils.engine_log import lines as engine_log_lines, source as engine_log_source
+from ansible.module_utils.engine_log.lines import EngineLogError
+from ansible.module_utils.engram import safetensors_index, shard_format
+from ansible.module_utils.base.host_label import host_label
 
 
 def _rows_total_map(rows_total, checkpoint, layers):
@@ -272,7 +273,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or shard_format.hostname()
+    label = host_label(p["host_label"])
     who = "%s rank %d" % (label, p["rank"])
     if p["tp_size"] < 1 or not 0 <= p["rank"] < p["tp_size"]:
         module.fail_json(msg="%s: rank %d is outside 0..%d for tp_size %d"

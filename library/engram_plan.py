@@ -228,9 +228,9 @@ rooms:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engram_foreign import survey
-from ansible.module_utils.pack_plan import plan
-from ansible.module_utils.shard_format import ENGRAM_LAYERS, EngramError
+from ansible.module_utils.engram.foreign import survey
+from ansible.module_utils.engram.plan import plan
+from ansible.module_utils.engram.shard_format import ENGRAM_LAYERS, EngramError
 
 
 def main():

@@ -240,11 +240,11 @@ manifest:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engram_packer import stop_signals_unwind
-from ansible.module_utils.engram_relocate import delete_disposable, relocate, restore
-from ansible.module_utils.engram_relocate_plan import ANY_HOST, plan_delete, plan_move, plan_restore
-from ansible.module_utils.engram_relocate_runner import Manifest, Runner
-from ansible.module_utils.shard_format import EngramError
+from ansible.module_utils.engram.packer import stop_signals_unwind
+from ansible.module_utils.engram.relocate import delete_disposable, relocate, restore
+from ansible.module_utils.engram.relocate_plan import ANY_HOST, plan_delete, plan_move, plan_restore
+from ansible.module_utils.engram.relocate_runner import Manifest, Runner
+from ansible.module_utils.engram.shard_format import EngramError
 
 
 def file_items(files):

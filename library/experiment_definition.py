@@ -11,7 +11,7 @@ module: experiment_definition
 short_description: Load an experiments/<stage>.yml definition and refuse anything the schema does not know
 description:
   - Reads one experiment definition (YAML) and validates it against the schema in
-    C(module_utils/experiment_schema.py) before anything touches a host; run it on the control node
+    C(module_utils/experiment/schema.py) before anything touches a host; run it on the control node
     (delegate to C(localhost)).
   - Unknown keys, unknown check names, unknown parameters of a check, fewer than 5 repetitions, an arm
     with no change or with two kinds of change, duplicate YAML keys and a C(name) that differs from the
@@ -28,7 +28,7 @@ options:
     type: path
   campaign:
     description:
-      - Path of a campaign on the control node (C(campaigns/<name>.yml), C(module_utils/experiment_campaign.py)),
+      - Path of a campaign on the control node (C(campaigns/<name>.yml), C(module_utils/experiment/campaign.py)),
         several definitions run in one window with one snapshot, one baseline at the start and one at the end,
         and one restore. Each definition it names is loaded and validated from I(definitions_dir) as I(path) is,
         and the returned C(definition) is the one the experiment role runs for the whole campaign.
@@ -101,7 +101,7 @@ plan:
   elements: str
 estimate:
   description:
-    - The expected steps (C(module_utils/experiment_estimate.py)) - conditions (baseline, each arm, restore),
+    - The expected steps (C(module_utils/experiment/estimate.py)) - conditions (baseline, each arm, restore),
       each with apply_s, boot_s, benchmark_s, evidence_s, total_s; boots; total_s; figures (where each came from).
   returned: success
   type: dict
@@ -124,8 +124,8 @@ source:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import experiment_campaign, experiment_estimate
-from ansible.module_utils.experiment_schema import DefinitionError, load_text, plan_lines
+from ansible.module_utils.experiment import campaign as experiment_campaign, estimate as experiment_estimate
+from ansible.module_utils.experiment.schema import DefinitionError, load_text, plan_lines
 
 
 def read(module, path, what):

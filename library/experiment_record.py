@@ -15,7 +15,7 @@ description:
     C(requirements.txt); the verdicts and the Markdown need the standard library only.
   - Each arm is compared with the baseline measured in the same window, condition by condition
     (workload x concurrency, prose and code apart), by the separation rule of
-    C(module_utils/experiment_stats.py) (every arm repetition beats every baseline repetition). A failed
+    C(module_utils/experiment/stats.py) (every arm repetition beats every baseline repetition). A failed
     evidence or correctness check fails the arm whatever its speed.
   - Compares the snapshot taken before the run with the one taken after the restore, item by item.
   - A passing arm proposes, never applies, a diff of the launcher baseline file and a validation ledger
@@ -72,7 +72,7 @@ options:
     type: dict
   campaign_drift:
     description:
-      - A campaign's A-B-A check (C(module_utils/experiment_campaign.py) C(baseline_drift)). The record tables
+      - A campaign's A-B-A check (C(module_utils/experiment/campaign.py) C(baseline_drift)). The record tables
         the baseline at the start and at the end, and when it moved every timed arm's verdict fails saying so
         (an untimed arm compares nothing with it; the evidence and quality checks, and what they validate, stand).
     type: dict
@@ -156,9 +156,9 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import experiment_campaign
-from ansible.module_utils import experiment_record as er
-from ansible.module_utils import experiment_snapshot as es
+from ansible.module_utils.experiment import campaign
+from ansible.module_utils.experiment import record as er
+from ansible.module_utils.experiment import snapshot as es
 
 
 def run_module():
@@ -190,7 +190,7 @@ def run_module():
         verdicts = []
     else:
         verdicts = er.evaluate(defn, p["conditions"], p["arm_checks"])
-    drift_reason = experiment_campaign.drift_reason(p["campaign_drift"])
+    drift_reason = campaign.drift_reason(p["campaign_drift"])
     for v in verdicts if drift_reason else []:
         if v["verdict"] != "refused" and v.get("comparisons"):   # an untimed arm compares nothing with it
             v["verdict"] = "fail"
@@ -233,7 +233,7 @@ def run_module():
                 os.makedirs(p["dest"])
             timed = [a["name"] for a in defn["arms"] if a["timed"] and a["name"] in p["conditions"]]
             if p["chart"] and p["conditions"].get("baseline", {}).get("results"):
-                from ansible.module_utils import experiment_chart
+                from ansible.module_utils.experiment import chart as experiment_chart
                 chart = os.path.join(p["dest"], "chart.png")
                 experiment_chart.draw(chart, "%s (stage %s)" % (defn["name"], defn["stage"]), p["conditions"],
                                       ["baseline"] + timed,

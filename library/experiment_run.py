@@ -13,7 +13,7 @@ description:
   - Runs on the control node (delegate to C(localhost)). Writes C(run.json) in the run's record directory
     (C(<root>/<run>/)) as the run goes, so a run killed in the middle leaves what it had measured and
     where it stopped, and C(finished.json) when a restore proved the fleet equal to the run's snapshot
-    (the meaning of a finished run; C(module_utils/experiment_runs.py)).
+    (the meaning of a finished run; C(module_utils/experiment/runs.py)).
   - I(state=started) records what runs (definition, fleet, hosts, the exact rollback command and the
     record's inputs); I(state=step) where the run is (condition and step); I(state=measured) what
     conditions measured; I(state=finished) the restore's comparison (C(finished.json) only when equal);
@@ -118,7 +118,7 @@ finished:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import experiment_runs as er
+from ansible.module_utils.experiment import runs as er
 
 STARTED_KEYS = ("fleet", "hosts", "rollback_command", "definition", "record_inputs")
 

@@ -20,7 +20,7 @@ description:
   - Secrets never leave the host. C(.env) values under a secret name come back as C((secret)) when they
     equal the declared value and C((secret changed)) otherwise; declared secret values are masked
     (C(***)) inside every other returned string.
-  - Logic in C(module_utils/drift_snapshot.py), on the project's parsers (clock_lock, engine_log_source,
+  - Logic in C(module_utils/drift/snapshot.py), on the project's parsers (clock_lock, engine_log_source,
     pack_plan, docker_ps, contention, meminfo, import_hook, launcher_env, secret_rule).
 options:
   host_label:
@@ -168,7 +168,8 @@ declared:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import drift_snapshot, probe_runner
+from ansible.module_utils.base import probe
+from ansible.module_utils.drift import snapshot as drift_snapshot
 
 
 def main():
@@ -206,7 +207,7 @@ def main():
     if p["tp_size"] < 1 or not 0 <= p["rank"] < p["tp_size"]:
         module.fail_json(msg="%s: rank %d is outside 0..%d for tp_size %d"
                          % (p["host_label"], p["rank"], p["tp_size"] - 1, p["tp_size"]))
-    snap = drift_snapshot.snapshot(p, probe_runner.make_runner(module), module.run_command)
+    snap = drift_snapshot.snapshot(p, probe.make_runner(module), module.run_command)
     module.exit_json(changed=False, snapshot=snap, declared=p["declared"])
 
 

@@ -16,7 +16,7 @@ description:
     run for the same file is stopped first. C(timeout) bounds it even when nobody stops it.
   - C(state=stopped) stops that sampler's process group (only a process whose command line is this sampler),
     reads the samples (a half-written last line is skipped) and returns their summary
-    (C(module_utils/gpu_telemetry.py); the CSV parser is C(module_utils/nvidia_smi.py)).
+    (C(module_utils/host/gpu_telemetry.py); the CSV parser is C(module_utils/host/nvidia_smi.py)).
   - A measurement, not a configuration change, so C(changed) is always false. In check mode nothing is
     started or stopped.
 version_added: "0.1.0"
@@ -85,11 +85,11 @@ summary:
 
 import os
 import shutil
-import socket
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_telemetry import read_summary, start, stop
+from ansible.module_utils.host.gpu_telemetry import read_summary, start, stop
+from ansible.module_utils.base.host_label import host_label
 
 
 def run_module():
@@ -105,7 +105,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or socket.gethostname()
+    label = host_label(p["host_label"])
     path = p["path"]
     if module.check_mode:
         module.exit_json(changed=False, msg="check mode: no sampler started or stopped")

@@ -11,12 +11,12 @@ module: graded_answers
 short_description: Grade answers to the graded code, JSON and math tasks; code runs only inside bubblewrap
 description:
   - >-
-    Reads decode_bench results of the C(graded) workload (the prompts of C(module_utils/graded_tasks.py), asked
+    Reads decode_bench results of the C(graded) workload (the prompts of C(module_utils/experiment/graded_tasks.py), asked
     with C(purpose=quality) so the answers are kept whole) and grades every distinct answer: math by the final
     number or fraction on the last line, JSON by parsing it and checking the asked keys, types and values, code by
     running the answer's code block followed by the task's asserts.
   - >-
-    Code runs only inside real isolation (C(module_utils/isolated_python.py)): bubblewrap with new user, mount,
+    Code runs only inside real isolation (C(module_utils/base/isolated_python.py)): bubblewrap with new user, mount,
     pid and network namespaces, no capability, nothing of the host but C(/usr) read-only, a private C(/tmp), and
     limits on CPU time, memory, file size and wall time. Without bwrap the module fails and runs nothing (the
     C(launch_sandbox) role installs it on the head).
@@ -76,8 +76,9 @@ msg: {description: One line for the play output, returned: always, type: str}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import graded_tasks, isolated_python
-from ansible.module_utils.host_files import host_label
+from ansible.module_utils.base import isolated_python
+from ansible.module_utils.experiment import graded_tasks
+from ansible.module_utils.base.host_label import host_label
 
 
 def grade(results, run_code, kinds=None):

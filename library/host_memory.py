@@ -73,8 +73,8 @@ notes:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_files import host_label
-from ansible.module_utils.meminfo import parse_meminfo, parse_pressure
+from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.host.meminfo import parse_meminfo, parse_pressure
 
 
 def read_memory(meminfo_path="/proc/meminfo", pressure_path="/proc/pressure/memory", who="this host"):

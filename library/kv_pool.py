@@ -27,7 +27,7 @@ description:
     C(available_bytes) being bytes); a malformed value fails naming the source and line; a last
     line still being written is ignored and reported in C(partial_last_line).
   - Read-only; a log file is read in bounded memory whatever its size. Parsing is done by
-    C(module_utils/engine_log_source.py), the project's one engine-log reader.
+    C(module_utils/engine_log/source.py), the project's one engine-log reader.
 version_added: "0.1.0"
 author: TP3 fleet config repo
 extends_documentation_fragment:
@@ -146,7 +146,7 @@ available_bytes:
   description:
     - C(available_bytes) as an integer byte count. The engine computes its figures as
       bytes / 2**30 and labels them C(GB), so a printed C(GB) is taken as 2**30 bytes (GiB), as in
-      C(module_utils/engine_log_lines.py); C("1.04 GB") is round(1.04 * 2**30) = 1116691497. With two
+      C(module_utils/engine_log/lines.py); C("1.04 GB") is round(1.04 * 2**30) = 1116691497. With two
       printed decimals the value is only good to about +-5 MiB.
   returned: always
   type: int
@@ -199,8 +199,9 @@ source:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import boot_facts, engine_log_lines, engine_log_source
-from ansible.module_utils.engine_log_lines import EngineLogError
+from ansible.module_utils.engine_log import boot_facts, lines as engine_log_lines, source as engine_log_source
+from ansible.module_utils.engine_log.lines import EngineLogError
+from ansible.module_utils.base.host_label import host_label
 
 KINDS = frozenset([engine_log_lines.KIND_MEMORY, engine_log_lines.KIND_SERVER_ARGS])
 
@@ -298,11 +299,6 @@ def read_facts(module):
     return engine_log_source.read_boot_params(module.run_command, module.params, kinds=KINDS)
 
 
-def _hostname():
-    import socket
-    return socket.gethostname().split(".")[0] or "this host"
-
-
 def run_module():
     module = AnsibleModule(
         argument_spec=dict(
@@ -317,7 +313,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    label = p["host_label"] or _hostname()
+    label = host_label(p["host_label"])
     for key in ("requested_tokens", "min_tokens"):
         if p[key] is not None and p[key] < 1:
             module.fail_json(msg="%s: %s must be a positive token count, got %d" % (label, key, p[key]),

@@ -11,12 +11,12 @@ module: launcher_adopt
 short_description: Propose the inventory that declares a fleet's current launcher .env (read-only)
 description:
   - Runs on the head and only reads the launcher C(.env), with bash's rules
-    (C(module_utils/envfile_parse.py)); it never writes on the host.
+    (C(module_utils/envfile/parse.py)); it never writes on the host.
   - Returns the text of a group_vars proposal declaring every key the file sets as bash sees it
     (C(dsv41_launcher_settings), the trailing comment lines as C(dsv41_launcher_notes)), with every
-    secret (the one rule, C(module_utils/secret_rule.py)) replaced by a reference to a vault
+    secret (the one rule, C(module_utils/base/secrets.py)) replaced by a reference to a vault
     variable, and the text of the vault file holding those values
-    (C(module_utils/envfile_adopt.py)). Converged with the C(container_env) role, the proposal leaves
+    (C(module_utils/envfile/adopt.py)). Converged with the C(container_env) role, the proposal leaves
     the file as it is.
   - The vault text holds secret values, so the task calling this module must set C(no_log); the
     other results hold no secret value.
@@ -93,10 +93,10 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_files import host_label
-from ansible.module_utils.envfile_adopt import adopt_env, proposal_yaml, vault_yaml
-from ansible.module_utils.envfile_shell import EnvError
-from ansible.module_utils.envfile_store import read_env_file
+from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.envfile.adopt import adopt_env, proposal_yaml, vault_yaml
+from ansible.module_utils.envfile.shell import EnvError
+from ansible.module_utils.envfile.store import read_env_file
 
 
 def run_module():

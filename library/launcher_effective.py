@@ -207,14 +207,14 @@ skipped:
 """
 
 import os
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.launch_record import (effective_launch, key_effects, launcher_fingerprint, masked, prediction,
+from ansible.module_utils.launcher.effective import (effective_launch, key_effects, launcher_fingerprint, masked, prediction,
                                                 reusable_launch)
-from ansible.module_utils.launch_sandbox import LaunchError, config_name
-from ansible.module_utils.launcher_env import EnvError, parse_env, proposed_env
-from ansible.module_utils.secret_rule import secret_values
+from ansible.module_utils.launcher.sandbox import LaunchError, config_name
+from ansible.module_utils.launcher.env import EnvError, parse_env, proposed_env
+from ansible.module_utils.base.secrets import secret_values
+from ansible.module_utils.base.host_label import host_label
 
 
 def base_env_text(launcher, env_text, env_name):
@@ -238,7 +238,7 @@ def run(params):
         params = dict(params, env_text=proposed_env(params["settings"], os.path.join(checkout, params["env_name"]),
                                                     params.get("api_key"), params.get("remove_keys") or ()))
     kw = dict(command=params["command"], env_name=params["env_name"], home=params["home"], user=params["user"],
-              head=params["head_host"] or socket.gethostname().split(".")[0], ports=params["ports"],
+              head=host_label(params["head_host"]), ports=params["ports"],
               timeout=params["timeout"], max_calls=params["max_calls"], expected_ranks=params.get("expected_ranks"),
               worker_homes=params.get("worker_homes") or {})
     # A prediction made moments before from the same launcher files and the same .env (container_env's

@@ -11,7 +11,7 @@ module: launcher_env
 short_description: Write the launcher .env as data (never code), keep each run's "before", restore it exactly
 description:
   - Runs on the head, where the launcher sources its C(.env) with C(set -a; source .env). With
-    I(state=present) it converges the file in place (C(module_utils/envfile_merge.py)); every line
+    I(state=present) it converges the file in place (C(module_utils/envfile/merge.py)); every line
     that sets only keys the settings do not declare is kept verbatim, in place and order, unless
     one of them is listed in I(remove_keys) (or declared as null); those keys are returned as
     C(kept_undeclared). A key this module wrote in an earlier run (recorded by digest in the record
@@ -19,7 +19,7 @@ description:
     (C(removed_stale)), so overrides stay temporary. A declared key whose value differs is written
     where bash last assigns it, a new one after the last assignment; the managed header is added
     when missing. A current file that is not data is refused (rewriting it would drop what it
-    sets). Values are written with the project's one writer (C(module_utils/envfile_render.py));
+    sets). Values are written with the project's one writer (C(module_utils/envfile/render.py));
     each value is bare when nothing in it is special to bash, else
     single-quoted, so bash sees exactly the declared string and runs nothing; notes become C(#)
     comment lines; C(API_KEY) is written the same way. Keys that are not shell identifiers or are
@@ -29,7 +29,7 @@ description:
   - The reported changes compare what bash sees in the current file (parsed with bash's rules)
     with what it will see in the new one, key by key (an undeclared key whose line refers to a
     changed key is reported too), secrets
-    redacted (C(module_utils/secret_rule.py)). The same comparison is returned as C(diff) for
+    redacted (C(module_utils/base/secrets.py)). The same comparison is returned as C(diff) for
     C(--diff).
   - The file is replaced atomically with mode I(mode) and its owner kept. The first time a run
     (I(run_id)) changes it, the previous file is saved as C(<path>.dsv41-backup-<UTC>-<run_id>),
@@ -177,9 +177,9 @@ replaced:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_files import host_label
-from ansible.module_utils import launcher_env as E
-from ansible.module_utils.secret_rule import secret_values
+from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.launcher import env as E
+from ansible.module_utils.base.secrets import secret_values
 
 
 def run_module():

@@ -119,11 +119,11 @@ launcher:
 """
 
 import os
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import launcher_edit as E
-from ansible.module_utils.launch_sandbox import LaunchError
+from ansible.module_utils.launcher import edit as E
+from ansible.module_utils.launcher.sandbox import LaunchError
+from ansible.module_utils.base.host_label import host_label
 
 
 def _env_path(launcher):
@@ -142,7 +142,7 @@ def _env(launcher, env_text):
 
 def present(params, check_mode):
     """The result of adding the forwards; raises EditRefused / LaunchError (nothing written)."""
-    kw = dict(home=params["home"], head=params["head_host"] or socket.gethostname().split(".")[0],
+    kw = dict(home=params["home"], head=host_label(params["head_host"]),
               timeout=params["timeout"], worker_homes=params.get("worker_homes") or {})
     values = dict((k, "" if v is None else "%s" % v) for k, v in (params["forward"] or {}).items())
     env = _env(params["launcher"], params["env_text"])

@@ -20,7 +20,7 @@ description:
     changes it has no effect (for example a per-host C(WORKER_ENGRAM_DIR_SPARK2) the launcher never
     builds) and is reported as such.
   - Applies the rules of SPEC section 3 ("Adapters and switches" and its "Never" list; the rules live
-    in C(module_utils/launcher_rules.py), one rule set per TP size chosen by I(tp_size)) to the declared
+    in C(module_utils/launcher/rules.py), one rule set per TP size chosen by I(tp_size)) to the declared
     settings and to what each container receives,
     so a launcher-side default the rules forbid (C(DSV41_CACHE_GIB=4), C(SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=1))
     is refused naming the key, the value the container would get and where it comes from, with the fix
@@ -33,7 +33,7 @@ description:
     evaluated. Read-only.
   - Keys that are not shell identifiers (or are the shell's or the loader's own variables) and values
     the C(.env) cannot hold as data are errors (rule C(env_writable)) naming the key; nothing is evaluated.
-  - Secret values (the project's one secret rule, C(module_utils/secret_rule.py)) never appear in the
+  - Secret values (the project's one secret rule, C(module_utils/base/secrets.py)) never appear in the
     result or in messages; they are shown as C(***).
 version_added: "0.1.0"
 author: TP3 fleet config repo
@@ -259,16 +259,15 @@ launcher:
 """
 
 import os
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_files import host_label
-from ansible.module_utils import launcher as L
-from ansible.module_utils.launch_record import (effective_launch, effects_record, key_effects, launch_record,
+from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.launcher import check as L
+from ansible.module_utils.launcher.effective import (effective_launch, effects_record, key_effects, launch_record,
                                                 launcher_fingerprint, reusable_effects, summary)
-from ansible.module_utils.launch_sandbox import LaunchError
-from ansible.module_utils.launcher_env import proposed_env
-from ansible.module_utils.secret_rule import secret_values
+from ansible.module_utils.launcher.sandbox import LaunchError
+from ansible.module_utils.launcher.env import proposed_env
+from ansible.module_utils.base.secrets import secret_values
 
 
 def _probe(worker_files):
@@ -300,7 +299,7 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
     text = env_text
     # one cache of the daemon's read-only answers for the base launch and every trial of key_effects: the
     # trials ask the same questions (image arch, running containers) at the same moment
-    kw = dict(home=home, head=head_host or socket.gethostname().split(".")[0], timeout=timeout,
+    kw = dict(home=home, head=host_label(head_host), timeout=timeout,
               worker_homes=worker_homes or {}, query_cache={})
     launch = effective_launch(launcher, env_text=text, **kw)
     try:

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Strategy ``dsv41_guarded``: Ansible's ``linear``, after the fleet guard (module_utils/fleet_guard.py).
+"""Strategy ``dsv41_guarded``: Ansible's ``linear``, after the fleet guard (module_utils/fleet/guard.py).
 
 The project's default strategy (ansible.cfg). Before a play runs any task, it refuses a run that reaches
 part of the fleet when the playbook's own file does not allow it, and, on a lab-only control node, any
@@ -40,7 +40,7 @@ def _guard():
     import ansible.module_utils as amu
     if path not in list(amu.__path__):
         amu.__path__.append(path)
-    from ansible.module_utils import fleet_guard
+    from ansible.module_utils.fleet import guard as fleet_guard
     return fleet_guard
 
 

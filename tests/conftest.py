@@ -1,7 +1,7 @@
 """Make the repo's module_utils importable as ``ansible.module_utils.<name>`` and library/ importable.
 
 Custom modules import shared code exactly as Ansible ships it to a host
-(``from ansible.module_utils.shard_format import ...``); pytest gets the same view.
+(``from ansible.module_utils.engram.shard_format import ...``); pytest gets the same view.
 """
 import sys
 from pathlib import Path

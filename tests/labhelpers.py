@@ -196,12 +196,13 @@ def sha256(data):
 
 def boot_facts(host, container, user=None):
     """Latest-boot facts of a lab container's log, read as the roles read it: both streams of
-    `docker logs --timestamps`, through the project's one reader (module_utils/engine_log_source.py)."""
-    from ansible.module_utils import command_stream, engine_log_source
+    `docker logs --timestamps`, through the project's one reader (module_utils/engine_log/source.py)."""
+    from ansible.module_utils.base import command_stream
+    from ansible.module_utils.engine_log import source
 
     def run(args):
         cmd = ["podman", "exec"] + (["--user", user] if user else []) + [lab_container(host)] + list(args)
         res = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         return res.returncode, res.stdout, res.stderr
 
-    return engine_log_source.scan_docker(run, container, open_stream=command_stream.opener_over(run))
+    return source.scan_docker(run, container, open_stream=command_stream.opener_over(run))

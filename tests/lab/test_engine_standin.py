@@ -1521,7 +1521,7 @@ def test_abort_knob_finishes_with_abort_and_usage(lab):
 
 
 def test_decode_batch_lines_give_tokens_per_step(lab):
-    from ansible.module_utils.decode_steps import step_stats
+    from ansible.module_utils.engine_log.decode_steps import step_stats
     # only the line each request logs as it leaves (no periodic lines): one per request
     port, proc = head_with(lab, {"LAB_ENGINE_DECODE_LOG_STEPS": "0"})
     try:
@@ -1544,7 +1544,7 @@ def test_decode_batch_lines_give_tokens_per_step(lab):
 def test_back_to_back_requests_of_one_client_each_log_a_batch_of_one(lab):
     """A client that sends its next request the moment it has read the answer (the benchmark at C1) never finds the
     previous request still in the batch: every Decode batch line says #running-req: 1, as the scheduler's would."""
-    from ansible.module_utils.decode_steps import decode_batch_lines
+    from ansible.module_utils.engine_log.decode_steps import decode_batch_lines
     port, proc = head_with(lab, {"LAB_ENGINE_DECODE_LOG_STEPS": "0"})
     short = dict(CHAT, max_tokens=8, max_completion_tokens=8)
     try:
@@ -1561,7 +1561,7 @@ def test_decode_batch_lines_come_every_n_steps_with_the_batch_s_size_while_reque
     """As the scheduler logs every decode_log_interval steps: a long answer logs lines while it runs, each with the
     batch's size at that moment (four requests in flight: #running-req: 4), not only one line as it leaves."""
     import concurrent.futures
-    from ansible.module_utils.decode_steps import step_stats
+    from ansible.module_utils.engine_log.decode_steps import step_stats
     port, proc = head_with(lab, {"LAB_ENGINE_DECODE_LOG_STEPS": "5"})
     long = dict(CHAT, max_tokens=256, max_completion_tokens=256)
     try:
@@ -1578,7 +1578,7 @@ def test_decode_batch_lines_come_every_n_steps_with_the_batch_s_size_while_reque
 
 
 def bench_against(port, tmp_path, **kw):
-    from ansible.module_utils import decode_bench as db
+    from ansible.module_utils.bench import decode as db
     prompts = tmp_path / "prose.json"
     prompts.write_text(json.dumps([{"id": "sparks", "prompt": "Write a short story about three sparks."}]))
     settings = {"concurrency": [1], "repetitions": 5, "warmups": 0, "max_tokens": 64, "timeout": 30, **kw}
@@ -1671,7 +1671,7 @@ def test_sampled_answers_follow_the_seed_and_the_sampler_path(lab):
 
 
 def test_sampler_shift_skews_the_words_only_with_a_sampling_switch(lab):
-    from ansible.module_utils import sampling_checks as sc
+    from ansible.module_utils.bench import sampling as sc
     counts = {}
     for name, env in (("base", {}), ("shift", {"DSV41_BLOCK_VERIFY": "1", "LAB_ENGINE_FAULT": "sampler_shift"}),
                       ("off", {"LAB_ENGINE_FAULT": "sampler_shift"})):
@@ -1722,7 +1722,7 @@ def logprob_answer(port, body):
 
 def proposal_pit(port, prompts=8, body=LOGPROBS):
     """verify_checks' pooled PIT figures over sampled answers with logprobs (what the proposal check judges)."""
-    from ansible.module_utils import verify_checks as vc
+    from ansible.module_utils.experiment import verify as vc
     requests = []
     for i in range(prompts):
         b = {**body, "messages": [{"role": "user", "content": "a story about spark %d" % i}]}
@@ -1880,9 +1880,9 @@ def test_the_row_cache_fills_from_cold_after_the_boot():
 
 
 def test_needles_are_found_at_any_depth_unless_the_needle_miss_fault_cuts_the_reach(lab):
-    """Long-context retrieval as the quality check asks it (module_utils/quality_checks.py): the stand-in
+    """Long-context retrieval as the quality check asks it (module_utils/experiment/quality.py): the stand-in
     answers a needle question with the sentence hidden in its prompt; needle_miss loses it beyond the reach."""
-    from ansible.module_utils import quality_checks as q
+    from ansible.module_utils.experiment import quality as q
     prompts = dict((p["id"], p) for p in q.needle_prompts((30000, 100000)))
     answers = {}
     for name, env in (("ok", {"LAB_ENGINE_FAULT": "needle_miss"}),
@@ -1901,9 +1901,10 @@ def test_needles_are_found_at_any_depth_unless_the_needle_miss_fault_cuts_the_re
 
 
 def test_graded_tasks_are_answered_right_unless_graded_wrong_is_set_with_an_adapter_armed(lab):
-    """The graded task set as the quality check asks it (module_utils/graded_tasks.py), graded as the head grades
+    """The graded task set as the quality check asks it (module_utils/experiment/graded_tasks.py), graded as the head grades
     it (code run inside bubblewrap): every answer passes; graded_wrong with an adapter armed fails every task."""
-    from ansible.module_utils import graded_tasks as g, isolated_python
+    from ansible.module_utils.base import isolated_python
+    from ansible.module_utils.experiment import graded_tasks as g
     got = {}
     for name, env in (("ok", {"LAB_ENGINE_FAULT": "graded_wrong"}),
                       ("wrong", {"DSV41_FOLDED_FENCE": "1", "LAB_ENGINE_FAULT": "graded_wrong"})):

@@ -395,7 +395,7 @@ def test_adapter_sources():
     keep = (ADAPTERS / "autotune_keep.py").read_text()
     for sym in ("_autotune_cache_digest", "flashinfer_autotune_context", "flashinfer_autotune_cache_path"):
         assert sym in keep
-    from ansible.module_utils import import_hook as H  # tests/conftest.py maps module_utils
+    from ansible.module_utils.adapters import hook as H  # tests/conftest.py maps module_utils
     regs = H.read_hook(REPORT_HOOK.read_text())["adapters"]
     # the seven local adapters, plus the TP4-only shared padding (never installed on TP3)
     assert sorted(regs) == sorted(LOCAL_ADAPTERS + ["shared_pad"]) and regs["shared_pad"]["tp4_only"]
@@ -561,7 +561,7 @@ def test_docker_non_root_member(dk):
         shutil.rmtree(base, ignore_errors=True)
 
 
-# The formats the project uses (module_utils/docker_ps.py, the contention role, lab/standins/start.sh,
+# The formats the project uses (module_utils/host/docker_ps.py, the contention role, lab/standins/start.sh,
 # the playbook and testinfra tests); the stand-in supports these and refuses the rest.
 PROJECT_FORMATS = [
     ("{{json .}}", None),

@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from ansible.module_utils.launcher_edit import BACKUP_INFIX
+from ansible.module_utils.launcher.edit import BACKUP_INFIX
 from labhelpers import install_launcher, ROOT, LAB_INVENTORY, changed_tasks, env, playbook, sh
 
 WRITE = "container_env : Write the launcher settings as data (this run's \"before\" kept as a recorded backup)"

@@ -155,9 +155,9 @@ def test_every_playbook_is_reachable_from_the_root_by_its_name():
     root_books = sorted(p.name for p in ROOT.glob("*.yml"))
     assert root_books == sorted(FLEET_SCOPE), "a root playbook without a playbooks/ counterpart"
     # the fleet guard (strategy dsv41_guarded) reads the same scope from the files, through the root wrappers too
-    from ansible.module_utils import fleet_guard
+    from ansible.module_utils.fleet import guard
     for book, scope in FLEET_SCOPE.items():
-        assert fleet_guard.playbook_scope(str(ROOT / book)) == scope == fleet_guard.playbook_scope(
+        assert guard.playbook_scope(str(ROOT / book)) == scope == guard.playbook_scope(
             str(ROOT / "playbooks" / book)), book
 
 

@@ -120,8 +120,8 @@ def test_an_arm_that_changes_answers_or_misses_a_needle_fails_its_quality_checks
     both answers (or the answer and the needle). Its answers to the graded code, JSON and math tasks are wrong: each
     task is named with what was wrong (the code's asserts failed inside bubblewrap on the head). The baseline, with
     nothing armed, passes every check."""
-    from ansible.module_utils import graded_tasks as g
-    from ansible.module_utils import quality_checks as q
+    from ansible.module_utils.experiment import graded_tasks as g
+    from ansible.module_utils.experiment import quality as q
     fast_engine(LAB_ENGINE_SPEED=STAGE_TEST_SPEED, LAB_ENGINE_FAULT="answer_drift,needle_miss,graded_wrong")
     before = fleet_state()
     rc, out = run_stage(tmp_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.experiment_estimate import duration
+from ansible.module_utils.experiment.estimate import duration
 
 from experiment_lab import (HOOK, ROOT, engine_healthy, flat, fleet_state, kill_during,
                             lab_definition, record, verdicts)
@@ -26,10 +26,10 @@ RUN = ("-e", "maintenance_window=true")
 
 
 def expected_duration(name):
-    """The estimate the plan must print for a fleet without records (module_utils/experiment_estimate.py)."""
+    """The estimate the plan must print for a fleet without records (module_utils/experiment/estimate.py)."""
     import json
-    from ansible.module_utils import experiment_estimate, experiment_schema
-    defn = experiment_schema.validate(yaml.safe_load((ROOT / "experiments" / (name + ".yml")).read_text()), name)
+    from ansible.module_utils.experiment import estimate as experiment_estimate, schema
+    defn = schema.validate(yaml.safe_load((ROOT / "experiments" / (name + ".yml")).read_text()), name)
     prompts = {p.stem: len(json.loads(p.read_text()))
                for p in (ROOT / "roles" / "benchmark" / "files" / "prompts").glob("*.json")}
     return experiment_estimate.estimate(defn, {}, prompts)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from ansible.module_utils import engine_log_scan
+from ansible.module_utils.engine_log import scan
 
 GIB = 1 << 30
 REPORT_MEM_AVAILABLE_GIB = {"spark1": 3.07, "spark2": 7.55, "spark3": 4.13}
@@ -122,7 +122,7 @@ def test_head_saved_boot_log_matches_report(host):
         pytest.skip("head only")
     text = host.file("/home/mia/dsv41-3x-spark/logs/dsv41.log").content_string
     # read with the project's one engine-log reader: the latest boot, in the real engine's format
-    facts = engine_log_scan.scan_text(text, name="spark1:logs/dsv41.log", count_boots=True)
+    facts = scan.scan_text(text, name="spark1:logs/dsv41.log", count_boots=True)
     assert facts.marker_found and facts.boots_seen >= 2
     assert facts.pool["full"] == 491520 and facts.pool_count == 2
     assert facts.max_total["max_total_num_tokens"] == 491520

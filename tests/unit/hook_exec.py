@@ -13,7 +13,7 @@ process each), sets the environment, imports every engine module and records:
   ran for, the adapter module and function, and the names the hook's calling frame had bound to it.
 
 :func:`call_names` turns a record into adapter names with the same rule the reader documents
-(``module_utils/import_hook.py``): the adapter module's name, and for a function the hook imported under
+(``module_utils/adapters/hook.py``): the adapter module's name, and for a function the hook imported under
 an ``install_<name>`` alias, that name without the imported function's own ``install_`` suffix.
 
 Standard library only; nothing is imported from the hook into the test process.

@@ -18,7 +18,8 @@ import json
 from unittest import mock
 
 import pytest
-from ansible.module_utils import basic, command_stream
+from ansible.module_utils import basic
+from ansible.module_utils.base import command_stream
 from ansible.module_utils.testing import patch_module_args
 
 

@@ -1,4 +1,4 @@
-"""The import-hook reader (module_utils/import_hook.py) and adapter_registry, on hooks of the real shape.
+"""The import-hook reader (module_utils/adapters/hook.py) and adapter_registry, on hooks of the real shape.
 
 Real hooks insert a finder into sys.meta_path only when DSV41_SOURCE is set, wrap a fixed list of engine
 modules, and call install_<adapter>(module) in the loader: gated by a switch, ungated (the adapter reads
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible.module_utils import import_hook as H
-from ansible.module_utils import import_hook_arming as A
+from ansible.module_utils.adapters import hook as H
+from ansible.module_utils.adapters import arming as A
 from modrun import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -330,7 +330,7 @@ def test_an_adapters_file_is_the_module_its_install_is_imported_from(tmp_path):
     # install_folded_fence comes from folded_result_fence.py: that file is read for the switch, there is no
     # folded_fence.py to find.
     from pathlib import Path
-    from ansible.module_utils import import_hook, import_hook_arming
+    from ansible.module_utils.adapters import hook as import_hook, arming as import_hook_arming
     fixture = Path(__file__).parent / "fixtures" / "image_hook"
     hook = import_hook.read_hook((fixture / "sitecustomize.py").read_text(), source="sitecustomize.py")
     assert import_hook_arming.adapter_modules(hook, "folded_fence") == ["folded_result_fence"]

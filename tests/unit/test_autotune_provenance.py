@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible.module_utils import autotune_provenance as prov
+from ansible.module_utils.adapters import autotune_provenance as prov
 from modrun import run_module
 import autotune_provenance as module
 

@@ -1,4 +1,4 @@
-"""module_utils/clock_lock.py and the clock_lock_status module, on journal JSON shaped as systemd 252 and
+"""module_utils/host/clock_lock.py and the clock_lock_status module, on journal JSON shaped as systemd 252 and
 sudo 1.9 write it (field names, MESSAGE_IDs, invocation ids, sudo's padded ``user : TTY=... ; COMMAND=...``).
 """
 import json
@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from ansible.module_utils import clock_lock as cl, sudo_commands, unit_journal
+from ansible.module_utils.host import clock_lock as cl, sudo_commands, unit_journal
 
 import clock_lock_status
 from modrun import run_module

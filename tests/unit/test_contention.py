@@ -1,4 +1,4 @@
-"""The contention report's parsers (module_utils/contention.py, docker_ps, gpu_pollers, nvidia_smi,
+"""The contention report's parsers (module_utils/host/contention.py, docker_ps, gpu_pollers, nvidia_smi,
 journal_search, host_files, probe_runner) and the contention_report module (run through its entry point).
 
 Command output is what the real tools print (docker 27 JSON lines, systemd 252, procps-ng ps);
@@ -15,8 +15,9 @@ import pytest
 
 from modrun import run_module
 
-from ansible.module_utils import contention as ct
-from ansible.module_utils import docker_ps, gpu_pollers, host_files, journal_search, nvidia_smi
+from ansible.module_utils.host import contention as ct
+from ansible.module_utils.base import host_files
+from ansible.module_utils.host import docker_ps, gpu_pollers, journal, nvidia_smi
 
 import contention_report
 
@@ -413,14 +414,14 @@ def test_pollers_from_proc_when_ps_is_missing(fsroot):
 # --------------------------------------------------------------------------------------------
 def test_journal_grep():
     host = FakeHost()
-    ev = journal_search.gather_journal(host, "NV_ERR_NO_MEMORY", "-7d")
+    ev = journal.gather_journal(host, "NV_ERR_NO_MEMORY", "-7d")
     assert host.calls == [["journalctl", "--no-pager", "-o", "short-iso", "--since", "-7d", "-g", "NV_ERR_NO_MEMORY"]]
     assert ev["readable"] is True and ev["method"] == "grep" and ev["count"] == 1
     assert ev["lines"] == [JOURNAL_HIT] and ev["since"] == "-7d"
 
 
 def test_journal_no_match_is_readable():
-    ev = journal_search.gather_journal(FakeHost(**{"journalctl -g": (1, "-- No entries --\n", "")}), "NV_ERR_NO_MEMORY")
+    ev = journal.gather_journal(FakeHost(**{"journalctl -g": (1, "-- No entries --\n", "")}), "NV_ERR_NO_MEMORY")
     assert ev["readable"] is True and ev["count"] == 0 and ev["lines"] == []
 
 
@@ -434,32 +435,32 @@ def test_journal_fallback_without_grep(err):
                        "2026-09-24T01:40:00+0000 spark3 kernel[2211]: nv_err_no_memory lowercase",
                        "-- Reboot --"]) + "\n"
     host = FakeHost(**{"journalctl -g": (1, "", err + "\n"), "journalctl all": (0, whole, "")})
-    ev = journal_search.gather_journal(host, "NV_ERR_NO_MEMORY", "-7d")
+    ev = journal.gather_journal(host, "NV_ERR_NO_MEMORY", "-7d")
     assert ev["method"] == "python" and ev["readable"] is True
     assert ev["lines"] == [JOURNAL_HIT] and ev["count"] == 1             # upper-case pattern: case-sensitive
     assert host.calls[1] == ["journalctl", "--no-pager", "-o", "short-iso", "--since", "-7d"]
     host = FakeHost(**{"journalctl -g": (1, "", err + "\n"), "journalctl all": (0, whole, "")})
-    assert journal_search.gather_journal(host, "nv_err_no_memory")["count"] == 2     # lower-case: smart case
+    assert journal.gather_journal(host, "nv_err_no_memory")["count"] == 2     # lower-case: smart case
     host = FakeHost(**{"journalctl -g": (1, "", err + "\n"), "journalctl all": (0, whole, "")})
-    assert journal_search.gather_journal(host, "[NV_ERR")["count"] == 1              # bad regex: literal
+    assert journal.gather_journal(host, "[NV_ERR")["count"] == 1              # bad regex: literal
 
 
 def test_journal_unreadable_or_missing():
     denied = FakeHost(**{"journalctl -g": (1, "", "No journal files were opened due to insufficient permissions.\n")})
-    ev = journal_search.gather_journal(denied, "NV_ERR_NO_MEMORY")
+    ev = journal.gather_journal(denied, "NV_ERR_NO_MEMORY")
     assert ev["readable"] is False and ev["count"] == 0 and "insufficient permissions" in ev["note"]
-    ev = journal_search.gather_journal(FakeHost(**{"journalctl -g": (None, "", "")}), "NV_ERR_NO_MEMORY")
+    ev = journal.gather_journal(FakeHost(**{"journalctl -g": (None, "", "")}), "NV_ERR_NO_MEMORY")
     assert ev["readable"] is False and "not found" in ev["note"]
     hint = ("Hint: You are currently not seeing messages from other users and the system.\n"
             "      Users in groups 'adm', 'systemd-journal' can see all messages.\n")
-    ev = journal_search.gather_journal(FakeHost(**{"journalctl -g": (0, "-- No entries --\n", hint)}), "NV_ERR_NO_MEMORY")
+    ev = journal.gather_journal(FakeHost(**{"journalctl -g": (0, "-- No entries --\n", hint)}), "NV_ERR_NO_MEMORY")
     assert ev["readable"] is True and ev["note"].startswith("partial journal")
 
 
 def test_journal_lines_capped():
     many = "".join("2026-09-24T01:%02d:00+0000 spark3 kernel: NV_ERR_NO_MEMORY %d\n" % (i % 60, i) for i in range(120))
-    ev = journal_search.gather_journal(FakeHost(**{"journalctl -g": (0, many, "")}), "NV_ERR_NO_MEMORY")
-    assert ev["count"] == 120 and len(ev["lines"]) == journal_search.MAX_EVENT_LINES and ev["truncated"] is True
+    ev = journal.gather_journal(FakeHost(**{"journalctl -g": (0, many, "")}), "NV_ERR_NO_MEMORY")
+    assert ev["count"] == 120 and len(ev["lines"]) == journal.MAX_EVENT_LINES and ev["truncated"] is True
     assert ev["lines"][-1].endswith(" 119")
 
 
@@ -590,16 +591,16 @@ def test_standin_through_the_module(monkeypatch, fsroot, spark3_docker):
 
 
 def test_ansible_invocation_lines_are_not_events():
-    from ansible.module_utils import journal_search
+    from ansible.module_utils.host import journal
     out = ("2026-11-29T09:59:47+0000 spark1 ansible-contention_report[565]: Invoked with journal_pattern=NV_ERR_NO_MEMORY\n"
            "2026-11-29T09:21:33+0000 spark3 kernel[1]: NVRM: graphics context allocation failed [NV_ERR_NO_MEMORY] at 01:33:54\n")
-    lines = journal_search.journal_lines(out)
+    lines = journal.journal_lines(out)
     assert len(lines) == 1 and "kernel[1]" in lines[0]
 
 
 def test_probe_commands_run_under_a_time_limit(tmp_path):
     import shutil
-    from ansible.module_utils.probe_runner import make_runner
+    from ansible.module_utils.base.probe import make_runner
     if shutil.which("timeout") is None:
         pytest.skip("coreutils timeout is not installed here")
     calls = []

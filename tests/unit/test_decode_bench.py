@@ -9,7 +9,7 @@ import pytest
 
 from ansible.module_utils import basic
 from ansible.module_utils.common.text.converters import to_bytes
-from ansible.module_utils import decode_bench as db
+from ansible.module_utils.bench import decode as db
 
 import decode_bench
 

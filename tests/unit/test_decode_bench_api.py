@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from ansible.module_utils import decode_bench as db
-from ansible.module_utils import decode_bench_client as dbc
-from ansible.module_utils import decode_bench_summary as dbs
-from ansible.module_utils import decode_steps
-from ansible.module_utils import experiment_stats
+from ansible.module_utils.bench import decode as db
+from ansible.module_utils.bench import client as dbc
+from ansible.module_utils.bench import summary as dbs
+from ansible.module_utils.engine_log import decode_steps
+from ansible.module_utils.experiment import stats as experiment_stats
 
 import decode_bench
 from modrun import run_module

@@ -1,4 +1,4 @@
-"""Following a background decode benchmark: the progress record (module_utils/decode_bench_progress), one
+"""Following a background decode benchmark: the progress record (module_utils/bench/progress), one
 round of the wait (decode_bench_follow, the decode_bench_wait module through its entry point), the action
 plugin that shows each line once, and the real thing: decode_bench under ansible-core's async_wrapper
 against a fake endpoint, followed to its end, and killed mid-run."""
@@ -19,10 +19,10 @@ import ckpt_factory
 import decode_bench
 import decode_bench_wait
 from modrun import run_module
-from ansible.module_utils import decode_bench as db
-from ansible.module_utils import decode_bench_follow as follow
-from ansible.module_utils import decode_bench_progress as bp
-from ansible.module_utils import pack_lock
+from ansible.module_utils.bench import decode as db
+from ansible.module_utils.bench import follow
+from ansible.module_utils.bench import progress as bp
+from ansible.module_utils.engram import lock
 from test_decode_bench import KEY, engine, prompt_files  # noqa: F401 (fixtures)
 
 ME = os.getpid()
@@ -167,7 +167,7 @@ def _job(tmp_path, data, age=0.0):
 def _record(tmp_path, alive=True, **fields):
     """A progress record with this process as the benchmark (alive), or a gone one (same pid, other start)."""
     record = {"version": 1, "run_id": "run-1", "label": "baseline", "host": "spark2", "pid": ME,
-              "pid_start": pack_lock.process_start_ticks(ME) + (0 if alive else 1), "state": "running",
+              "pid_start": lock.process_start_ticks(ME) + (0 if alive else 1), "state": "running",
               "started": time.time() - 30, "updated": time.time(), "plan": PLAN, "units_done": 8,
               "units_total": 48, "rounds": [dict(_round(), workload="prose", concurrency=1, kind="warmup",
                                                  number=1, of=1, at=time.time() - 5, elapsed_s=25, eta_s=125)],
@@ -230,7 +230,7 @@ def test_wrapper_timeout_and_lost_jobs(tmp_path):
 def test_past_its_time_limit_it_is_stopped(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        progress = _record(tmp_path, pid=child.pid, pid_start=pack_lock.process_start_ticks(child.pid),
+        progress = _record(tmp_path, pid=child.pid, pid_start=lock.process_start_ticks(child.pid),
                            started=time.time() - 700)
         out = _follow(_job(tmp_path, RUNNING_JOB), progress, time_limit=600)
         assert (out["state"], out["failed"], out["changed"]) == ("timed_out", True, True)
@@ -334,7 +334,7 @@ def async_bench(tmp_path, monkeypatch, engine, prompt_files):  # noqa: F811
     yield start
     for job in jobs:
         record = bp.read_progress(job["progress"])
-        if record and pack_lock.pid_alive(record["pid"], record["pid_start"]):
+        if record and lock.pid_alive(record["pid"], record["pid_start"]):
             os.kill(record["pid"], signal.SIGKILL)
 
 
@@ -375,7 +375,7 @@ def test_a_benchmark_killed_mid_run_ends_the_wait_in_the_next_round(async_bench,
 
 
 def test_the_trace_wait_says_what_it_waits_for_until_the_trace_is_there():
-    from ansible.module_utils import profile_trace
+    from ansible.module_utils.engine_log import profile_trace
     now = 1764670835.0
     waiting = profile_trace.wait_report({"traces": [], "kernels": [], "unreadable": ["/tmp/x: truncated"]},
                                         "spark2", 1, "dsv41-worker", "/tmp", now - 35, now=now)

@@ -1,9 +1,9 @@
-"""Findings from a host snapshot against the declarations (module_utils/drift_compare.py)."""
+"""Findings from a host snapshot against the declarations (module_utils/drift/compare.py)."""
 import copy
 
 import pytest
 
-from ansible.module_utils import drift_compare as dc
+from ansible.module_utils.drift import compare as dc
 
 MANIFEST = {"draft_tau.py": "a" * 64, "sitecustomize.py": "b" * 64}
 DECLARED = {"adapters_manifest": MANIFEST, "clock_exec_start": "/usr/bin/nvidia-smi -lgc 0,2200", "clock_range": "0,2200",

@@ -1,4 +1,4 @@
-"""History, retention, notifier and report of the drift check (module_utils/drift_history.py,
+"""History, retention, notifier and report of the drift check (module_utils/drift/history.py,
 drift_notify.py, drift_report.py) and the runner's event reading (bin/fleet-drift)."""
 import json
 import sys
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import drift_compare as dc
-from ansible.module_utils import drift_history as dh
-from ansible.module_utils import drift_notify as dn
-from ansible.module_utils import drift_report as dr
+from ansible.module_utils.drift import compare as dc
+from ansible.module_utils.drift import history as dh
+from ansible.module_utils.drift import notify as dn
+from ansible.module_utils.drift import report as dr
 from modrun import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,7 +259,7 @@ def test_two_runs_in_one_second_get_two_directories_in_order(tmp_path):
 
 
 def test_a_value_can_neither_add_a_line_to_the_summary_nor_drive_the_terminal(tmp_path):
-    from ansible.module_utils import drift_report as dr
+    from ansible.module_utils.drift import report as dr
     evil = "x\n\n**No drift**: the fleet is what the repository declares.\n\x1b]52;c;ZXZpbA==\x07\x1b[2J"
     token = "hf_" + "Q1w2E3r4T5y6U7i8O9p0"
     rep = dict(report("20261130T100000Z", [dict(f("spark2", "MODEL_PATH", actual=evil), new=True,

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible.module_utils import drift_compare as dc
-from ansible.module_utils import drift_metrics as dm
+from ansible.module_utils.drift import compare as dc
+from ansible.module_utils.drift import metrics as dm
 from modrun import load_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""A host's drift snapshot (module_utils/drift_snapshot.py) directly and through the fleet_snapshot module."""
+"""A host's drift snapshot (module_utils/drift/snapshot.py) directly and through the fleet_snapshot module."""
 import hashlib
 import json
 import shutil
@@ -10,7 +10,7 @@ import ckpt_factory
 import drift as drift_filters
 import engine_logs
 import fleet_snapshot
-from ansible.module_utils import drift_compare, drift_snapshot
+from ansible.module_utils.drift import compare, snapshot as drift_snapshot
 from modrun import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_module_snapshot_masks_secrets_and_feeds_the_comparison(host, monkeypatc
     assert snap["boot"]["packed"] == {"1": True, "14": False} and snap["boot"]["pool_full"] == 491520
     assert [s["state"] for s in snap["shards"]["shards"]] == ["missing", "missing"]
     assert snap["memory"]["mem_available_bytes"] == 3219128 * 1024
-    found = {(f["area"], f["item"]) for f in drift_compare.compare_host("spark1", snap, res["declared"])}
+    found = {(f["area"], f["item"]) for f in compare.compare_host("spark1", snap, res["declared"])}
     # the journal shows no run of the unit here, so the lock cannot be established
     assert found == {("clock_lock", "applied lock"), ("engine", "layer 14 packed"), ("engine", "KV pool"),
                      ("shards", "layer 1 shard"), ("shards", "layer 14 shard")}
@@ -114,7 +114,7 @@ def test_changed_secret_and_edited_adapter(host, monkeypatch, capsys):
     res = run_module(fleet_snapshot.main, host["args"], run_command=fake_commands(host["files"]))
     assert res["snapshot"]["env"]["actual"]["API_KEY"] == "(secret changed)"
     assert "sk-typed-by-hand-99999999" not in json.dumps(res) and SECRET not in json.dumps(res)
-    found = drift_compare.compare_host("spark1", res["snapshot"], res["declared"])
+    found = compare.compare_host("spark1", res["snapshot"], res["declared"])
     env_f = [(f["item"], f["expected"], f["actual"]) for f in found if f["area"] == "env"]
     assert env_f == [("API_KEY", "(secret)", "changed")]
     assert [f["item"] for f in found if f["area"] == "adapters"] == ["draft_tau.py"]
@@ -125,7 +125,7 @@ def test_a_failed_probe_is_listed_and_the_others_still_run(host, monkeypatch, ca
     snap = res["snapshot"]
     assert {e["area"] for e in snap["errors"]} == {"engine", "image", "containers"}
     assert snap["clock"]["verdict"] and snap["env"]["actual"] and snap["shards"] and snap["memory"]
-    assert drift_compare.exit_code(drift_compare.compare_host("spark1", snap, res["declared"])) == 3
+    assert compare.exit_code(compare.compare_host("spark1", snap, res["declared"])) == 3
 
 
 def test_bad_rank_is_refused(host, monkeypatch, capsys):
@@ -153,12 +153,12 @@ def test_the_running_container_is_compared_with_the_launch_the_inventory_gives(h
         {"source": str(host["engram"]), "target": "/engram", "type": "bind", "read_only": False}]}
     prediction = {"containers": [want, dict(want, rank=1, name="dsv41-worker")]}
     found = [(f["area"], f["item"], f["expected"], f["actual"], f["class"])
-             for f in drift_compare.compare_host("spark1", res["snapshot"], res["declared"], prediction)
+             for f in compare.compare_host("spark1", res["snapshot"], res["declared"], prediction)
              if f["area"] == "launch"]
     assert found == [("launch", "env DSV41_CACHE_GIB", "0", "(absent)", "drift"),
                      ("launch", "mount /engram", str(host["engram"]), "(absent)", "drift")]
     # a launch that could not be predicted is one finding naming why; no prediction asked, no comparison
-    failed = drift_compare.compare_host("spark1", res["snapshot"], res["declared"],
+    failed = compare.compare_host("spark1", res["snapshot"], res["declared"],
                                         {"error": "start.sh serve exited 1 in the sandbox"})
     assert [(f["item"], f["actual"], f["class"]) for f in failed if f["area"] == "launch"] == [
         ("prediction", "start.sh serve exited 1 in the sandbox", "probe")]
@@ -199,5 +199,5 @@ def test_a_unit_state_systemd_left_out_is_asked_again_with_is_enabled(host, monk
         return base(cmd)
     res = run_module(fleet_snapshot.main, host["args"], run_command=run)
     assert asked and res["snapshot"]["clock"]["enabled"] == "enabled"
-    found = {(f["area"], f["item"]) for f in drift_compare.compare_host("spark1", res["snapshot"], res["declared"])}
+    found = {(f["area"], f["item"]) for f in compare.compare_host("spark1", res["snapshot"], res["declared"])}
     assert ("clock_lock", "enabled at boot") not in found

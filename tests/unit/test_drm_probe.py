@@ -6,7 +6,7 @@ import stat
 import pytest
 
 import drm_probe
-from ansible.module_utils import drm_probe as dp
+from ansible.module_utils.host import drm_probe as dp
 from modrun import run_module
 
 NODE = "/dev/dri/renderD128"

@@ -1,4 +1,4 @@
-"""A candidate engine image judged from its source (module_utils/engine_source.py and engine_image_checks.py,
+"""A candidate engine image judged from its source (module_utils/adapters/engine_source.py and engine_image_checks.py,
 the engine_image_check module) and
 the pinned-image arm around it (experiment_checks.pin_images / image_facts / preconditions).
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import engine_image_checks as K
-from ansible.module_utils import engine_source as E
-from ansible.module_utils import experiment_checks as C
-from ansible.module_utils import experiment_schema as S
-from ansible.module_utils.import_hook import read_hook
+from ansible.module_utils.adapters import image_checks as K
+from ansible.module_utils.adapters import engine_source as E
+from ansible.module_utils.experiment import checks as C
+from ansible.module_utils.experiment import schema as S
+from ansible.module_utils.adapters.hook import read_hook
 from modrun import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -430,7 +430,7 @@ def test_a_rank_on_another_image_fails_the_pinned_arm():
 
 
 def test_the_record_shows_each_pinned_image_and_its_checks():
-    from ansible.module_utils import engine_image_report as R
+    from ansible.module_utils.adapters import image_report as R
     got = checks(extra_wo_a="\n" + G4_PORT, settings={"DSV41_WO_A_W8": "1"})
     lines = R.markdown_tables({CANARY_ID: {"present": {"spark1": True, "spark2": False}, "problems": ["x | y"],
                                            "checks": got, "image_id": CANARY_ID}})

@@ -1,4 +1,4 @@
-"""Unit tests for module_utils/engine_log*.py and boot_facts.py (the one reader of engine logs), on logs in the real
+"""Unit tests for module_utils/engine_log/messages*.py and boot_facts.py (the one reader of engine logs), on logs in the real
 engine's formats (tests/unit/engine_logs.py builds them from SPEC section 3)."""
 import io
 import os
@@ -6,8 +6,9 @@ import subprocess
 
 import pytest
 
-from ansible.module_utils import command_stream, engine_log as E, engine_log_lines, engine_log_scan, engine_log_source
-from ansible.module_utils.engine_log_lines import EngineLogError, MalformedLogLine
+from ansible.module_utils.base import command_stream
+from ansible.module_utils.engine_log import messages as E, lines as engine_log_lines, scan as engine_log_scan, source as engine_log_source
+from ansible.module_utils.engine_log.lines import EngineLogError, MalformedLogLine
 
 import engine_logs as L
 

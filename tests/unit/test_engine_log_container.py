@@ -1,13 +1,13 @@
-"""A container's latest boot read in bounded time (module_utils/engine_log_source.ContainerBoot), docker's
-16 KiB partial records made whole (module_utils/docker_log_stream.py) and every upstream Decode line form."""
+"""A container's latest boot read in bounded time (module_utils/engine_log/source.ContainerBoot), docker's
+16 KiB partial records made whole (module_utils/engine_log/docker_stream.py) and every upstream Decode line form."""
 import os
 import sys
 
 import pytest
 
-from ansible.module_utils import engine_log as E, engine_log_source, engine_log_scan
-from ansible.module_utils.docker_log_stream import StreamMerger, join_partials
-from ansible.module_utils.engine_log_lines import EngineLogError
+from ansible.module_utils.engine_log import messages as E, source as engine_log_source, scan
+from ansible.module_utils.engine_log.docker_stream import StreamMerger, join_partials
+from ansible.module_utils.engine_log.lines import EngineLogError
 
 import engine_logs as L
 
@@ -34,7 +34,7 @@ def test_every_decode_line_form_is_read(line, forward_ct):
     kind, f = E.parse_line(line)
     assert kind == "decode" and f["running_req"] == 1 and f["accept_len"] == 3.08 and f["queue_req"] == 0
     assert f.get("forward_ct") == forward_ct
-    facts = engine_log_scan.scan_text(L.text(L.boot(0)) + line + "\n")
+    facts = scan.scan_text(L.text(L.boot(0)) + line + "\n")
     assert facts.decode["count"] == 1 and facts.decode["accept_len"] == [3.08]
 
 
@@ -63,7 +63,7 @@ def test_a_marker_docker_split_at_16k_is_one_message_again():
     assert err.count("Z ") == 2 and "\n" not in err[:-1]       # the second part's time sits inside the line
     merged = engine_log_source.merge_docker_streams("", err)
     assert merged == marker + "\n"
-    facts = engine_log_scan.scan_text(merged)
+    facts = scan.scan_text(merged)
     assert facts.marker_found and facts.server_args["enable_tokenizer_batch_encode"] is False
     assert not any("2026-09-11T" in k for k in facts.server_args)
     # without --timestamps docker prints the parts back to back: nothing to remove
@@ -123,7 +123,7 @@ def whole(docker, since_ns=None):
     text = engine_log_source.merge_docker_streams(
         "".join(L.rfc3339(ns) + " " + d.decode() for ns, s, d in docker.records if s == "stdout" and ns >= (since_ns or 0)),
         "".join(L.rfc3339(ns) + " " + d.decode() for ns, s, d in docker.records if s == "stderr" and ns >= (since_ns or 0)))
-    return engine_log_scan.scan_text(text)
+    return scan.scan_text(text)
 
 
 @pytest.fixture
@@ -283,7 +283,7 @@ def test_rfc3339_of_is_what_docker_prints_and_reads_back():
 def test_no_marker_counts_no_boot(tmp_path):
     log = tmp_path / "x.log"
     log.write_text(P + "Decode batch, #running-req: 1, accept len: 3.08, #queue-req: 0\n")
-    facts = engine_log_scan.scan_file(str(log), count_boots=True)
+    facts = scan.scan_file(str(log), count_boots=True)
     assert facts.boots_seen == 0 and not facts.marker_found
     with pytest.raises(EngineLogError) as err:
         facts.require_marker()
@@ -302,7 +302,7 @@ for i in range(n):
 
 
 def test_both_pipes_are_merged_in_the_order_written_while_streaming(tmp_path):
-    from ansible.module_utils import command_stream
+    from ansible.module_utils.base import command_stream
     script = tmp_path / "w.py"
     script.write_text(WRITER)
     n = 60000
@@ -321,7 +321,7 @@ def test_both_pipes_are_merged_in_the_order_written_while_streaming(tmp_path):
 
 
 def test_closing_a_stream_early_kills_the_command(tmp_path):
-    from ansible.module_utils import command_stream
+    from ansible.module_utils.base import command_stream
     st = command_stream.open_stream(["sh", "-c", "echo $$; exec sleep 300"], 30)
     pid = int(st.read()[0][1])
     assert st.close() is None and not os.path.exists("/proc/%d" % pid)

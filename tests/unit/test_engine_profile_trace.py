@@ -1,4 +1,4 @@
-"""engine_profile_trace and module_utils/profile_trace: the kernels of a profiled window, per rank.
+"""engine_profile_trace and module_utils/engine_log/profile_trace: the kernels of a profiled window, per rank.
 
 The listing script runs for real (the fake ``docker exec`` runs it with this Python on a scratch
 directory laid out as the container's profiler directory would be)."""
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ansible.module_utils import profile_trace as pt
+from ansible.module_utils.engine_log import profile_trace as pt
 from modrun import run_module
 
 import engine_profile_trace as mod

@@ -1,7 +1,7 @@
-"""module_utils/engram_cache_state.py and its filter: the Engram row cache cold and warm, per rank and layer."""
+"""module_utils/engine_log/engram_cache.py and its filter: the Engram row cache cold and warm, per rank and layer."""
 from pathlib import Path
 
-from ansible.module_utils import engram_cache_state as cs
+from ansible.module_utils.engine_log import engram_cache as cs
 import experiment as filters
 
 ROOT = Path(__file__).resolve().parents[2]

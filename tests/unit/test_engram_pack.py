@@ -15,10 +15,10 @@ import ckpt_factory
 from modrun import run_module
 import engram_pack
 import engram_plan
-from ansible.module_utils import engram_packer, pack_lock, pack_plan, pack_progress, safetensors_index
-from ansible.module_utils import shard_format, shard_provenance
-from ansible.module_utils.engram_packer import pack_layer
-from ansible.module_utils.shard_format import EngramFormatError, EngramPackError, partial_name, shard_name
+from ansible.module_utils.engram import packer as engram_packer, lock as pack_lock, plan as pack_plan, progress as pack_progress, safetensors_index
+from ansible.module_utils.engram import shard_format, provenance as shard_provenance
+from ansible.module_utils.engram.packer import pack_layer
+from ansible.module_utils.engram.shard_format import EngramFormatError, EngramPackError, partial_name, shard_name
 
 HOST = os.uname().nodename
 MIB = 1 << 20
@@ -267,7 +267,7 @@ def test_sigkill_mid_pack_leaves_no_final_and_rerun_is_exact(tmp_path, dest):
             time.sleep(0.002)
             return real_preadv(*args)
         os.preadv = slow_preadv
-        from ansible.module_utils import engram_packer
+        from ansible.module_utils.engram import packer as engram_packer
         engram_packer.PROGRESS_INTERVAL_S = 0.05
         engram_packer.pack_layer(sys.argv[1], sys.argv[2], 1, 0, 1, chunk_rows=64, progress_path=sys.argv[3])
     """)
@@ -424,7 +424,7 @@ def test_live_holder_is_named_and_respected(ckpt, dest, tmp_path):
     python, bootstrap = ckpt_factory.python_with_module_utils()
     script = bootstrap + textwrap.dedent("""
         import sys, time
-        from ansible.module_utils import pack_lock
+        from ansible.module_utils.engram import lock as pack_lock
         with pack_lock.dest_lock(sys.argv[1], 0, {"layer": 14, "rank": 2, "progress_file": "/tmp/p.json"}):
             print("held", flush=True)
             time.sleep(30)
@@ -449,7 +449,7 @@ def test_lock_of_a_killed_holder_is_reclaimed(ckpt, dest):
     python, bootstrap = ckpt_factory.python_with_module_utils()
     script = bootstrap + textwrap.dedent("""
         import sys, time
-        from ansible.module_utils import pack_lock
+        from ansible.module_utils.engram import lock as pack_lock
         with pack_lock.dest_lock(sys.argv[1], 0, {"layer": 1, "rank": 0}):
             print("held", flush=True)
             time.sleep(30)
@@ -726,7 +726,7 @@ def test_leftover_partial_of_another_uid_is_not_removed(ckpt, dest):
 # permissions, so the refusal must come from a process that does not.
 _AS_NOBODY = textwrap.dedent("""
     import os, sys
-    from ansible.module_utils import engram_packer, shard_format
+    from ansible.module_utils.engram import packer as engram_packer, shard_format
     os.setgid(65534)
     os.setuid(65534)
     try:
@@ -1208,11 +1208,11 @@ def test_a_crash_before_the_metadata_leaves_a_shard_that_is_verified_not_trusted
 
 
 def test_follower_leaves_a_planted_partial_alone(dest, outside):
-    from ansible.module_utils import engram_follow
+    from ansible.module_utils.engram import follow
     partial = os.path.join(dest, partial_name(1, 0, 3))
     _symlink_to_victim(partial, outside)
     before = _lstate(outside)
-    removed, note = engram_follow.remove_dead_partial(
+    removed, note = follow.remove_dead_partial(
         {"partial_path": partial, "path": os.path.join(dest, shard_name(1, 0, 3)), "pid": 4242})
     assert removed is False
     assert note.startswith("left its .partial %s in place: host %s: left-over .partial %s is a symlink to %s/victim"

@@ -1,4 +1,4 @@
-"""Following a background packer (module_utils/engram_follow and the engram_pack_wait module).
+"""Following a background packer (module_utils/engram/follow and the engram_pack_wait module).
 
 Two layers: each verdict from hand-made async results files and progress records (the formats
 the async wrapper and the packer write), then the real thing: ansible-core's own async_wrapper
@@ -19,9 +19,9 @@ import ckpt_factory
 from modrun import run_module
 import engram_pack
 import engram_pack_wait
-from ansible.module_utils import engram_follow as fw
-from ansible.module_utils import engram_packer, pack_lock, pack_progress
-from ansible.module_utils.shard_format import partial_name, shard_name
+from ansible.module_utils.engram import follow as fw
+from ansible.module_utils.engram import packer, lock, progress as pack_progress
+from ansible.module_utils.engram.shard_format import partial_name, shard_name
 
 HOST = os.uname().nodename
 ME = os.getpid()
@@ -43,7 +43,7 @@ def _record(tmp_path, dest, alive=True, **fields):
     """A progress record as the packer writes it; ``alive`` makes its pid this process, else a
     process that is gone (this pid with another start time: what a reused pid looks like)."""
     record = {"version": 1, "run_id": "run-1", "host": HOST, "pid": ME,
-              "pid_start": pack_lock.process_start_ticks(ME) + (0 if alive else 1), "layer": 1, "rank": 1,
+              "pid_start": lock.process_start_ticks(ME) + (0 if alive else 1), "layer": 1, "rank": 1,
               "tp_size": 3, "state": "packing", "path": os.path.join(dest, shard_name(1, 1, 3)),
               "partial_path": os.path.join(dest, partial_name(1, 1, 3)), "done_bytes": 6471680,
               "total_bytes": 16900096, "percent": 38.29, "mib_s": 1.03, "eta_s": 9.7, "max_mib_s": 1.0,
@@ -316,7 +316,7 @@ def async_pack(tmp_path, monkeypatch):
     yield start
     for job in started_jobs:  # a packer the test did not end (or a failed test left running)
         record = pack_progress.read_progress(job["progress"])
-        if record and pack_lock.pid_alive(record["pid"], record["pid_start"]):
+        if record and lock.pid_alive(record["pid"], record["pid_start"]):
             os.kill(record["pid"], signal.SIGKILL)
 
 
@@ -387,7 +387,7 @@ def test_wrapper_packer_stopped_or_killed(async_pack, how):
         assert fw.read_async_job(job["results_file"])[0] == ("finished" if how == "kill_module" else "running")
     assert _files(job["dest"]) == []
     # The rerun takes the lock at once and packs the layer whole.
-    result = engram_packer.pack_layer(job["ckpt"], job["dest"], 1, 1, 3)
+    result = packer.pack_layer(job["ckpt"], job["dest"], 1, 1, 3)
     assert result["state_before"] == "missing"
     with open(result["path"], "rb") as handle:
         assert handle.read() == ckpt_factory.expected_shard(job["ckpt"], 1, 1, 3)
@@ -401,7 +401,7 @@ def test_wrapper_time_limit(async_pack):
     count, out = _until_finished(job, rounds=400, time_limit=3)
     assert out["state"] == "timed_out" and out["failed"] is True, out
     assert ("killed at its async time limit" in out["msg"] or "Stopped it with SIGTERM" in out["msg"]), out["msg"]
-    assert _files(job["dest"]) == [] and not pack_lock.pid_alive(out["pid"])
+    assert _files(job["dest"]) == [] and not lock.pid_alive(out["pid"])
 
 
 def test_packer_running_past_its_limit_is_stopped(tmp_path, dest):
@@ -410,9 +410,9 @@ def test_packer_running_past_its_limit_is_stopped(tmp_path, dest):
     progress = str(tmp_path / "progress.json")
     python, bootstrap = ckpt_factory.python_with_module_utils()
     script = bootstrap + (
-        "import sys\nfrom ansible.module_utils import engram_packer\n"
-        "with engram_packer.stop_signals_unwind():\n"
-        "    engram_packer.pack_layer(sys.argv[1], sys.argv[2], 1, 1, 3, progress_path=sys.argv[3], max_mib_s=0.5, run_id='run-1')\n")
+        "import sys\nfrom ansible.module_utils.engram import packer\n"
+        "with packer.stop_signals_unwind():\n"
+        "    packer.pack_layer(sys.argv[1], sys.argv[2], 1, 1, 3, progress_path=sys.argv[3], max_mib_s=0.5, run_id='run-1')\n")
     child = subprocess.Popen([python, "-c", script, big, dest, progress], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

@@ -7,9 +7,9 @@ import yaml
 import ckpt_factory
 from modrun import run_module
 import engram_plan
-from ansible.module_utils import pack_plan
-from ansible.module_utils.engram_packer import pack_layer
-from ansible.module_utils.shard_format import partial_name
+from ansible.module_utils.engram import plan as pack_plan
+from ansible.module_utils.engram.packer import pack_layer
+from ansible.module_utils.engram.shard_format import partial_name
 
 HOST = os.uname().nodename
 REPORT_FREE = 64906600448  # spark2's free bytes in the report

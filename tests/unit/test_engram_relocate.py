@@ -20,11 +20,11 @@ import yaml
 
 from modrun import run_module
 import engram_relocate as relocate_module
-from ansible.module_utils import engram_relocate_runner
-from ansible.module_utils.engram_relocate import delete_disposable, relocate, restore
-from ansible.module_utils.engram_relocate_agent import AGENT, temp_name
-from ansible.module_utils.engram_relocate_plan import copy_need, plan_move, shard_verdict
-from ansible.module_utils.engram_relocate_runner import Manifest, RelocateError, Runner
+from ansible.module_utils.engram import relocate_runner as engram_relocate_runner
+from ansible.module_utils.engram.relocate import delete_disposable, relocate, restore
+from ansible.module_utils.engram.relocate_agent import AGENT, temp_name
+from ansible.module_utils.engram.relocate_plan import copy_need, plan_move, shard_verdict
+from ansible.module_utils.engram.relocate_runner import Manifest, RelocateError, Runner
 
 MAGIC = 0x31344E4531565344
 SRC, DST = "zurih@spark2", "zurih@spark3"

@@ -16,9 +16,9 @@ import engram_relocate as relocate_module
 from modrun import run_module
 from test_engram_relocate import (DST, FULL_ROWS, MAGIC, REPORT_TP2_BYTES, SRC, Hosts, distinct_hosts,  # noqa: F401
                                   fake_ssh, fleet, sha256_of, ssh_log, write_shard)
-from ansible.module_utils import engram_foreign, pack_choice, pack_options
-from ansible.module_utils.engram_relocate_plan import copy_need, plan_move
-from ansible.module_utils.engram_relocate_runner import RelocateError
+from ansible.module_utils.engram import foreign as engram_foreign, choice as pack_choice, options as pack_options
+from ansible.module_utils.engram.relocate_plan import copy_need, plan_move
+from ansible.module_utils.engram.relocate_runner import RelocateError
 
 REPORT_FREE = 64906600448
 REPORT_NEED = 67586019080
@@ -485,7 +485,7 @@ def test_copy_need_counts_what_the_source_occupies():
 
 
 def test_relocate_error_is_an_engram_error():
-    from ansible.module_utils.shard_format import EngramError
+    from ansible.module_utils.engram.shard_format import EngramError
     assert issubclass(RelocateError, EngramError) and MAGIC == 0x31344E4531565344
 
 

@@ -1,4 +1,4 @@
-"""module_utils/envfile_parse.py against bash itself on generated .env files.
+"""module_utils/envfile/parse.py against bash itself on generated .env files.
 
 Each generated file is read by the parser (under a per-case alarm: a hang is a failure) and sourced
 by the real bash (``set -a; source FILE; set +a`` in ``env -i``, under a per-case timeout). For every
@@ -15,8 +15,8 @@ import subprocess
 
 import pytest
 
-from ansible.module_utils import envfile_parse as P
-from ansible.module_utils.envfile_shell import EnvSyntaxError
+from ansible.module_utils.envfile import parse as P
+from ansible.module_utils.envfile.shell import EnvSyntaxError
 
 BASE = {"HOME": "/home/mia", "PATH": "/usr/bin:/bin"}
 CASES = 1000                        # generated files per seed

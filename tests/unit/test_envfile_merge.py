@@ -1,5 +1,5 @@
-"""Adopt, never drop: the in-place converge (module_utils/envfile_merge.py) and adoption
-(module_utils/envfile_adopt.py, library/launcher_adopt.py), checked with bash itself."""
+"""Adopt, never drop: the in-place converge (module_utils/envfile/merge.py) and adoption
+(module_utils/envfile/adopt.py, library/launcher_adopt.py), checked with bash itself."""
 import json
 import os
 import subprocess
@@ -7,9 +7,9 @@ import subprocess
 import pytest
 import yaml
 
-from ansible.module_utils import envfile_adopt as A
-from ansible.module_utils import launcher_env as E
-from ansible.module_utils.envfile_shell import EnvError
+from ansible.module_utils.envfile import adopt as A
+from ansible.module_utils.launcher import env as E
+from ansible.module_utils.envfile.shell import EnvError
 
 import launcher_adopt as launcher_adopt_module
 from modrun import run_module

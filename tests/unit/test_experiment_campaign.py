@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible.module_utils import experiment_campaign as ec
-from ansible.module_utils import experiment_record as er
-from ansible.module_utils import experiment_schema as es
+from ansible.module_utils.experiment import campaign as ec
+from ansible.module_utils.experiment import record as er
+from ansible.module_utils.experiment import schema as es
 from modrun import run_module
 import experiment_definition
 

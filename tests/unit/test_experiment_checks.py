@@ -1,7 +1,7 @@
 """experiment_checks (through the experiment filters): evidence lines, preconditions, correctness."""
 from pathlib import Path
 
-from ansible.module_utils import experiment_schema as es
+from ansible.module_utils.experiment import schema as es
 import experiment as filters
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,8 +193,8 @@ def test_the_short_prompt_set_is_short():
                for p in prompts)
 
 
-# ---- named checks (module_utils/experiment_evidence.py), on the report's boot re-ranked ----
-from ansible.module_utils import experiment_evidence as ev  # noqa: E402
+# ---- named checks (module_utils/experiment/evidence.py), on the report's boot re-ranked ----
+from ansible.module_utils.experiment import evidence as ev  # noqa: E402
 
 
 def named(names, logs):
@@ -243,7 +243,7 @@ def test_rank_consistency_names_the_differing_argument():
 
 
 def test_autotune_agreement_fails_a_partial_hit_and_ranks_that_disagree():
-    from ansible.module_utils.boot_facts import autotune_verdict
+    from ansible.module_utils.engine_log.boot_facts import autotune_verdict
     base = {"drift": [], "armed": 1, "reused": ["a"], "tuned_saved": [], "disagree": 0, "run_count": 0, "completed": 0}
     assert autotune_verdict(base) == "reused"
     assert autotune_verdict(dict(base, tuned_saved=["b"])) == "mixed"
@@ -357,7 +357,7 @@ def test_every_shipped_definition_from_stage_c_on_requires_stages_a_and_b():
     Every shipped definition from C on carries both in requires.stages_passed (each arm inherits it), and a
     ledger holding them for another image only does not satisfy it."""
     from pathlib import Path
-    from ansible.module_utils import experiment_schema as es
+    from ansible.module_utils.experiment import schema as es
     root = Path(__file__).resolve().parents[2] / "experiments"
     seen = []
     for path in sorted(root.glob("stage_*.yml")):
@@ -381,7 +381,7 @@ DRAFT_KEPT = "[wo_a_w8] draft wo_a left on bf16 (this engine's draft does not us
 
 
 def _wo_a(lines_by_host, names=("wo_a_mode",)):
-    from ansible.module_utils import experiment_evidence as ev
+    from ansible.module_utils.experiment import evidence as ev
     logs = dict((h, boot(r, lines_by_host[h])) for h, r in RANKS.items())
     return ev.named_failures([{"name": n, "args": {}} for n in names], logs, RANKS), ev.wo_a_modes(logs, RANKS)
 
@@ -415,7 +415,7 @@ def test_wo_a_mode_names_a_bridge_drop_without_the_kept_draft_a_mixed_fleet_and_
 
 
 def test_wo_a_mode_reads_only_the_boot_not_a_request_that_quotes_the_lines():
-    from ansible.module_utils import experiment_evidence as ev
+    from ansible.module_utils.experiment import evidence as ev
     logs = dict((h, boot(r, [W8, BRIDGE, DROP], extra_run=["Receive: obj=... '%s'" % DRAFT_KEPT]))
                 for h, r in RANKS.items())
     failures = ev.named_failures([{"name": "wo_a_mode", "args": {}}], logs, RANKS)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible.module_utils import experiment_estimate as ee
-from ansible.module_utils import experiment_schema as es
+from ansible.module_utils.experiment import estimate as ee
+from ansible.module_utils.experiment import schema as es
 from modrun import run_module
 import experiment_definition
 
@@ -146,7 +146,7 @@ def test_module_refuses_a_window_that_is_not_positive():
 
 
 def test_the_record_tables_expected_beside_actual():
-    from ansible.module_utils import experiment_record as er
+    from ansible.module_utils.experiment import record as er
     est = ee.estimate(definition("stage_c_fence"), {}, prompts())
     lines = er.expected_table(est, {"baseline": {"timing": {"apply_s": 7.2, "boot_s": 15.2, "benchmark_s": 15.4,
                                                             "evidence_s": 3.2, "total_s": 41.0}}})

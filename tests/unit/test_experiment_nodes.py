@@ -1,9 +1,9 @@
-"""What every node of a condition ran, for the record (module_utils/experiment_nodes.py, filter)."""
+"""What every node of a condition ran, for the record (module_utils/experiment/nodes.py, filter)."""
 import json
 
 import experiment as filters
-from ansible.module_utils import experiment_nodes as en
-from ansible.module_utils import experiment_record as er
+from ansible.module_utils.experiment import nodes as en
+from ansible.module_utils.experiment import record as er
 
 RANKS = {"spark1": 0, "spark2": 1}
 ENV = ["MODEL_PATH=/model", "API_KEY=sk-lab-secret-value", "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123", "DSV41_WO_A_W8=1"]
@@ -52,7 +52,7 @@ def test_the_record_tables_each_node_per_condition():
     assert en.markdown_rows({"baseline": {}}, ["baseline"]) == []
     # and record.md carries it
     from pathlib import Path
-    from ansible.module_utils import experiment_schema as es
+    from ansible.module_utils.experiment import schema as es
     path = Path(__file__).resolve().parents[2] / "experiments" / "stage_c_fence.yml"
     d = es.load_text(path.read_text(), str(path), "stage_c_fence")
     text = er.markdown({"definition": d, "conditions": {"baseline": {"nodes": nodes, "results": []}}, "verdicts": [],

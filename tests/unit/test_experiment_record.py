@@ -3,9 +3,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from ansible.module_utils import experiment_record as er
-from ansible.module_utils import experiment_schema as es
-from ansible.module_utils import experiment_snapshot as snap
+from ansible.module_utils.experiment import record as er
+from ansible.module_utils.experiment import schema as es
+from ansible.module_utils.experiment import snapshot as snap
 from modrun import run_module
 import experiment_record
 
@@ -187,8 +187,8 @@ def test_module_check_mode_writes_nothing(monkeypatch, capsys, tmp_path):
 
 
 def test_markdown_gives_each_condition_s_phase_seconds_and_steps():
-    from ansible.module_utils import decode_steps
-    from ansible.module_utils import experiment_checks
+    from ansible.module_utils.engine_log import decode_steps
+    from ansible.module_utils.experiment import checks as experiment_checks
     d = definition()
     conds = conditions([100, 101, 99, 100, 102])
     head_log = ("server_args={'x': 1}\n"
@@ -216,7 +216,7 @@ def test_markdown_gives_each_condition_s_phase_seconds_and_steps():
 
 
 def test_condition_steps_say_why_a_figure_is_missing():
-    from ansible.module_utils import decode_steps
+    from ansible.module_utils.engine_log import decode_steps
     assert decode_steps.condition_steps({"spark2": "x"}, {"spark2": 1}) is None
     out = decode_steps.condition_steps({"spark1": "server_args={}\n"}, {"spark1": 0})
     assert out["all"]["missing"] == "no Decode batch line in the latest boot"
@@ -267,7 +267,7 @@ def test_stage_e_plans_and_records_the_exposed_engram_time():
 
 
 def test_ranking_table_orders_conditions_per_workload_best_first():
-    from ansible.module_utils import experiment_record as er
+    from ansible.module_utils.experiment import record as er
     st = lambda per, ms, q: {"committed_tokens_per_step": {"median": per}, "step_ms": {"median": ms},
                              "committed_per_s": q, "lines": 12, "missing": None}
     conditions = {"baseline": {"workload_steps": {"prose": st(2.5, 100.0, 25.0), "code": st(3.0, 100.0, 30.0)}},
@@ -329,7 +329,7 @@ def test_a_condition_without_the_judged_figure_is_recorded_unmeasured(monkeypatc
     """Stage G judges rank 0's Decode batch lines per round; a round without one leaves the figure out. The record is
     still written: the arm fails naming the condition, the round and why, the tables say unmeasured, the chart
     names the condition without drawing it."""
-    from ansible.module_utils import decode_steps
+    from ansible.module_utils.engine_log import decode_steps
     d = definition("stage_g_spec")
     why = "round 2 of 5 (03:10:00 to 03:10:30 UTC): no Decode batch line with #running-req: 1 in the measured window"
     conds = {"baseline": {"results": [dict(res("prose", 1, BASE), unmeasured=dict.fromkeys(decode_steps.ROUND_METRICS, why))]},

@@ -1,4 +1,4 @@
-"""Finished and unfinished experiment runs on the control node (module_utils/experiment_runs.py), the
+"""Finished and unfinished experiment runs on the control node (module_utils/experiment/runs.py), the
 experiment_run module through its entry point, the preflight's guard filters, and an interrupted run's record."""
 import json
 import os
@@ -8,8 +8,8 @@ import pytest
 import experiment_run
 import preflight_filters as pf
 from modrun import run_module
-from ansible.module_utils import experiment_record as rec_md
-from ansible.module_utils import experiment_runs as er
+from ansible.module_utils.experiment import record as rec_md
+from ansible.module_utils.experiment import runs as er
 
 REPO = "/srv/repo"
 ROOT = REPO + "/records/lab/experiments"   # the lab fleet's own run records

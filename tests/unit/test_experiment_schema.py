@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible.module_utils import experiment_schema as es
+from ansible.module_utils.experiment import schema as es
 from modrun import run_module
 import experiment_definition
 

@@ -1,7 +1,7 @@
 """experiment_stats: descriptions, the separation rule, and arm verdicts (evidence/correctness first)."""
 import pytest
 
-from ansible.module_utils import experiment_stats as st
+from ansible.module_utils.experiment import stats as st
 
 BASE = [100.0, 102.0, 98.0, 101.0, 99.0]
 

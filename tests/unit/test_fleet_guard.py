@@ -1,7 +1,7 @@
-"""module_utils/fleet_guard.py: the decisions of the guard no tag or -e can turn off (strategy dsv41_guarded)."""
+"""module_utils/fleet/guard.py: the decisions of the guard no tag or -e can turn off (strategy dsv41_guarded)."""
 import pytest
 
-from ansible.module_utils import fleet_guard as G
+from ansible.module_utils.fleet import guard as G
 
 RANKS = ["spark1", "spark2", "spark3"]
 

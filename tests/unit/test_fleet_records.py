@@ -1,4 +1,4 @@
-"""Each fleet's records apart (module_utils/fleet_records.py): the fleet name an inventory declares, the
+"""Each fleet's records apart (module_utils/fleet/records.py): the fleet name an inventory declares, the
 unfinished-run guard reading only its own fleet's directory, the preflight's notice of runs left in the old shared
 directory, and bin/records-migrate moving the old shared layout into records/<fleet>/."""
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import preflight_filters as pf
-from ansible.module_utils import fleet_records as fr
+from ansible.module_utils.fleet import records as fr
 from modrun import load_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""gpu_telemetry, module_utils/gpu_telemetry.py and the telemetry parser in module_utils/nvidia_smi.py: the GPU's
+"""gpu_telemetry, module_utils/host/gpu_telemetry.py and the telemetry parser in module_utils/host/nvidia_smi.py: the GPU's
 clock, power, heat and clock event reasons over a measured window.
 
 The module runs a real sampler process: a stand-in ``nvidia-smi`` script in the test's directory prints one CSV
@@ -7,8 +7,8 @@ import os
 import stat
 import time
 
-from ansible.module_utils import gpu_telemetry as gt
-from ansible.module_utils import nvidia_smi as ns
+from ansible.module_utils.host import gpu_telemetry as gt
+from ansible.module_utils.host import nvidia_smi as ns
 from modrun import run_module
 
 import gpu_telemetry as mod

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from ansible.module_utils import experiment_schema as es
-from ansible.module_utils import graded_tasks as g
-from ansible.module_utils import isolated_python as ip
+from ansible.module_utils.experiment import schema as es
+from ansible.module_utils.experiment import graded_tasks as g
+from ansible.module_utils.base import isolated_python as ip
 from modrun import run_module
 import graded_answers
 

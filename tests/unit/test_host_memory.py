@@ -2,7 +2,7 @@
 import os
 
 import host_memory
-from ansible.module_utils import meminfo
+from ansible.module_utils.host import meminfo
 from modrun import run_module
 
 MEMINFO = "MemTotal:       127535720 kB\nMemFree:         2000000 kB\nMemAvailable:    5637144 kB\n"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import import_hook as H
-from ansible.module_utils import import_hook_arming as A
+from ansible.module_utils.adapters import hook as H
+from ansible.module_utils.adapters import arming as A
 from modrun import run_module
 
 import hook_exec as X

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import drift_history
-from ansible.module_utils import fleet_guard
-from ansible.module_utils import launcher as L
+from ansible.module_utils.drift import history
+from ansible.module_utils.fleet import guard as fleet_guard
+from ansible.module_utils.launcher import check as L
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "filter_plugins"))
@@ -64,8 +64,8 @@ def test_the_repository_holds_each_kind_of_fleet_and_the_drift_timer_checks_ever
     names = [p.name for p in FLEETS]
     assert {"lab", "production", "tp4-example"} <= set(names) and "common" not in names
     # bin/fleet-drift --all: one run per fleet inventory, exactly these, each under its own name
-    assert [Path(p) for _key, p in drift_history.fleet_inventories(str(INVENTORY))] == FLEETS
-    assert [key for key, _p in drift_history.fleet_inventories(str(INVENTORY))] == names
+    assert [Path(p) for _key, p in history.fleet_inventories(str(INVENTORY))] == FLEETS
+    assert [key for key, _p in history.fleet_inventories(str(INVENTORY))] == names
 
 
 def test_every_fleet_parses_names_itself_and_its_tp_size_is_its_rank_count(parsed):

@@ -1,4 +1,4 @@
-"""The sandbox's docker stand-in (module_utils/launch_docker*.py): read-only queries answered from the head's
+"""The sandbox's docker stand-in (module_utils/launcher/docker*.py): read-only queries answered from the head's
 daemon (here a recording stand-in for the real client), or from what the module assumes when there is no
 daemon, with docker's own --format templates; what changes state recorded, never run."""
 import json
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from ansible.module_utils import launch_record as R
-from ansible.module_utils import launch_sandbox as S
-from ansible.module_utils.launch_docker_format import FORMAT
+from ansible.module_utils.launcher import effective as R
+from ansible.module_utils.launcher import sandbox as S
+from ansible.module_utils.launcher.docker_format import FORMAT
 
 import launcher_effective
 from modrun import run_module

@@ -1,6 +1,6 @@
 """launch_record: the effects of launcher-read keys kept between evaluations (launcher_settings' known_effects):
 reused only for the same launcher files and the same declared value; anything else is evaluated again."""
-from ansible.module_utils import launch_record as lr
+from ansible.module_utils.launcher import effective as lr
 
 EFFECT = {"effect": True, "ranks": ["0", "1", "2"], "engram_ranks": [], "error": None}
 

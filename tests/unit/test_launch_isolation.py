@@ -1,4 +1,4 @@
-"""The launch sandbox is real isolation (module_utils/launch_sandbox.py): hostile settings values and
+"""The launch sandbox is real isolation (module_utils/launcher/sandbox.py): hostile settings values and
 launcher constructs that escaped the former DEBUG-trap guard change nothing on the host and leave no
 process, whichever way they run (a worker string, sh -c, bash -lc, bash -p, env -i, an absolute path,
 a redirection, a $(...) line in the .env). Each case evaluates the launcher for real on this host."""
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from ansible.module_utils import launch_record as R
-from ansible.module_utils import launch_sandbox as S
+from ansible.module_utils.launcher import effective as R
+from ansible.module_utils.launcher import sandbox as S
 
 from launcher_fixtures import checkout, tree_hash
 

@@ -1,4 +1,4 @@
-"""Every rank expected is started, and only engine containers are ranks (module_utils/launch_ranks.py through
+"""Every rank expected is started, and only engine containers are ranks (module_utils/launcher/ranks.py through
 launch_record.effective_launch and the launcher_effective module)."""
 import json
 from pathlib import Path
@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible.module_utils import launch_record as R
-from ansible.module_utils import launch_sandbox as S
+from ansible.module_utils.launcher import effective as R
+from ansible.module_utils.launcher import sandbox as S
 
 import launcher_effective
 from launcher_fixtures import API_KEY, BASELINE_ENV, ROOT, checkout

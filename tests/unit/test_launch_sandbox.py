@@ -1,4 +1,4 @@
-"""The effective launch: the launcher's own serve path run in the sandbox (module_utils/launch_sandbox.py,
+"""The effective launch: the launcher's own serve path run in the sandbox (module_utils/launcher/sandbox.py,
 launch_record.py) and the launcher_effective module, on every launcher shape."""
 import json
 import os
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import launch_record as R
-from ansible.module_utils import launch_sandbox as S
+from ansible.module_utils.launcher import effective as R
+from ansible.module_utils.launcher import sandbox as S
 
 import launcher_effective
 from launcher_fixtures import API_KEY, BASELINE_ENV, FIXTURE_VARIANTS, VARIANTS, checkout, tree_hash

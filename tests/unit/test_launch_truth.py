@@ -1,5 +1,5 @@
-"""The running containers against the launch predicted before the restart (module_utils/launch_truth.py)."""
-from ansible.module_utils import launch_truth
+"""The running containers against the launch predicted before the restart (module_utils/launcher/truth.py)."""
+from ansible.module_utils.launcher import truth
 
 IMAGE = {"Id": "sha256:ab", "Config": {"Env": ["PATH=/usr/local/bin:/usr/bin", "NVIDIA_VISIBLE_DEVICES=all",
                                                 "LANG=C.UTF-8"]}}
@@ -35,26 +35,26 @@ def fleet(**by_rank):
 
 def test_a_launch_as_predicted_has_no_difference():
     pred, run = fleet()
-    assert launch_truth.check_ranks(pred, run) == []
+    assert truth.check_ranks(pred, run) == []
 
 
 def test_image_env_is_not_the_launchs_unless_the_launch_changed_it():
-    assert launch_truth.compare(predicted(1, "spark2"), running(1, env={"LANG": "C"}), IMAGE) == [
+    assert truth.compare(predicted(1, "spark2"), running(1, env={"LANG": "C"}), IMAGE) == [
         {"key": "env LANG", "predicted": "(absent)", "actual": "C"}]
     # the launch setting a key to the image's own value is the same container
-    assert launch_truth.compare(predicted(1, "spark2", LANG="C.UTF-8"), running(1), IMAGE) == []
+    assert truth.compare(predicted(1, "spark2", LANG="C.UTF-8"), running(1), IMAGE) == []
 
 
 def test_a_worker_that_got_another_value_names_rank_key_and_both_values():
     pred, run = fleet(c1=running(1, env={"DSV41_CACHE_GIB": "4"}))
-    assert launch_truth.check_ranks(pred, run) == [
+    assert truth.check_ranks(pred, run) == [
         "rank 1 (spark2, dsv41-worker): env DSV41_CACHE_GIB predicted '0', actual '4'"]
 
 
 def test_missing_and_extra_keys_and_mounts():
     mounts = [{"Type": "bind", "Source": "/home/zurih/dsv41-engram", "Destination": "/engram", "RW": True}]
     pred, run = fleet(c2=running(2, env={"MASTER_ADDR": None, "SGLANG_X": "1"}, mounts=mounts))
-    assert launch_truth.check_ranks(pred, run) == [
+    assert truth.check_ranks(pred, run) == [
         "rank 2 (spark3, dsv41-worker): env MASTER_ADDR predicted '10.0.0.1', actual '(absent)'",
         "rank 2 (spark3, dsv41-worker): env SGLANG_X predicted '(absent)', actual '1'",
         "rank 2 (spark3, dsv41-worker): mount /engram predicted '/home/zurih/dsv41-3x-spark/engram', "
@@ -64,7 +64,7 @@ def test_missing_and_extra_keys_and_mounts():
 
 def test_secrets_are_compared_masked_and_never_printed():
     pred, run = fleet(c0=running(0, env={"HF_TOKEN": "hf_abcdefghijkl", "NOTE": "key sk-live-0123456789"}))
-    out = launch_truth.check_ranks(pred, run)
+    out = truth.check_ranks(pred, run)
     assert out == ["rank 0 (spark1, dsv41-head): env HF_TOKEN predicted '(absent)', actual '***'",
                    "rank 0 (spark1, dsv41-head): env NOTE predicted '(absent)', actual 'key ***'"]
     assert not any("sk-live" in line or "hf_abc" in line for line in out)
@@ -72,11 +72,11 @@ def test_secrets_are_compared_masked_and_never_printed():
 
 def test_a_rank_not_running_or_missing():
     pred, run = fleet(c1=running(1, status="exited"), c2=None)
-    assert launch_truth.check_ranks(pred, run) == [
+    assert truth.check_ranks(pred, run) == [
         "rank 1 (spark2, dsv41-worker): container is exited, not running",
         "rank 2 (spark3, dsv41-worker): predicted container dsv41-worker is not there"]
     pred["containers"] = pred["containers"][:1]
-    assert launch_truth.check_ranks(pred, run)[0] == (
+    assert truth.check_ranks(pred, run)[0] == (
         "rank 1 (spark2, dsv41-worker): the launch predicted no container for this rank")
 
 

@@ -1,10 +1,10 @@
-"""module_utils/launcher.py: .env parsing, forwarding and rules on the effective launch, the settings rules."""
+"""module_utils/launcher/check.py: .env parsing, forwarding and rules on the effective launch, the settings rules."""
 import os
 
 import pytest
 
-from ansible.module_utils import launcher as L
-from ansible.module_utils.launch_record import effective_launch
+from ansible.module_utils.launcher import check as L
+from ansible.module_utils.launcher.effective import effective_launch
 from launcher_fixtures import BASELINE_ENV, VARIANTS, checkout
 
 
@@ -505,5 +505,5 @@ def test_per_layer_budgets_with_a_drm_node_pass_and_name_no_key():
     # zero per-layer budgets give the DRM node nothing to back (a warning naming the per-layer key)
     (warn,) = [f for f in L.check_settings(dict(settings, DSV41_CACHE_LAYER_GIB="1:0,14:0")) if f.rule == "drm_without_cache"]
     assert warn.level == "warning" and "while DSV41_CACHE_LAYER_GIB is 1:0,14:0" in warn.message
-    from ansible.module_utils.launcher_rules import parse_layer_budgets
+    from ansible.module_utils.launcher.rules import parse_layer_budgets
     assert parse_layer_budgets("1:0, 14:0.25") == ({1: 0.0, 14: 0.25}, None)

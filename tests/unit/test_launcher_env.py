@@ -1,4 +1,4 @@
-"""module_utils/launcher_env.py: the .env writer and parser against bash itself, backups and rollbacks.
+"""module_utils/launcher/env.py: the .env writer and parser against bash itself, backups and rollbacks.
 
 Every parser case is sourced by the real bash (``set -a; source FILE``) in a temporary directory and
 the variables it assigned are compared with what the parser returns; every writer case checks that
@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from ansible.module_utils import launcher_env as E
-from ansible.module_utils.secret_rule import SECRET_MASK
+from ansible.module_utils.launcher import env as E
+from ansible.module_utils.base.secrets import SECRET_MASK
 
 import launcher_env as launcher_env_module
 from modrun import run_module

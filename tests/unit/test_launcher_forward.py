@@ -1,11 +1,11 @@
-"""Adding forwards to the launcher as a managed edit (module_utils/launcher_edit.py, library/launcher_forward.py),
+"""Adding forwards to the launcher as a managed edit (module_utils/launcher/edit.py, library/launcher_forward.py),
 on every launcher shape: verified by evaluating the launch again, idempotent, check mode, rollback."""
 import os
 
 import pytest
 
-from ansible.module_utils import launcher_edit as E
-from ansible.module_utils.launch_record import effective_launch
+from ansible.module_utils.launcher import edit as E
+from ansible.module_utils.launcher.effective import effective_launch
 
 import launcher_forward
 from launcher_fixtures import BASELINE_ENV, VARIANTS, checkout, tree_hash

@@ -2,7 +2,7 @@
 real family's shape (tests/unit/fixtures/launchers) and the lab's launcher."""
 import json
 
-from ansible.module_utils import launcher as L
+from ansible.module_utils.launcher import check as L
 
 import launcher_settings
 from launcher_fixtures import API_KEY, BASELINE_ENV, checkout

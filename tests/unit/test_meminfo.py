@@ -1,5 +1,5 @@
-"""/proc/meminfo: one parser (module_utils/meminfo.py) behind the contention module and the dsv41_meminfo filter."""
-from ansible.module_utils import meminfo
+"""/proc/meminfo: one parser (module_utils/host/meminfo.py) behind the contention module and the dsv41_meminfo filter."""
+from ansible.module_utils.host import meminfo
 
 import fleet
 

@@ -1,9 +1,9 @@
-"""module_utils/memory_ledger.py and its filters: where each rank's GPU memory went during a boot."""
+"""module_utils/engine_log/memory_ledger.py and its filters: where each rank's GPU memory went during a boot."""
 from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import memory_ledger as ml
+from ansible.module_utils.engine_log import memory_ledger as ml
 import experiment as filters
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils.engine_log_source import SOURCE_ARGUMENT_SPEC
+from ansible.module_utils.engine_log.source import SOURCE_ARGUMENT_SPEC
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))

@@ -1,5 +1,5 @@
-"""What nvidia-smi prints, read by one parser (module_utils/nvidia_smi.py) for every module."""
-from ansible.module_utils import nvidia_smi
+"""What nvidia-smi prints, read by one parser (module_utils/host/nvidia_smi.py) for every module."""
+from ansible.module_utils.host import nvidia_smi
 
 SET = 'GPU clocks set to "(gpuClkMin 0, gpuClkMax 2200)" for GPU 0000000F:01:00.0'
 DENIED = "The current user does not have permission to change clocks for GPU 0000000F:01:00.0."

@@ -1,9 +1,9 @@
-"""Quality checks (module_utils/quality_checks.py) through the experiment's correctness filter and directly."""
+"""Quality checks (module_utils/experiment/quality.py) through the experiment's correctness filter and directly."""
 import pytest
 
 import experiment as filters
-from ansible.module_utils import decode_bench_summary as dbs
-from ansible.module_utils import quality_checks as q
+from ansible.module_utils.bench import summary as dbs
+from ansible.module_utils.experiment import quality as q
 
 
 def greedy(workload, answers, concurrency=1):
@@ -91,7 +91,7 @@ def test_every_shipped_definition_asks_for_the_needles_and_the_exact_ones_for_th
     JSON and math tasks; those whose arms do the baseline's computation (fence, prefetch, clocks, row cache, DRM
     cache) also require its greedy answers."""
     from pathlib import Path
-    from ansible.module_utils import experiment_schema as es
+    from ansible.module_utils.experiment import schema as es
     exact = {"stage_c_fence", "stage_e_prefetch", "stage_i_clocks", "stage_i_row_cache", "stage_i_drm"}
     for path in sorted((Path(__file__).resolve().parents[2] / "experiments").glob("stage_*.yml")):
         d = es.load_text(path.read_text(), str(path), path.stem)
@@ -102,7 +102,7 @@ def test_every_shipped_definition_asks_for_the_needles_and_the_exact_ones_for_th
 
 
 def test_graded_answers_are_judged_by_their_grader_not_matched_with_the_baseline_s():
-    """The graded probe's answers have their known right answers (module_utils/graded_tasks.py); the baseline's
+    """The graded probe's answers have their known right answers (module_utils/experiment/graded_tasks.py); the baseline's
     record keeps only its timed answers, so matching them would report a baseline with nothing to compare."""
     timed = {"workload": "prose", "concurrency": 1, "settings": {"temperature": 0.0},
              "output_digests": {"p0": ["aa"]}, "answer_excerpts": {"p0": {"aa": "same"}}}

@@ -4,7 +4,7 @@ import pytest
 
 from modrun import run_module
 
-from ansible.module_utils import engine_log_scan
+from ansible.module_utils.engine_log import scan
 
 import autotune_status
 import engine_boot_facts
@@ -45,7 +45,7 @@ def test_reports_clamp_of_the_report(tmp_path):
 
 
 def test_page_size_from_marker(tmp_path):
-    facts = engine_log_scan.scan_file(write(tmp_path, "w.log", L.boot(2, requested=1000, allocated=512, page_size=64)))
+    facts = scan.scan_file(write(tmp_path, "w.log", L.boot(2, requested=1000, allocated=512, page_size=64)))
     res = kv_pool.evaluate(facts)
     assert res["page_size"] == 64 and res["requested_rounded_tokens"] == 960 and res["clamped"] is True
 
@@ -69,7 +69,7 @@ def test_malformed_available_bytes_fails_naming_source_and_line(tmp_path):
 
 
 def test_plain_byte_available_bytes(tmp_path):
-    res = kv_pool.evaluate(engine_log_scan.scan_file(write(tmp_path, "w.log", L.boot(1, available="9490000000"))))
+    res = kv_pool.evaluate(scan.scan_file(write(tmp_path, "w.log", L.boot(1, available="9490000000"))))
     assert res["available_bytes"] == 9490000000 and res["available_bytes_printed"] == "9490000000"
     assert res["memory"]["available_gib"] == pytest.approx(9490000000 / 2 ** 30)
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from ansible.module_utils import decode_bench as db
-from ansible.module_utils import experiment_evidence as ev
-from ansible.module_utils import sampling_checks as sc
+from ansible.module_utils.bench import decode as db
+from ansible.module_utils.experiment import evidence as ev
+from ansible.module_utils.bench import sampling as sc
 import experiment as filters
 
 from test_decode_bench import bench, engine, prompt_files  # noqa: F401  (fixtures)
@@ -141,7 +141,7 @@ def test_mixed_batches_send_greedy_and_sampled_streams(engine, prompt_files):  #
 
 
 def test_word_counts_are_pairs_so_a_word_named_like_a_secret_survives_redaction():
-    from ansible.module_utils import decode_bench_summary as dbs
+    from ansible.module_utils.bench import summary as dbs
     reqs = [{"prompt_id": "p0", "text": "key token key"}, {"prompt_id": "p1", "text": "x"}]
     counts = dbs.word_counts(reqs, keep=1)
     assert counts == [["key", 2], ["(other)", 2]]

@@ -1,4 +1,4 @@
-"""Unit tests of module_utils/shard_format.py, safetensors_index.py, shard_provenance.py and pack_plan.py: format facts, arithmetic, parsing, shard states."""
+"""Unit tests of module_utils/engram/shard_format.py, safetensors_index.py, shard_provenance.py and pack_plan.py: format facts, arithmetic, parsing, shard states."""
 import json
 import os
 import struct
@@ -6,14 +6,14 @@ import struct
 import pytest
 
 import ckpt_factory
-from ansible.module_utils import pack_plan, safetensors_index, shard_format, shard_provenance
-from ansible.module_utils.engram_packer import pack_layer
-from ansible.module_utils.pack_plan import plan
-from ansible.module_utils.safetensors_index import read_engram_tables, read_safetensors_header
-from ansible.module_utils.shard_format import (
+from ansible.module_utils.engram import plan as pack_plan, safetensors_index, shard_format, provenance as shard_provenance
+from ansible.module_utils.engram.packer import pack_layer
+from ansible.module_utils.engram.plan import plan
+from ansible.module_utils.engram.safetensors_index import read_engram_tables, read_safetensors_header
+from ansible.module_utils.engram.shard_format import (
     EngramFormatError, EngramPackError, encode_shard_header, partial_name, rank_row_range, shard_name,
 )
-from ansible.module_utils.shard_provenance import inspect_shard
+from ansible.module_utils.engram.provenance import inspect_shard
 
 FULL = ckpt_factory.FULL_SCALE_ROWS
 

@@ -1,8 +1,8 @@
-"""The stage ledger a passing stage proposes (module_utils/stage_ledger.py, filter dsv41_stage_ledger_proposal)."""
+"""The stage ledger a passing stage proposes (module_utils/fleet/stage_ledger.py, filter dsv41_stage_ledger_proposal)."""
 import pytest
 
 import run_record_filters as rf
-from ansible.module_utils import stage_ledger as sl
+from ansible.module_utils.fleet import stage_ledger as sl
 
 OLD, NEW = "sha256:" + "a" * 64, "localhost/dsv41-sglang@sha256:" + "b" * 64
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible.module_utils import decode_bench as db
-from ansible.module_utils import experiment_schema as es
-from ansible.module_utils import verify_checks as vc
+from ansible.module_utils.bench import decode as db
+from ansible.module_utils.experiment import schema as es
+from ansible.module_utils.experiment import verify as vc
 import experiment as filters
 
 from test_decode_bench import engine, prompt_files  # noqa: F401  (fixtures)
@@ -276,7 +276,7 @@ def test_the_schema_takes_the_new_checks_and_refuses_a_bad_parameter_naming_it()
 
 
 def test_the_record_tables_the_proposal_test_and_the_capped_probe_per_condition():
-    from ansible.module_utils import experiment_record as er
+    from ansible.module_utils.experiment import record as er
     conditions = {
         "baseline": {"proposal": {"prose": {"positions": 1843, "bins": [180] * 9 + [223], "chi2": 11.5, "df": 9,
                                             "p": 0.24}},

@@ -1,6 +1,6 @@
 """After the restart every rank runs a fresh boot, workers before the head, and the head answers /health.
 
-Boot logs are read with the project's one engine-log reader (module_utils/engine_log_source.py) on both
+Boot logs are read with the project's one engine-log reader (module_utils/engine_log/source.py) on both
 streams of `docker logs`, as the roles read them.
 """
 import json
@@ -12,7 +12,8 @@ import pytest
 
 # The project's reader, imported as Ansible ships module_utils to a host.
 ansible.module_utils.__path__.append(str(Path(__file__).resolve().parents[5] / "module_utils"))
-from ansible.module_utils import command_stream, engine_log_source  # noqa: E402
+from ansible.module_utils.base import command_stream  # noqa: E402
+from ansible.module_utils.engine_log import source
 
 
 def container(host):
@@ -23,7 +24,7 @@ def latest_boot(host):
     def run(args):
         res = host.run(shlex.join(args))
         return res.rc, res.stdout, res.stderr
-    return engine_log_source.scan_docker(run, container(host), open_stream=command_stream.opener_over(run))
+    return source.scan_docker(run, container(host), open_stream=command_stream.opener_over(run))
 
 
 def test_container_running_with_declared_engram_source(host):

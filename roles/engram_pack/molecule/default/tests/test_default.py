@@ -9,7 +9,8 @@ import pytest
 
 # The project's one engine-log reader, imported as Ansible ships module_utils to a host.
 ansible.module_utils.__path__.append(str(Path(__file__).resolve().parents[5] / "module_utils"))
-from ansible.module_utils import command_stream, engine_log_source  # noqa: E402
+from ansible.module_utils.base import command_stream  # noqa: E402
+from ansible.module_utils.engine_log import source
 
 MAGIC = 0x31344E4531565344
 
@@ -44,7 +45,7 @@ def test_engine_latest_boot_is_packed(host):
         res = host.run(shlex.join(args))
         return res.rc, res.stdout, res.stderr
 
-    facts = engine_log_source.scan_docker(run, name, open_stream=command_stream.opener_over(run))     # both streams, the project's one reader
+    facts = source.scan_docker(run, name, open_stream=command_stream.opener_over(run))     # both streams, the project's one reader
     assert facts.marker_found and sorted(facts.engram) == [1, 14]
     assert all(facts.engram[layer]["packed"] is True for layer in (1, 14))
     assert json.loads(host.check_output(f"docker inspect {name}"))[0]["State"]["Status"] == "running"
