@@ -94,7 +94,9 @@ with dk.Store(state) as store:
 
 def fingerprint():
     h = hashlib.sha256()
-    for path in (DOCKER, SEED, os.path.join(ROOT, "lab", "standins", "labstate.py")):
+    package = os.path.join(ROOT, "lab", "standins", "lab_docker")    # the stand-in's code, beside its docker file
+    sources = sorted(os.path.join(d, f) for d, _, files in os.walk(package) for f in files if f.endswith(".py"))
+    for path in [DOCKER, SEED, os.path.join(ROOT, "lab", "standins", "labstate.py")] + sources:
         with open(path, "rb") as fh:
             h.update(fh.read())
     return h.hexdigest()

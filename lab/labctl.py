@@ -685,9 +685,10 @@ SERVING_CONTAINER = {host: "dsv41-head" if host == HEAD else "dsv41-worker" for 
 def age(hosts, mb, days=None, name=None):
     """Age the serving container of each host by `mb` MB of the periodic lines its engine logs (rank 0: decode
     reports and the Engram lines; workers: the Engram lines), spread over `days` days (default: mb/27, a real
-    head's rate). The docker stand-in does the work (`docker __lab-age`, lab/standins/docker): the lines go
-    at the end of the log, in the formats of the boot there, stamped between its last record and now; a
-    running engine is held (SIGSTOP) while they are written; State.StartedAt does not move."""
+    head's rate). The docker stand-in does the work (`docker __lab-age`,
+    lab/standins/lab_docker/commands/lab_age.py): the lines go at the end of the log, in the formats of the boot
+    there, stamped between its last record and now; a running engine is held (SIGSTOP) while they are written;
+    State.StartedAt does not move."""
     for host in hosts:
         if host not in HOSTS:
             raise SystemExit(f"[lab] age: unknown host {host}; known: {', '.join(HOSTS)}")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from test_standins import load   # the stand-in loaded as a module, as the stand-in tests load it
+from test_standins import load   # a script loaded as a module, as the stand-in tests load one
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "lab" / "standins" / "docker"
@@ -31,10 +31,12 @@ SEED_LOG = ROOT / "lab" / "seed" / "dsv41.log"
 BASE_NS = 1790217521 * 10 ** 9          # 2026-09-24T02:38:41Z
 MIB = 1 << 20
 
-
-
-
-dk = load(DOCKER, "lab_docker_standin")
+# the stand-in's package (lab_docker/ beside the docker file, which puts that directory on sys.path as well)
+sys.path.insert(0, str(DOCKER.parent))
+from lab_docker.commands.logs import _log_time_arg  # noqa: E402
+from lab_docker.logfile import import_text_log, json_log_record, log_messages  # noqa: E402
+from lab_docker.store import Store, new_container  # noqa: E402
+from lab_docker.timefmt import parse_time_ns, rfc3339_ns, rfc3339_ns_trimmed  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -52,7 +54,7 @@ def reference_records(path):
     for raw in data[:end].splitlines():
         try:
             rec = json.loads(raw)
-            records.append((dk.parse_time_ns(rec["time"]), rec.get("stream", "stdout"), rec.get("log", "")))
+            records.append((parse_time_ns(rec["time"]), rec.get("stream", "stdout"), rec.get("log", "")))
         except (ValueError, KeyError, TypeError):
             if mtime is None:
                 mtime = int(os.stat(path).st_mtime * 10 ** 9)
@@ -74,7 +76,7 @@ def reference_logs(path, tail="all", since=None, until=None, ts=False, records=N
             continue
         data = text.encode("utf-8")
         if ts:
-            data = (dk.rfc3339_ns(ns) + " ").encode() + data
+            data = (rfc3339_ns(ns) + " ").encode() + data
         (err if stream == "stderr" else out).append(data)
         both.append(data)
     return b"".join(out), b"".join(err), b"".join(both)
@@ -95,9 +97,9 @@ def docker(state, *args, check=True, merged=False, env=None):
 def make_container(state, name="dsv41-head", env=("NODE_RANK=0",), status="exited", image="dsv41-sglang:tp3",
                    started="2026-09-24T02:38:40.118804221Z", finished="2026-09-24T03:12:44.902417550Z"):
     """A container record as the seeder writes one (no process), its log left to the caller."""
-    with dk.Store(state) as store:
-        c = dk.new_container(store, name, image, env=list(env), network="host",
-                             created="2026-09-24T02:38:39.412093117Z")
+    with Store(state) as store:
+        c = new_container(store, name, image, env=list(env), network="host",
+                          created="2026-09-24T02:38:39.412093117Z")
         if status != "created":
             c["State"].update(Status=status, Running=False, StartedAt=started, FinishedAt=finished)
         store.containers.append(c)
@@ -107,7 +109,7 @@ def make_container(state, name="dsv41-head", env=("NODE_RANK=0",), status="exite
 def seeded_head(state, name="dsv41-head"):
     """The lab's seeded head: the report's two boots imported as its json-file log."""
     path = make_container(state, name)
-    dk.import_text_log(path, SEED_LOG.read_bytes())
+    import_text_log(path, SEED_LOG.read_bytes())
     return path
 
 
@@ -124,7 +126,7 @@ def json_records(path, lenient=False):
 
 
 def ns_of(stamp):
-    return dk.parse_time_ns(stamp)
+    return parse_time_ns(stamp)
 
 
 PROBE = r"""
@@ -174,8 +176,8 @@ def write_generated_log(path, records=9000, seed=11):
             text = "[autotune_keep] reused 05cc0d96dc7e28b8/rank_tp0_pp0_dp0.json\n"
         if kind == 17:
             raw = ("[%s] server_args={'model_path': '/m', " % day + "'x': 1, " * 5600 + "'end': True}\n").encode()
-            for j, part in enumerate(dk.log_messages(raw)):
-                lines.append(dk.json_log_record("stderr", part, ns + j * 1000))
+            for j, part in enumerate(log_messages(raw)):
+                lines.append(json_log_record("stderr", part, ns + j * 1000))
             ns += 10 ** 6
             continue
         if kind == 19:
@@ -189,7 +191,7 @@ def write_generated_log(path, records=9000, seed=11):
             continue
         if kind == 31:
             lines.append((json.dumps({"log": text, "stream": "stdout", "attrs": {"tag": "dsv41"},
-                                      "time": dk.rfc3339_ns_trimmed(ns)}) + "\n").encode())
+                                      "time": rfc3339_ns_trimmed(ns)}) + "\n").encode())
             continue
         if kind == 37:
             local = _dt.datetime.fromtimestamp(ns // 10 ** 9, _dt.timezone(_dt.timedelta(hours=2)))
@@ -200,14 +202,14 @@ def write_generated_log(path, records=9000, seed=11):
             lines.append(json.dumps({"log": text, "stream": "stderr", "time": "yesterday"}).encode() + b"\n")
             continue
         if kind == 43:
-            lines.append(json.dumps({"stream": "stderr", "time": dk.rfc3339_ns_trimmed(ns)}).encode() + b"\n")
+            lines.append(json.dumps({"stream": "stderr", "time": rfc3339_ns_trimmed(ns)}).encode() + b"\n")
             continue
         if kind == 47:
-            lines.append(dk.json_log_record("stdin", text, ns))
+            lines.append(json_log_record("stdin", text, ns))
             continue
         if kind == 53:
             text = text[:-1]                     # a partial record (output left without a newline)
-        lines.append(dk.json_log_record(stream, text, ns))
+        lines.append(json_log_record(stream, text, ns))
     lines.append(b'{"log":"[2026-09-24 09:00:00 TP0 EP0] still being writ')   # no newline: left for later
     Path(path).write_bytes(b"".join(lines))
     return ns
@@ -235,7 +237,7 @@ def _cases(g):
     s = g["stamps"]
     n = g["count"]
     mid = s[len(s) // 2]
-    between = dk.rfc3339_ns(ns_of(s[len(s) // 3]) + 1)          # between two records
+    between = rfc3339_ns(ns_of(s[len(s) // 3]) + 1)          # between two records
     return [
         [], ["-t"], ["--tail", "0"], ["--tail", "1"], ["-n", "7"], ["--tail", "500", "-t"], ["--tail", "4321"],
         ["--tail", str(n + 50)], ["--tail", "all"], ["--tail", "-1", "-t"],
@@ -254,7 +256,7 @@ def _flags(args):
         elif a in ("--tail", "-n"):
             kw["tail"] = next(it)
         elif a in ("--since", "--until"):
-            kw[a[2:]] = dk._log_time_arg(next(it), a[2:])
+            kw[a[2:]] = _log_time_arg(next(it), a[2:])
     return kw
 
 
@@ -287,7 +289,7 @@ def test_a_record_still_being_written_is_left_for_later(generated, tmp_path):
     # completing the line makes it the last record
     state = tmp_path / "state"
     path = make_container(state)
-    path.write_bytes(dk.json_log_record("stderr", "first\n", BASE_NS) + b'{"log":"sec')
+    path.write_bytes(json_log_record("stderr", "first\n", BASE_NS) + b'{"log":"sec')
     assert docker(state, "logs", "dsv41-head").stderr == b"first\n"
     with open(path, "ab") as fh:
         fh.write(b'ond\\n","stream":"stderr","time":"2026-09-24T02:38:42Z"}\n')
@@ -409,7 +411,7 @@ def boot_log(path, rank, old=False, packed="True"):
             + "[2026-09-24 02:39:02 %s] %s\n" % (tag, exact[0])
             + "[2026-09-24 02:39:08 %s] %s\n" % (tag, exact[1])
             + "[2026-09-24 02:51:04] INFO:     Uvicorn running on http://0.0.0.0:8888 (Press CTRL+C to quit)\n")
-    dk.import_text_log(path, text.encode())
+    import_text_log(path, text.encode())
 
 
 def test_age_a_worker_and_an_old_build(tmp_path):
@@ -429,7 +431,7 @@ def test_age_a_worker_and_an_old_build(tmp_path):
     check_aged(aged_part(old, before), 0, DECODE_OLD, ENGRAM_OLD)
     # a rank the log does not show: the container's NODE_RANK
     bare = make_container(state, "dsv41-bare", env=("NODE_RANK=2",))
-    dk.import_text_log(bare, b"[2026-09-24 02:38:41] server_args={'node_rank': 2}\n")
+    import_text_log(bare, b"[2026-09-24 02:38:41] server_args={'node_rank': 2}\n")
     before = bare.stat().st_size
     docker(state, "__lab-age", "dsv41-bare", "--mb", "0.1")
     check_aged(aged_part(bare, before), 2, None, re.compile(ENGRAM_OLD.pattern.replace(" threads=96", " scales=0\\.0GiB threads=96")))
@@ -542,7 +544,7 @@ def test_tail_and_until_cost_what_they_return_and_memory_stays_flat(big_head):
     with open(path, "rb") as fh:
         fh.seek(-200_000, os.SEEK_END)
         last = [json.loads(line) for line in fh.read().split(b"\n")[1:-1]][-100:]
-    assert out == b"".join((dk.rfc3339_ns(ns_of(r["time"])) + " " + r["log"]).encode() for r in last)
+    assert out == b"".join((rfc3339_ns(ns_of(r["time"])) + " " + r["log"]).encode() for r in last)
 
 
 def test_the_aged_log_reads_like_the_boot_plus_days(big_head):

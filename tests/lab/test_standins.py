@@ -573,28 +573,30 @@ PROJECT_FORMATS = [
 
 
 def test_format_renders_the_project_formats_and_refuses_others():
-    mod = load(DOCKER, "lab_docker_t")
+    sys.path.insert(0, str(DOCKER.parent))   # the stand-in's package, lab_docker/ (as the docker file puts it there)
+    from lab_docker import gotemplate, sizes, timefmt
     data = {"Name": "/x", "Id": "abc", "Config": {"Labels": {"owner": "mia"}, "Env": ["A=1", "B=2"]},
             "State": {"Status": "running", "Running": True, "Paused": False, "Pid": 12,
                       "StartedAt": "2026-09-24T02:50:01Z"}}
     for fmt, want in PROJECT_FORMATS:
         if want is not None:
-            assert mod.render(fmt, data) == want, fmt
-    assert json.loads(mod.render("{{json .}}", data)) == data
-    assert mod.render("{{json .Config.Env}}", data) == '["A=1","B=2"]'
-    assert mod.render("{{.State.Pid}}:{{.Config.Labels}}", data) == "12:map[owner:mia]"
-    assert mod.render("{{json .Name}}", {"Name": "<&>"}) == '"\\u003c\\u0026\\u003e"'   # Go's HTML-safe JSON
+            assert gotemplate.render(fmt, data) == want, fmt
+    assert json.loads(gotemplate.render("{{json .}}", data)) == data
+    assert gotemplate.render("{{json .Config.Env}}", data) == '["A=1","B=2"]'
+    assert gotemplate.render("{{.State.Pid}}:{{.Config.Labels}}", data) == "12:map[owner:mia]"
+    assert gotemplate.render("{{json .Name}}", {"Name": "<&>"}) == '"\\u003c\\u0026\\u003e"'   # Go's HTML-safe JSON
     for bad in ('{{index .Config.Labels "owner"}}', "{{range .Mounts}}{{.Source}}{{end}}", '{{.Label "owner"}}',
                 "{{.Name", "{{printf \"%s\" .Name}}"):
-        with pytest.raises(mod.TemplateError):
-            mod.render(bad, data)
-    with pytest.raises(mod.TemplateError, match="can't evaluate field Nope"):
-        mod.render("{{.Nope}}", data)
+        with pytest.raises(gotemplate.TemplateError):
+            gotemplate.render(bad, data)
+    with pytest.raises(gotemplate.TemplateError, match="can't evaluate field Nope"):
+        gotemplate.render("{{.Nope}}", data)
     # table rendering as docker's tabwriter: min width 10, padding 3
-    out = mod.render_list("table {{.ID}}\\t{{.Name}}", [{"ID": "abc", "Name": "n"}], {"ID": "CONTAINER ID", "Name": "NAMES"})
+    out = gotemplate.render_list("table {{.ID}}\\t{{.Name}}", [{"ID": "abc", "Name": "n"}],
+                                 {"ID": "CONTAINER ID", "Name": "NAMES"})
     assert out == "CONTAINER ID   NAMES\nabc            n\n"
-    assert mod.human_duration(3 * 86400) == "3 days" and mod.human_duration(300) == "5 minutes"
-    assert mod.bytes_size(int(119.7 * 1024 ** 3)) == "119.7GiB"
+    assert timefmt.human_duration(3 * 86400) == "3 days" and timefmt.human_duration(300) == "5 minutes"
+    assert sizes.bytes_size(int(119.7 * 1024 ** 3)) == "119.7GiB"
 
 
 def test_unsupported_format_exits_with_a_clear_error(dk):

@@ -1,10 +1,10 @@
 """A fleet that has served for days: every read of a rank's boot gives the verdicts of a fresh boot.
 
 The lab ages each engine container's log with periodic lines in the real formats (``docker __lab-age``,
-lab/standins/docker): 190 MB on the head (about seven days of a real head's 27 MB a day), 60 MB on each
-worker. Fleet status, stage A's verify tags and the scheduled drift check then run again and must give
-the same verdicts, and each rank's boot is read from its start and its end only (``read`` in the boot
-facts). Their times fresh and aged are printed here and measured side by side by
+lab/standins/lab_docker/commands/lab_age.py): 190 MB on the head (about seven days of a real head's 27 MB a
+day), 60 MB on each worker. Fleet status, stage A's verify tags and the scheduled drift check then run again
+and must give the same verdicts, and each rank's boot is read from its start and its end only (``read`` in
+the boot facts). Their times fresh and aged are printed here and measured side by side by
 ``bench/bench_uptime_lab.py`` (a benchmark, not a timed test).
 """
 import json
