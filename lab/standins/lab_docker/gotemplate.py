@@ -1,7 +1,7 @@
 """--format: the templates the project uses, nothing more.
 
 What the roles, modules, lab scripts and tests ask of docker: ``{{json .}}`` (ps, stats:
-module_utils/docker_ps.py) and field paths with literal text between them (``{{.State.Status}}``,
+module_utils/host/docker_ps.py) and field paths with literal text between them (``{{.State.Status}}``,
 ``{{.Names}} {{.State}}``, ``{{.Name}} {{.State.Status}} {{.State.StartedAt}} {{.Id}}``); ``{{json
 .Path}}`` reads one part of ``docker inspect`` whole. The default outputs are ``table`` formats.
 Any other action (range, if, index, functions) is refused naming the format, so a new use is
