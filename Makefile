@@ -134,7 +134,8 @@ unit: setup ## pytest: modules, module_utils, filters, stand-ins
 
 # The same tests in two halves that `make test` runs side by side: the launcher evaluations (each runs a
 # launcher in the bubblewrap sandbox, mostly waiting on processes) and everything else.
-UNIT_LAUNCH := tests/unit/test_launch_*.py tests/unit/test_launcher_*.py tests/unit/test_container_env*.py
+UNIT_LAUNCH := tests/unit/module_utils/launcher/test_launch_*.py tests/unit/module_utils/launcher/test_launcher_*.py \
+	tests/unit/modules/test_launcher_*.py tests/unit/filters/test_launch_*.py tests/unit/filters/test_container_env*.py
 unit-launch: setup ## pytest: the launcher evaluations only (half of `unit`)
 	$(BIN)/pytest -q $(UNIT_LAUNCH)
 

@@ -38,8 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "out")
 VENV = os.environ.get("VENV", os.path.join(ROOT, ".venv"))
-UNIT_FILES = ["tests/unit/test_experiment_schema.py", "tests/unit/test_envfile_merge.py",
-              "tests/unit/test_engine_log.py"]
+UNIT_FILES = ["tests/unit/module_utils/experiment/test_experiment_schema.py", "tests/unit/module_utils/envfile/test_envfile_merge.py",
+              "tests/unit/module_utils/engine_log/test_engine_log.py"]
 
 
 def default_baseline():

@@ -1,6 +1,6 @@
 """Filters of the container_env role: the logic its tasks need, as plain Python with unit tests.
 
-Unit tests: tests/unit/test_container_env_filters.py.
+Unit tests: tests/unit/filters/test_container_env_filters.py.
 """
 import re
 

@@ -1,7 +1,7 @@
 """Filters of the contention role: the opt-in actions, their record, the rollback and the tables.
 
 The role's decisions (which actions to refuse, what to record, which docker verbs return a container
-to its recorded state) live here as plain Python, unit-tested in tests/unit/test_contention_filters.py.
+to its recorded state) live here as plain Python, unit-tested in tests/unit/filters/test_contention_filters.py.
 """
 
 ACTIONS = ("pause", "stop")

@@ -1,6 +1,6 @@
 """Filters of the engine role: the per-rank autotune table and the boot-log tails of a failed start.
 
-Unit-tested in tests/unit/test_engine_filters.py.
+Unit-tested in tests/unit/filters/test_engine_filters.py.
 """
 
 

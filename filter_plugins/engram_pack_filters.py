@@ -2,7 +2,7 @@
 rank that is short (relocate or delete foreign shards: module_utils/engram/options.py, pack_choice.py), the
 time limit.
 
-Unit-tested in tests/unit/test_engram_pack_filters.py.
+Unit-tested in tests/unit/filters/test_engram_pack_filters.py.
 """
 import math
 import os

@@ -1,7 +1,7 @@
 """Filters for the TP fleet: inventory validation and small formatting helpers.
 
 The inventory is validated on the control node before any task reaches a host, so every rule lives
-here as plain Python (unit-tested in tests/unit/test_fleet_filters.py) and the preflight role fails
+here as plain Python (unit-tested in tests/unit/filters/test_fleet_filters.py) and the preflight role fails
 in one task with every problem listed.
 """
 import posixpath

@@ -2,7 +2,7 @@
 while an experiment run is unfinished (module_utils/experiment/runs.py reads the record directory), and the
 notice of this fleet's runs left in the records/experiments/ every fleet shared before.
 
-Unit-tested in tests/unit/test_preflight_filters.py and tests/unit/test_experiment_runs.py.
+Unit-tested in tests/unit/filters/test_preflight_filters.py and tests/unit/module_utils/experiment/test_experiment_runs.py.
 """
 import os
 from pathlib import Path

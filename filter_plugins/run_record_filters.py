@@ -1,4 +1,4 @@
-"""Filters of the run_record role. Unit-tested in tests/unit/test_run_record_filters.py."""
+"""Filters of the run_record role. Unit-tested in tests/unit/filters/test_run_record_filters.py."""
 from pathlib import Path
 
 import ansible.module_utils

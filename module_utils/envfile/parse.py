@@ -18,7 +18,7 @@ operators, ``~user``, the shell's own variables, NUL bytes, ``$'...'`` escapes w
 the locale). The expansions (``$``, ``${...}``, tilde) are read by ``envfile_expand.Expansions``,
 which the reader extends. Every loop consumes input, so any text gives an answer in time linear
 in its length.
-tests/unit/test_envfile_bash.py compares the parser with bash on generated files.
+tests/unit/module_utils/envfile/test_envfile_bash.py compares the parser with bash on generated files.
 """
 from __future__ import absolute_import, division, print_function
 

@@ -60,7 +60,7 @@ def lab_definition(tmp_path, name, trim=False, **changes):
     """A copy of experiments/<name>.yml for the lab, where speed decides nothing: on a shared lab machine
     the stand-in's timings move with the load of other work, so neither a noise 'loss' nor a missing noise
     'win' may decide these tests (regression allowed, no win required; the speed rule is unit-tested in
-    tests/unit/test_experiment_stats.py). Evidence, correctness, memory and the restore decide, so the lab
+    tests/unit/module_utils/experiment/test_experiment_stats.py). Evidence, correctness, memory and the restore decide, so the lab
     copy also asks for shorter answers. trim=True keeps one workload at
     C1 (still 5 measured repetitions): the fault tests judge evidence and correctness, not speed.
     Other keyword arguments replace top-level keys."""
