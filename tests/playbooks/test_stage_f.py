@@ -3,7 +3,7 @@
 DROP runs only with a wo_a_w8 validation in the ledger for the running image: the refusal is shown
 first, then the validation is given as an inventory layer (what the operator commits after stage D's
 record proposes it). Lab figures come from the engine stand-in's memory model (lab/standins/
-dsv41_engine.py: twins +688 MiB, DROP releases 41 copies of 32 MiB, 2 kept; the draft head +210.6 MiB),
+lab_engine/memory.py: twins +688 MiB, DROP releases 41 copies of 32 MiB, 2 kept; the draft head +210.6 MiB),
 printed beside the report's reference figures. The lab's default image is today's fleet image: no small-row
 kernel, so W8 arms its einsum bridge and DROP keeps the draft's wo_a on bf16 and says so; a DROP that does not
 fails on that line (wo_a_mode) and rolls back.
