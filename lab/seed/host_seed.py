@@ -14,7 +14,8 @@ What it creates (SPEC sections 1 and 5):
              the per-rank autotune cache under ~/.cache/sglang/flashinfer/autotune/0.6.18/sm121/<hash>/;
              the serving container record (dsv41-head / dsv41-worker, exited; the launcher's
              ``serve`` replaces it with a running one); the launcher start.sh in the checkout (the
-             variant of --launcher-variant, default explicit; recorded in /etc/dsv41-lab/launcher.variant)
+             variant of --launcher-variant, default family, as one file assembled from the stand-ins'
+             launcher/ parts; recorded in /etc/dsv41-lab/launcher.variant)
   all hosts  variant family only: the checkout's scripts/remote.py (its ssh helper) and the launcher's
              $HOME defaults in the login user's home: NewModels -> /srv/models (a symlink:
              $HOME/NewModels/DeepSeek-V4.1-Flash is the lab's checkpoint) and nccl-2.30.7/ (empty; mounted at /nccl,
@@ -60,6 +61,7 @@ import importlib.util
 import json
 import os
 import pwd
+import re
 import struct
 import subprocess
 import sys
@@ -93,9 +95,12 @@ ADAPTER_SOURCE = HERE / "adapters"
 LOCAL_ADAPTERS = ("engram_prefetch", "draft_head_fp8", "draft_tau", "block_verify", "verify_cap",
                   "folded_fence", "wo_a_w8")
 MODEL_PATH = "/srv/models/DeepSeek-V4.1-Flash"
-# Launcher variants (lab/README.md, "Launcher variants"): the stand-in file installed as start.sh.
-LAUNCHER_VARIANTS = {"explicit": "start.sh", "extra_env": "start-extra_env.sh", "printf_array": "start-printf_array.sh",
-                     "indirect": "start-indirect.sh", "family": "start-family.sh", "legacy": "legacy/start.sh"}
+# Launcher variants (lab/README.md, "Launcher variants"), each installed as start.sh: one file assembled from the
+# parts in the stand-ins' launcher/ (assemble_launcher), except those in LAUNCHER_FILES, installed as they are.
+LAUNCHER_VARIANTS = ("explicit", "extra_env", "printf_array", "indirect", "family", "legacy")
+LAUNCHER_FILES = {"legacy": "legacy/start.sh"}
+LAUNCHER_PARTS = "launcher"
+LAUNCHER_CORE = ("core_head.sh", "core_launch.sh", "core_commands.sh")
 # Files a variant needs beside start.sh: {stand-in file: path in the checkout}, installed with it (0755).
 LAUNCHER_HELPERS = {"family": {"scripts/remote.py": "scripts/remote.py"}}
 # The family launcher's defaults under $HOME (MODEL_PATH=$HOME/NewModels/DeepSeek-V4.1-Flash, NCCL mounted
@@ -257,6 +262,196 @@ def lab_site_env(text, addresses):
     return "".join(out)
 
 
+# ------------------------------------------------------------------------------ launcher assembly
+# A lab host gets one start.sh, as a real fleet has one launcher file (the roles read and edit it as one
+# file): the parts are put together here, never sourced by the script. The core parts (LAUNCHER_CORE, in
+# order) are the "explicit" launcher; a variant's part (launcher/variants/<name>.sh) holds only what is its
+# own. Directive lines (never in the result):
+#   core parts:   #@ slot NAME [required]       the variant's piece NAME here; nothing when it has none
+#                 #@ default NAME ... #@ end NAME these lines, unless the variant's piece NAME replaces them
+#                 #@ set NAME VALUE              @@NAME@@ on any line stands for VALUE
+#   variant part: #@ piece NAME                  starts piece NAME: every line up to the next piece (blank
+#                                                lines included) or the end of the file
+#                 #@ set NAME VALUE              another value for a core's @@NAME@@
+#   anywhere:     #@ insert NAME                 the lines of block NAME as this variant has them
+#                 #@# ...                        a note for the reader of the parts
+DIRECTIVE = re.compile(r"#@(?:# |#$| (slot|default|end|set|piece|insert) ([A-Za-z_][A-Za-z0-9_]*)(?: (.*))?$)")
+INLINE = re.compile(r"@@([A-Za-z_][A-Za-z0-9_]*)@@")
+
+
+class LauncherPartsError(Exception):
+    """A launcher variant cannot be assembled from its parts (the message names the part and what is wrong)."""
+
+
+def find_standin(name, kind="file"):
+    """The stand-in ``name`` (a file, or with kind="dir" a directory): in the lab directory on a lab host (the
+    image copies lab/standins there), in lab/standins in the repo; None when neither has it."""
+    for cand in (LAB_DIR / name, LAB_DIR / "standins" / name):
+        if cand.is_dir() if kind == "dir" else cand.is_file():
+            return cand
+    return None
+
+
+def _launcher_part(path, variant):
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise LauncherPartsError("launcher variant %s: part %s missing or unreadable (%s)"
+                                 % (variant, path, exc.strerror or exc))
+    if text and not text.endswith("\n"):
+        raise LauncherPartsError("launcher variant %s: part %s does not end with a newline" % (variant, path))
+    return text.splitlines(True)
+
+
+def _directive(line, where):
+    """(kind, name, rest) of a directive line, ("note", ...) for a note, None for a script line."""
+    if not line.startswith("#@"):
+        return None
+    m = DIRECTIVE.match(line.rstrip("\n"))
+    if not m:
+        raise LauncherPartsError("%s: not a launcher directive: %r" % (where, line.rstrip("\n")))
+    return ("note", None, None) if m.group(1) is None else (m.group(1), m.group(2), m.group(3))
+
+
+def _parse_core(lines, path, variant, blocks, slots, values):
+    """The core part as a tree: ("line", text) | ("slot", name) | ("block", name, tree) | ("insert", name)."""
+    stack = [("", [])]
+    for no, line in enumerate(lines, 1):
+        where = "launcher variant %s: %s line %d" % (variant, path, no)
+        d = _directive(line, where)
+        if d is None:
+            stack[-1][1].append(("line", line))
+            continue
+        kind, name, rest = d
+        if kind == "note":
+            continue
+        if kind in ("slot", "default") and (name in slots or name in blocks or name in [s[0] for s in stack]):
+            raise LauncherPartsError("%s: %s is named twice in the core parts" % (where, name))
+        if kind == "slot":
+            if rest not in (None, "required"):
+                raise LauncherPartsError("%s: slot %s takes only 'required', not %r" % (where, name, rest))
+            slots[name] = rest == "required"
+            stack[-1][1].append(("slot", name))
+        elif kind == "default":
+            stack.append((name, []))
+        elif kind == "end":
+            if len(stack) == 1 or stack[-1][0] != name:
+                raise LauncherPartsError("%s: end %s without its default block" % (where, name))
+            block, tree = stack.pop()
+            blocks[block] = tree
+            stack[-1][1].append(("block", block, tree))
+        elif kind == "set":
+            values[name] = rest or ""
+        elif kind == "insert":
+            stack[-1][1].append(("insert", name))
+        else:
+            raise LauncherPartsError("%s: %s belongs in a variant's part" % (where, kind))
+    if len(stack) > 1:
+        raise LauncherPartsError("launcher variant %s: %s: default block %s has no end" % (variant, path, stack[-1][0]))
+    return stack[0][1]
+
+
+def _parse_variant(lines, path, variant, values):
+    """{piece name: lines} of a variant's part; its set directives go into values."""
+    pieces, current = {}, None
+    for no, line in enumerate(lines, 1):
+        where = "launcher variant %s: %s line %d" % (variant, path, no)
+        kind, name, rest = _directive(line, where) or ("line", None, None)
+        if kind == "piece":
+            if name in pieces:
+                raise LauncherPartsError("%s: piece %s given twice" % (where, name))
+            current = pieces[name] = []
+        elif kind == "set":
+            values[name] = rest or ""
+        elif current is not None and kind in ("line", "note", "insert"):
+            current.append(line)          # a note is dropped when the piece is put in place
+        elif current is None and (kind == "note" or not line.strip()):
+            continue                      # notes and blank lines before the first piece
+        else:
+            raise LauncherPartsError("%s: %s" % (where, "a script line before the first piece" if kind == "line"
+                                                 else "%s is not for a variant's part" % kind))
+    return pieces
+
+
+def assemble_launcher(variant, parts_dir=None):
+    """The text of ``variant``'s start.sh: the core parts in order, the variant's pieces in their slots and in
+    place of the default blocks they name, @@NAME@@ values filled in. LauncherPartsError names the part (and
+    line) of anything missing or wrong: a part file, a required piece, a piece with no place in the core, an
+    @@NAME@@ without a value."""
+    if variant not in LAUNCHER_VARIANTS or variant in LAUNCHER_FILES:
+        raise LauncherPartsError("launcher variant %s is not assembled from parts (assembled: %s)"
+                                 % (variant, ", ".join(v for v in LAUNCHER_VARIANTS if v not in LAUNCHER_FILES)))
+    parts = Path(parts_dir or find_standin(LAUNCHER_PARTS, kind="dir") or LAB_DIR / "standins" / LAUNCHER_PARTS)
+    blocks, slots, values = {}, {}, {}
+    cores = [_parse_core(_launcher_part(parts / name, variant), parts / name, variant, blocks, slots, values)
+             for name in LAUNCHER_CORE]
+    own = parts / "variants" / (variant + ".sh")
+    core_values = set(values)
+    pieces = _parse_variant(_launcher_part(own, variant), own, variant, values)
+    unused = sorted(set(values) - core_values)
+    if unused:
+        raise LauncherPartsError("launcher variant %s: %s sets %s, which no core part uses"
+                                 % (variant, own, ", ".join(unused)))
+    homeless = sorted(n for n in pieces if n not in slots and n not in blocks)
+    if homeless:
+        raise LauncherPartsError("launcher variant %s: piece %s in %s has no slot or default block in the core parts"
+                                 % (variant, ", ".join(homeless), own))
+    lacking = sorted(n for n, required in slots.items() if required and n not in pieces)
+    if lacking:
+        raise LauncherPartsError("launcher variant %s: %s lacks the required piece %s"
+                                 % (variant, own, ", ".join(lacking)))
+    out = []
+
+    def piece(name, seen):
+        for line in pieces[name]:
+            d = _directive(line, "launcher variant %s: %s piece %s" % (variant, own, name))
+            if d is None:
+                out.append(line)
+            elif d[0] == "insert":
+                insert(d[1], seen)
+
+    def insert(name, seen):
+        if name not in blocks:
+            raise LauncherPartsError("launcher variant %s: insert %s names no default block of the core parts"
+                                     % (variant, name))
+        if name in seen:
+            raise LauncherPartsError("launcher variant %s: block %s inserts itself" % (variant, name))
+        if name in pieces:
+            piece(name, seen | {name})
+        else:
+            walk(blocks[name], seen | {name})
+
+    def walk(tree, seen):
+        for node in tree:
+            if node[0] == "line":
+                out.append(node[1])
+            elif node[0] == "slot":
+                if node[1] in pieces:
+                    piece(node[1], seen)
+            else:
+                insert(node[1], seen)
+
+    for tree in cores:
+        walk(tree, frozenset())
+    text = "".join(out)
+
+    def value(m):
+        if m.group(1) not in values:
+            raise LauncherPartsError("launcher variant %s: @@%s@@ has no value (#@ set %s ... in a core part)"
+                                     % (variant, m.group(1), m.group(1)))
+        return values[m.group(1)]
+    return INLINE.sub(value, text)
+
+
+def launcher_text(variant):
+    """The bytes installed as start.sh for ``variant``: assembled from the parts, or the variant's own file
+    (LAUNCHER_FILES); None when that file is not beside the stand-ins."""
+    if variant in LAUNCHER_FILES:
+        path = find_standin(LAUNCHER_FILES[variant])
+        return None if path is None else path.read_bytes()
+    return assemble_launcher(variant).encode()
+
+
 class Seeder:
     def __init__(self, host, root=None, variant=DEFAULT_VARIANT, tp=TP):
         if variant not in LAUNCHER_VARIANTS:
@@ -349,10 +544,7 @@ class Seeder:
         return subprocess.run(cmd, check=check, text=True, capture_output=True)
 
     def find_standin(self, name):
-        for cand in (LAB_DIR / name, LAB_DIR / "standins" / name):
-            if cand.is_file():
-                return cand
-        return None
+        return find_standin(name)
 
     # -- steps --------------------------------------------------------------------------------
     def docker_group(self):
@@ -446,15 +638,19 @@ class Seeder:
             self.log("worker checkout: adapter/, engram/")
 
     def launcher(self):
-        """The selected launcher variant as the checkout's start.sh (0755, login user), recorded in
-        /etc/dsv41-lab/launcher.variant. Every run rewrites it: the variant is the lab's choice."""
-        starter = self.find_standin(LAUNCHER_VARIANTS[self.variant])
+        """The selected launcher variant as the checkout's start.sh (0755, login user; one file, assembled by
+        launcher_text), recorded in /etc/dsv41-lab/launcher.variant. Every run rewrites it: the variant is the
+        lab's choice."""
+        try:
+            starter = launcher_text(self.variant)
+        except LauncherPartsError as exc:
+            raise SystemExit("host_seed: %s" % exc)
         base = self.home / "dsv41-3x-spark"
         if starter is None:
-            self.log("launcher %s not found beside the stand-ins; skipped" % LAUNCHER_VARIANTS[self.variant])
+            self.log("launcher %s not found beside the stand-ins; skipped" % LAUNCHER_FILES[self.variant])
             return
         self.mkdir(base)
-        self.write(base / "start.sh", starter.read_bytes(), mode=0o755)
+        self.write(base / "start.sh", starter, mode=0o755)
         for name, dest in sorted(LAUNCHER_HELPERS.get(self.variant, {}).items()):
             helper = self.find_standin(name)
             if helper is None:

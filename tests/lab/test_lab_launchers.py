@@ -1,4 +1,5 @@
-"""The lab launcher variants (lab/standins/start*.sh) run with recording docker and ssh stand-ins (no lab).
+"""The lab launcher variants (assembled from lab/standins/launcher/ as the seeder installs them) run with
+recording docker and ssh stand-ins (no lab).
 
 Each variant is a launcher of the real family (SPEC section 3): `set -a; source .env`, script-side defaults,
 the head's arguments filled by name, the workers' arguments in an ssh command string. What each container
@@ -14,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from lab_launchers import assembled_variants, install_launcher
+
 ROOT = Path(__file__).resolve().parents[2]
 STANDINS = ROOT / "lab" / "standins"
 SEED = ROOT / "lab" / "seed"
-VARIANTS = {"explicit": "start.sh", "extra_env": "start-extra_env.sh", "printf_array": "start-printf_array.sh",
-            "indirect": "start-indirect.sh", "family": "start-family.sh"}
+VARIANTS = assembled_variants()
 # Files a variant needs beside start.sh (as the seeder installs them): stand-in file -> checkout path.
 HELPERS = {"family": {"scripts/remote.py": "scripts/remote.py"}}
 SWITCHES = ("DSV41_AUTOTUNE_KEEP", "DSV41_FOLDED_FENCE", "DSV41_WO_A_W8", "DSV41_ENGRAM_PREFETCH",
@@ -47,7 +49,7 @@ env -u API_KEY bash -c "${@: -1}"
 def checkout(tmp_path, variant, env_edit=None):
     d = tmp_path / "home" / "mia" / "dsv41-3x-spark"
     d.mkdir(parents=True)
-    shutil.copy(STANDINS / VARIANTS[variant], d / "start.sh")
+    install_launcher(variant, d / "start.sh")
     for name, dest in HELPERS.get(variant, {}).items():
         (d / dest).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(STANDINS / name, d / dest)

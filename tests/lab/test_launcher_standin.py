@@ -1,4 +1,4 @@
-"""The launcher stand-in (lab/standins/start.sh): serve (the latest boot saved, both streams polled in rounds, the
+"""The launcher stand-in (the explicit variant, assembled from lab/standins/launcher/): serve (the latest boot saved, both streams polled in rounds, the
 timeout), status, and build on every node, with fakes and with the docker stand-in.
 """
 from __future__ import annotations
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from lab_launchers import install_launcher
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +22,6 @@ ADAPTERS = ROOT / "lab" / "seed" / "adapters"
 DOCKER = ROOT / "lab" / "standins" / "docker"
 
 
-START_SH = ROOT / "lab" / "standins" / "start.sh"
 SEED_ENV = ROOT / "lab" / "seed" / "launcher.env"
 SITE_ENV = ROOT / "lab" / "seed" / "launcher.env.site"   # appended by the seeder: the .env's undeclared site keys
 
@@ -39,7 +40,7 @@ def bash(script: str, cwd: Path, env=None) -> subprocess.CompletedProcess:
 def checkout(tmp_path):
     d = tmp_path / "dsv41-3x-spark"
     d.mkdir()
-    shutil.copy(START_SH, d / "start.sh")
+    install_launcher("explicit", d / "start.sh")
     (d / ".env").write_text(seeded_env_text())
     return d
 
@@ -198,7 +199,7 @@ def test_build_with_the_docker_standin(tmp_path):
                 shutil.copy(f, co / "adapter" / f.name)
         nodes[host] = co
     head = nodes["spark1"]
-    shutil.copy(START_SH, head / "start.sh")
+    install_launcher("explicit", head / "start.sh")
     # WORKER_DIR is one path for all workers; the fake ssh maps its @WORKER@ part to the worker's tree
     env_text = seeded_env_text().replace("WORKER_DIR=/home/zurih/dsv41-3x-spark",
                                          f"WORKER_DIR={tmp_path}/@WORKER@/home/zurih/dsv41-3x-spark")

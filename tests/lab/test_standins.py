@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from lab_launchers import launcher_bytes
+
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "lab"
 DOCKER = LAB / "standins" / "docker"
@@ -561,8 +563,8 @@ def test_docker_non_root_member(dk):
         shutil.rmtree(base, ignore_errors=True)
 
 
-# The formats the project uses (module_utils/host/docker_ps.py, the contention role, lab/standins/start.sh,
-# the playbook and testinfra tests); the stand-in supports these and refuses the rest.
+# The formats the project uses (module_utils/host/docker_ps.py, the contention role, the lab launchers in
+# lab/standins/launcher/, the playbook and testinfra tests); the stand-in supports these and refuses the rest.
 PROJECT_FORMATS = [
     ("{{json .}}", None),
     ("{{.State.Status}}", "running"),
@@ -704,7 +706,7 @@ def test_host_seed_spark1(tmp_path, dk):
     assert (co / ".env").stat().st_mode & 0o777 == 0o600
     assert (co / ".env.example").read_text() == (LAB / "seed/launcher.env.example").read_text()
     # the default launcher variant (the fleet's own family, with its helper), recorded for the lab's users
-    assert (co / "start.sh").read_bytes() == (LAB / "standins/start-family.sh").read_bytes()
+    assert (co / "start.sh").read_bytes() == launcher_bytes("family")
     assert (co / "scripts/remote.py").read_bytes() == (LAB / "standins/scripts/remote.py").read_bytes()
     assert (root / "etc/dsv41-lab/launcher.variant").read_text() == "family\n"
     assert (co / "adapter").is_dir() and (root / "home/mia/dsv41-engram").is_dir()
@@ -768,15 +770,13 @@ def test_host_seed_spark1(tmp_path, dk):
     assert im2["Id"] == new_id and im2["Config"]["Labels"] == ENGINE_LABELS
 
 
-@pytest.mark.parametrize("variant, source", [("extra_env", "start-extra_env.sh"), ("printf_array", "start-printf_array.sh"),
-                                             ("indirect", "start-indirect.sh"), ("family", "start-family.sh"),
-                                             ("legacy", "legacy/start.sh")])
-def test_host_seed_launcher_variant_only(tmp_path, variant, source):
+@pytest.mark.parametrize("variant", ["extra_env", "printf_array", "indirect", "family", "legacy"])
+def test_host_seed_launcher_variant_only(tmp_path, variant):
     root = tmp_path / "spark2"
     subprocess.run([sys.executable, str(SEED), "--host", "spark2", "--root", str(root), "--launcher-only",
                     "--launcher-variant", variant], check=True, capture_output=True, text=True)
     start = root / "home/zurih/dsv41-3x-spark/start.sh"
-    assert start.read_bytes() == (LAB / "standins" / source).read_bytes() and start.stat().st_mode & 0o777 == 0o755
+    assert start.read_bytes() == launcher_bytes(variant) and start.stat().st_mode & 0o777 == 0o755
     assert (root / "etc/dsv41-lab/launcher.variant").read_text() == variant + "\n"
     assert not (root / "home/zurih/dsv41-3x-spark/adapter").exists(), "the launcher only"
     bad = subprocess.run([sys.executable, str(SEED), "--host", "spark2", "--root", str(root), "--launcher-variant",

@@ -12,17 +12,19 @@ import hashlib
 import os
 import shutil
 
+from lab_launchers import install_launcher
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(HERE, "fixtures", "launchers")
 FIXTURE_VARIANTS = ("explicit", "extra_env", "printf_array", "indirect")
-# The lab's launchers (lab/standins/start*.sh, what the lab fleet serves with) take the same shapes in
-# longer scripts (status, logs, build, the lab's wait): every launcher check runs on both.
-LAB_VARIANTS = {"lab-explicit": "start.sh", "lab-extra_env": "start-extra_env.sh",
-                "lab-printf_array": "start-printf_array.sh", "lab-indirect": "start-indirect.sh",
-                "lab-family": "start-family.sh"}
+# The lab's launchers (what the lab fleet serves with, as the seeder assembles them from lab/standins/launcher/)
+# take the same shapes in longer scripts (status, logs, build, the lab's wait): every launcher check runs on
+# both. Fixture variant -> the seeder's launcher variant.
+LAB_VARIANTS = {"lab-explicit": "explicit", "lab-extra_env": "extra_env", "lab-printf_array": "printf_array",
+                "lab-indirect": "indirect", "lab-family": "family"}
 VARIANTS = FIXTURE_VARIANTS + tuple(LAB_VARIANTS)
-# ``lab-family`` (lab/standins/start-family.sh, the fleet's own family) starts its workers through the
+# ``lab-family`` (the seeder's variant family, the fleet's own family) starts its workers through the
 # checkout's own Python helper (scripts/remote.py, which runs ssh) and checks the image's architecture with
 # ``docker image inspect -f``: a checkout of it gets the helper too (``checkout``).
 LAB_PENDING_VARIANTS = {}
@@ -49,10 +51,9 @@ API_KEY=%s
 
 
 def launcher_path(variant):
+    """The file of a fixture launcher or of the lab's legacy one (the lab's variants are assembled: ``checkout``)."""
     if variant == "lab":
         return LAB_START_SH
-    if variant in LAB_VARIANTS or variant in LAB_PENDING_VARIANTS:
-        return os.path.join(ROOT, "lab", "standins", dict(LAB_VARIANTS, **LAB_PENDING_VARIANTS)[variant])
     return os.path.join(FIXTURES, variant + ".sh")
 
 
@@ -63,7 +64,11 @@ def checkout(tmp_path, variant="explicit", env=BASELINE_ENV, example=None):
     co = home / "dsv41-3x-spark"
     (co / "adapter").mkdir(parents=True)
     (co / "state").mkdir()
-    shutil.copy(launcher_path(variant), str(co / "start.sh"))
+    lab_variants = dict(LAB_VARIANTS, **LAB_PENDING_VARIANTS)
+    if variant in lab_variants:
+        install_launcher(lab_variants[variant], co / "start.sh")
+    else:
+        shutil.copy(launcher_path(variant), str(co / "start.sh"))
     for name, dest in LAB_HELPERS.get(variant, {}).items():  # files the launcher needs beside it
         (co / dest).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(os.path.join(ROOT, "lab", "standins", name), str(co / dest))

@@ -9,7 +9,6 @@ from launcher_fixtures import BASELINE_ENV, VARIANTS, checkout
 
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-START_SH = os.path.join(ROOT, "lab", "standins", "start.sh")
 LAUNCHER_ENV = os.path.join(ROOT, "lab", "seed", "launcher.env")
 HOME = {"HOME": "/home/mia"}
 
