@@ -130,7 +130,7 @@ argspecs: setup ## every role's meta/argument_specs.yml matches its defaults
 	$(PY) tests/check_argument_specs.py
 
 unit: setup ## pytest: modules, module_utils, filters, stand-ins
-	$(BIN)/pytest -q tests/unit tests/lab
+	$(BIN)/pytest -q tests/unit
 
 # The same tests in two halves that `make test` runs side by side: the launcher evaluations (each runs a
 # launcher in the bubblewrap sandbox, mostly waiting on processes) and everything else.
@@ -140,7 +140,7 @@ unit-launch: setup ## pytest: the launcher evaluations only (half of `unit`)
 	$(BIN)/pytest -q $(UNIT_LAUNCH)
 
 unit-rest: setup ## pytest: everything in `unit` but the launcher evaluations
-	$(BIN)/pytest -q tests/unit tests/lab $(foreach f,$(UNIT_LAUNCH),--ignore-glob='$(f)')
+	$(BIN)/pytest -q tests/unit $(foreach f,$(UNIT_LAUNCH),--ignore-glob='$(f)')
 
 # The test suite's lab answers chat requests 10x faster than the real-time latency model (lab/labctl.py
 # engine_knobs): benchmarks in molecule and playbook tests measure structure, never speed.

@@ -288,7 +288,7 @@ def main():
     parser.add_argument("--only", nargs="*", metavar="JOB", help="only these jobs (names as --list prints them)")
     parser.add_argument("--with", dest="local", nargs="+", default=[], choices=sorted(LOCAL_JOBS),
                         help="also run these Makefile targets, which need no lab, beside the shares: lint "
-                             "(yamllint, ansible-lint), unit (pytest tests/unit tests/lab), or unit's two halves "
+                             "(yamllint, ansible-lint), unit (pytest tests/unit), or unit's two halves "
                              "side by side: unit-launch (the launcher evaluations) and unit-rest")
     parser.add_argument("--build-image", action="store_true",
                         help="build the lab image (lab/labctl.py build) here, while the --with jobs already run, "

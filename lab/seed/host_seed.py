@@ -125,7 +125,7 @@ def tp2_shard_sizes():
 
 
 # Hash of the tuned settings, as the engine stand-in names its autotune cache directory (see
-# autotune_paths in dsv41_engine.py); the saved boot log (dsv41.log) names the same directory.
+# autotune_paths in lab_engine/autotune.py); the saved boot log (dsv41.log) names the same directory.
 def autotune_hash(tp):
     """The engine stand-in's key of the tuned settings of the TP``tp`` lab (sha256("block=K;mrr=M;chunk=C;tp=T"))."""
     text = "block=%(block)d;mrr=%(slots)d;chunk=%(chunk)d;" % SERVING_SETTINGS[tp] + "tp=%d" % tp

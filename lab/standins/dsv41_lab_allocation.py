@@ -36,7 +36,7 @@ Robustness: any error inside the model (an unreadable roots file, a scan over bu
 resolve) gives the caller the real value; the real call's own errors reach the caller unchanged. Standard
 library only; ``DSV41_LAB_ALLOCATION=off`` in the environment leaves ``os`` untouched in that process (the
 raw figures, for a comparison). The environment variable ``DSV41_LAB_ALLOCATED_ROOTS`` names another roots
-file (tests/lab/test_allocation_model.py).
+file (tests/unit/lab/test_allocation_model.py).
 """
 import os
 import stat as _stat

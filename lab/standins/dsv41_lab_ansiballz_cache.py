@@ -16,7 +16,7 @@ import os
 import sys
 import zipimport
 
-# the environment variable is for the stand-in tests (tests/lab/test_ansiballz_cache.py)
+# the environment variable is for the stand-in tests (tests/unit/lab/test_ansiballz_cache.py)
 CACHE_ROOT = os.environ.get("DSV41_LAB_ANSIBALLZ_CACHE", "/var/cache/dsv41-lab/ansiballz")
 
 

@@ -14,7 +14,7 @@ def _test_files():
 
 
 def test_every_test_file_name_is_unique_across_the_test_trees():
-    names = [p.name for p in _test_files()] + [p.name for p in (ROOT / "tests" / "lab").rglob("test_*.py")]
+    names = [p.name for p in _test_files()]
     assert len(names) > 80
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
 

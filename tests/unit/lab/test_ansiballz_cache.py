@@ -6,7 +6,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-STANDINS = Path(__file__).resolve().parent.parent.parent / "lab" / "standins"
+STANDINS = Path(__file__).resolve().parents[3] / "lab" / "standins"
 
 
 def payload(path, answer):

@@ -17,7 +17,7 @@ import pytest
 
 from lab_launchers import assembled_variants, install_launcher
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STANDINS = ROOT / "lab" / "standins"
 SEED = ROOT / "lab" / "seed"
 VARIANTS = assembled_variants()

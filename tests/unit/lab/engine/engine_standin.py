@@ -1,4 +1,4 @@
-"""Helpers of the engine stand-in's tests (tests/lab/engine): the checkpoint and shards they boot on, the
+"""Helpers of the engine stand-in's tests (tests/unit/lab/engine): the checkpoint and shards they boot on, the
 engine under the docker stand-in's supervisor (both streams into a json-file log), the log's
 messages, the head's HTTP API. Run on the control machine: no podman, no GPU. The engine runs exactly
 as the lab docker stand-in starts it, with LAB_MOUNTS pointing into tmp dirs (checkpoint, /engram,
@@ -21,7 +21,7 @@ import types
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 ENGINE = ROOT / "lab" / "standins" / "dsv41_engine.py"
 ADAPTERS = ROOT / "lab" / "seed" / "adapters"
 DOCKER = ROOT / "lab" / "standins" / "docker"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-NVSMI = Path(__file__).resolve().parents[2] / "lab" / "standins" / "nvidia-smi"
+NVSMI = Path(__file__).resolve().parents[3] / "lab" / "standins" / "nvidia-smi"
 BUS = "0000000F:01:00.0"
 NO_PERMISSION = "The current user does not have permission to change clocks for GPU 0000000F:01:00.0.\n"
 CLOCK_SECTIONS = ["Clocks", "Applications Clocks", "Default Applications Clocks", "Deferred Clocks", "Max Clocks",

@@ -21,7 +21,7 @@ import pytest
 
 from lab_launchers import launcher_bytes
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LAB = ROOT / "lab"
 DOCKER = LAB / "standins" / "docker"
 NVSMI = LAB / "standins" / "nvidia-smi"

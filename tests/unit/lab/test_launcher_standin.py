@@ -15,7 +15,7 @@ import pytest
 from lab_launchers import install_launcher
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 ADAPTERS = ROOT / "lab" / "seed" / "adapters"
 

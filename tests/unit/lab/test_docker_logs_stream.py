@@ -24,7 +24,7 @@ import pytest
 
 from test_standins import load   # a script loaded as a module, as the stand-in tests load one
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCKER = ROOT / "lab" / "standins" / "docker"
 LABCTL = ROOT / "lab" / "labctl.py"
 SEED_LOG = ROOT / "lab" / "seed" / "dsv41.log"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-LAB = Path(__file__).resolve().parent.parent.parent / "lab"
+LAB = Path(__file__).resolve().parents[3] / "lab"
 STANDINS = LAB / "standins"
 SIZE = 10_000_001           # not a multiple of 512 or 4096: the rounding shows
 
