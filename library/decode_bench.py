@@ -339,6 +339,7 @@ plan:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bench import decode as db
+from ansible.module_utils.bench import client, inputs, record, summary
 from ansible.module_utils.bench.progress import BenchProgress
 from ansible.module_utils.base.host_label import host_label
 
@@ -348,25 +349,25 @@ def run_module():
         argument_spec=dict(
             url=dict(type="str", required=True),
             api_key=dict(type="str", no_log=True),
-            model=dict(type="str", default=db.DEFAULTS["model"]),
+            model=dict(type="str", default=inputs.DEFAULTS["model"]),
             prompt_files=dict(type="dict", required=True),
-            concurrency=dict(type="list", elements="int", default=list(db.DEFAULTS["concurrency"])),
-            repetitions=dict(type="int", default=db.DEFAULTS["repetitions"]),
-            warmups=dict(type="int", default=db.DEFAULTS["warmups"]),
+            concurrency=dict(type="list", elements="int", default=list(inputs.DEFAULTS["concurrency"])),
+            repetitions=dict(type="int", default=inputs.DEFAULTS["repetitions"]),
+            warmups=dict(type="int", default=inputs.DEFAULTS["warmups"]),
             prompts_per_stream=dict(type="int"),
-            max_tokens=dict(type="int", default=db.DEFAULTS["max_tokens"]),
-            temperature=dict(type="float", default=db.DEFAULTS["temperature"]),
+            max_tokens=dict(type="int", default=inputs.DEFAULTS["max_tokens"]),
+            temperature=dict(type="float", default=inputs.DEFAULTS["temperature"]),
             top_p=dict(type="float"),
             top_k=dict(type="int"),
             seed=dict(type="int"),
-            greedy_streams=dict(type="int", default=db.DEFAULTS["greedy_streams"]),
-            top_logprobs=dict(type="int", default=db.DEFAULTS["top_logprobs"]),
-            logprobs_mode=dict(type="str", choices=["tempered", "original"], default=db.DEFAULTS["logprobs_mode"]),
-            purpose=dict(type="str", choices=list(db.PURPOSES), default=db.DEFAULTS["purpose"]),
-            failed_repetition_retries=dict(type="int", default=db.DEFAULTS["failed_repetition_retries"]),
-            thinking=dict(type="bool", default=db.DEFAULTS["thinking"]),
-            stream=dict(type="bool", default=db.DEFAULTS["stream"]),
-            timeout=dict(type="float", default=db.DEFAULTS["timeout"]),
+            greedy_streams=dict(type="int", default=inputs.DEFAULTS["greedy_streams"]),
+            top_logprobs=dict(type="int", default=inputs.DEFAULTS["top_logprobs"]),
+            logprobs_mode=dict(type="str", choices=["tempered", "original"], default=inputs.DEFAULTS["logprobs_mode"]),
+            purpose=dict(type="str", choices=list(inputs.PURPOSES), default=inputs.DEFAULTS["purpose"]),
+            failed_repetition_retries=dict(type="int", default=inputs.DEFAULTS["failed_repetition_retries"]),
+            thinking=dict(type="bool", default=inputs.DEFAULTS["thinking"]),
+            stream=dict(type="bool", default=inputs.DEFAULTS["stream"]),
+            timeout=dict(type="float", default=inputs.DEFAULTS["timeout"]),
             raw_output=dict(type="path"),
             progress_file=dict(type="path"),
             run_id=dict(type="str"),
@@ -384,28 +385,28 @@ def run_module():
     common = {"url": p["url"], "measured_on": p["measured_on"], "raw_output": p["raw_output"],
               "host_label": label}
     try:
-        settings = db.validate_settings(dict((k, p[k]) for k in keys))
-        db.endpoint(p["url"])
+        settings = inputs.validate_settings(dict((k, p[k]) for k in keys))
+        client.endpoint(p["url"])
         if not p["prompt_files"]:
-            raise db.BenchError("prompt_files is empty")
-    except db.BenchError as exc:
-        module.fail_json(msg="%s: %s" % (label, db.redact(exc, p["api_key"])), changed=False, **common)
-    common["settings"] = db.public_settings(settings)
+            raise client.BenchError("prompt_files is empty")
+    except client.BenchError as exc:
+        module.fail_json(msg="%s: %s" % (label, client.redact(exc, p["api_key"])), changed=False, **common)
+    common["settings"] = summary.public_settings(settings)
 
     if module.check_mode:
         workloads, unreadable = {}, {}
         for name, path in p["prompt_files"].items():
             try:
-                workloads[name] = db.load_prompts(path)
-            except db.BenchError as exc:       # the role copies the files in a real run only
+                workloads[name] = inputs.load_prompts(path)
+            except client.BenchError as exc:       # the role copies the files in a real run only
                 workloads[name] = None
                 unreadable[name] = str(exc)
         module.exit_json(changed=False, skipped=True, msg="check mode: no request sent",
                          plan=db.plan(workloads, settings), unreadable_prompt_files=unreadable, **common)
 
     try:
-        workloads = dict((name, db.load_prompts(path)) for name, path in p["prompt_files"].items())
-    except db.BenchError as exc:
+        workloads = dict((name, inputs.load_prompts(path)) for name, path in p["prompt_files"].items())
+    except client.BenchError as exc:
         module.fail_json(msg="%s: %s" % (label, exc), changed=False, **common)
     progress = BenchProgress(p["progress_file"], db.plan(workloads, settings), run_id=p["run_id"],
                              label=p["label"], host=label)
@@ -417,11 +418,11 @@ def run_module():
     try:
         result = db.run_benchmark(p["url"], workloads, settings, api_key=p["api_key"], host_label=label,
                                   raw_output=p["raw_output"], measured_on=p["measured_on"], progress=progress)
-    except db.BenchError as exc:
+    except client.BenchError as exc:
         msg = str(exc)
         if not msg.startswith(label):
             msg = "%s: %s" % (label, msg)
-        module.fail_json(msg=db.redact(msg, p["api_key"]), changed=bool(p["raw_output"]),
+        module.fail_json(msg=client.redact(msg, p["api_key"]), changed=bool(p["raw_output"]),
                          status=exc.status, error_code=exc.code, **common)
     except (IOError, OSError) as exc:
         module.fail_json(msg="%s: cannot write raw output %s: %s" % (label, p["raw_output"], exc),
@@ -432,11 +433,11 @@ def run_module():
         # fewer than the asked repetitions is not a measurement (SPEC "Measuring"); the figures and the
         # failures go with the failure so the record keeps them
         result.pop("msg", None)
-        module.fail_json(msg=db.redact("%s: failed repetitions left too few measured rounds: %s"
+        module.fail_json(msg=client.redact("%s: failed repetitions left too few measured rounds: %s"
                                        % (label, "; ".join(result["incomplete"])), p["api_key"]),
-                         **db.redact_data(result, [p["api_key"]] if p["api_key"] else []))
+                         **record.redact_data(result, [p["api_key"]] if p["api_key"] else []))
     # Same redaction as the raw file, on the data before Ansible encodes it.
-    module.exit_json(**db.redact_data(result, [p["api_key"]] if p["api_key"] else []))
+    module.exit_json(**record.redact_data(result, [p["api_key"]] if p["api_key"] else []))
 
 
 def main():

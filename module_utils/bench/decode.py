@@ -45,19 +45,10 @@ import statistics
 import threading
 import time
 
-# One request (client, errors, endpoint) lives in decode_bench_client; re-exported for the module and tests.
-from ansible.module_utils.bench.client import (  # noqa: F401
-    ERROR_BODY_CHARS, BenchError, Client, endpoint, redact)
-# The statistics of a condition live in decode_bench_summary; re-exported under their old names.
-from ansible.module_utils.bench.summary import (  # noqa: F401
-    count as _count, degenerate as _degenerate, public_settings, round_failed, round_failures,
-    spread as _spread, summarize)
-# The raw record (every request and response, written atomically and redacted) lives in decode_bench_record.
-from ansible.module_utils.bench.record import (  # noqa: F401
-    raw_round as _raw_round, redact_data, write_raw)
-# The inputs (prompt files, settings and their defaults) live in decode_bench_inputs; re-exported.
-from ansible.module_utils.bench.inputs import (  # noqa: F401
-    DEFAULTS, MIN_REPETITIONS, PURPOSES, load_prompts, validate_settings)
+from ansible.module_utils.bench.client import BenchError, Client, redact
+from ansible.module_utils.bench.inputs import load_prompts, validate_settings
+from ansible.module_utils.bench.record import raw_round as _raw_round, write_raw
+from ansible.module_utils.bench.summary import public_settings, round_failed, round_failures, summarize
 
 __metaclass__ = type
 

@@ -20,6 +20,7 @@ import decode_bench
 import decode_bench_wait
 from modrun import run_module
 from ansible.module_utils.bench import decode as db
+from ansible.module_utils.bench import inputs
 from ansible.module_utils.bench import follow
 from ansible.module_utils.bench import progress as bp
 from ansible.module_utils.engram import lock
@@ -136,8 +137,8 @@ def test_records_of_another_run_or_shape_are_not_read(tmp_path):
 
 
 def test_run_benchmark_tells_the_progress_every_round_and_request(engine, prompt_files, tmp_path):  # noqa: F811
-    workloads = {"prose": db.load_prompts(prompt_files["prose"])}
-    settings = db.validate_settings({"concurrency": [1, 2], "repetitions": 5, "warmups": 1, "timeout": 5})
+    workloads = {"prose": inputs.load_prompts(prompt_files["prose"])}
+    settings = inputs.validate_settings({"concurrency": [1, 2], "repetitions": 5, "warmups": 1, "timeout": 5})
     path = str(tmp_path / "progress.json")
     p = bp.BenchProgress(path, db.plan(workloads, settings), run_id="r", label="w8", host="spark2")
     p.start()

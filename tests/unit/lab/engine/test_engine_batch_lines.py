@@ -69,10 +69,11 @@ def test_decode_batch_lines_come_every_n_steps_with_the_batch_s_size_while_reque
 
 def bench_against(port, tmp_path, **kw):
     from ansible.module_utils.bench import decode as db
+    from ansible.module_utils.bench import inputs
     prompts = tmp_path / "prose.json"
     prompts.write_text(json.dumps([{"id": "sparks", "prompt": "Write a short story about three sparks."}]))
     settings = {"concurrency": [1], "repetitions": 5, "warmups": 0, "max_tokens": 64, "timeout": 30, **kw}
-    return db.run_benchmark(f"http://127.0.0.1:{port}", {"prose": db.load_prompts(str(prompts))}, settings,
+    return db.run_benchmark(f"http://127.0.0.1:{port}", {"prose": inputs.load_prompts(str(prompts))}, settings,
                             api_key="sk-test-secret", host_label="spark2", measured_on="lab output")
 
 

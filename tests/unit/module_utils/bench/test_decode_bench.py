@@ -10,6 +10,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.module_utils.bench import decode as db
+from ansible.module_utils.bench import client as bench_client, inputs, summary
 
 import decode_bench
 
@@ -198,7 +199,7 @@ def settings(**kw):
 
 
 def bench(engine, prompt_files, names=("prose",), **kw):
-    workloads = dict((n, db.load_prompts(prompt_files[n])) for n in names)
+    workloads = dict((n, inputs.load_prompts(prompt_files[n])) for n in names)
     return db.run_benchmark(engine.url, workloads, settings(**kw), api_key=KEY, host_label="spark2",
                             measured_on="lab output")
 
@@ -207,8 +208,8 @@ def bench(engine, prompt_files, names=("prose",), **kw):
 
 
 def test_stream_tokens_come_from_usage_not_messages(engine, prompt_files):
-    client = db.Client(engine.url, api_key=KEY, timeout=5)
-    rec = client.request(db.build_body([{"role": "user", "content": "hi"}], db.validate_settings({})))
+    client = bench_client.Client(engine.url, api_key=KEY, timeout=5)
+    rec = client.request(db.build_body([{"role": "user", "content": "hi"}], inputs.validate_settings({})))
     assert rec["messages"] == 20 and rec["completion_tokens"] == 60      # 20 SSE messages of 3 tokens
     assert rec["text"].split()[:3] == ["hi-0", "hi-0", "hi-0"] and len(rec["text"].split()) == 60
     assert rec["ttft_s"] is not None and 0 < rec["ttft_s"] <= rec["wall_s"]
@@ -228,8 +229,8 @@ def test_stream_tokens_come_from_usage_not_messages(engine, prompt_files):
 
 def test_chunked_transfer_encoding(engine, prompt_files):
     engine.chunked = True
-    rec = db.Client(engine.url, api_key=KEY).request(
-        db.build_body([{"role": "user", "content": "x"}], db.validate_settings({})))
+    rec = bench_client.Client(engine.url, api_key=KEY).request(
+        db.build_body([{"role": "user", "content": "x"}], inputs.validate_settings({})))
     assert rec["completion_tokens"] == 60 and rec["messages"] == 20 and rec["done"] is True
 
 
@@ -249,14 +250,14 @@ def test_non_stream_mode(engine, prompt_files):
     assert r["completion_tokens_total"] == 600 and r["ttft_ms_median"] is None
     assert all(b["stream"] is False and "stream_options" not in b for b in engine.bodies)
     engine.send_usage = False
-    with pytest.raises(db.BenchError) as err:
+    with pytest.raises(bench_client.BenchError) as err:
         bench(engine, prompt_files, stream=False)
     assert err.value.status == "missing usage"
 
 
 def test_missing_usage_chunk_fails(engine, prompt_files):
     engine.send_usage = False
-    with pytest.raises(db.BenchError) as err:
+    with pytest.raises(bench_client.BenchError) as err:
         bench(engine, prompt_files)
     msg = str(err.value)
     assert err.value.status == "missing usage"
@@ -266,8 +267,8 @@ def test_missing_usage_chunk_fails(engine, prompt_files):
 
 
 def test_401_fails_without_the_key(engine, prompt_files):
-    workloads = {"prose": db.load_prompts(prompt_files["prose"])}
-    with pytest.raises(db.BenchError) as err:
+    workloads = {"prose": inputs.load_prompts(prompt_files["prose"])}
+    with pytest.raises(bench_client.BenchError) as err:
         db.run_benchmark(engine.url, workloads, settings(), api_key="sk-wrong-key-123", host_label="spark3")
     msg = str(err.value)
     assert err.value.status == 401 and "status 401" in msg and "spark3" in msg and engine.url in msg
@@ -276,18 +277,18 @@ def test_401_fails_without_the_key(engine, prompt_files):
 
 def test_server_error_and_timeout(engine, prompt_files):
     engine.status = 503
-    with pytest.raises(db.BenchError) as err:
+    with pytest.raises(bench_client.BenchError) as err:
         bench(engine, prompt_files)
     assert err.value.status == 503 and "engine exploded" in str(err.value)
     engine.status = 200
     engine.delay = 1.0
-    with pytest.raises(db.BenchError) as err:
+    with pytest.raises(bench_client.BenchError) as err:
         bench(engine, prompt_files, timeout=0.2)
     assert err.value.status == "timeout" and "timed out" in str(err.value)
 
 
 def test_repetitions_below_five_refused(engine, prompt_files):
-    with pytest.raises(db.BenchError) as err:
+    with pytest.raises(bench_client.BenchError) as err:
         bench(engine, prompt_files, repetitions=4)
     assert "repetitions=4 refused" in str(err.value)
     assert engine.bodies == []
@@ -337,8 +338,8 @@ def test_prompt_files_validation(tmp_path):
                             ('[{"messages": []}]', "messages must be"), ('["a", {"id": "p0", "prompt": "b"}]',
                                                                          "not unique")]:
         bad.write_text(content)
-        with pytest.raises(db.BenchError) as err:
-            db.load_prompts(str(bad))
+        with pytest.raises(bench_client.BenchError) as err:
+            inputs.load_prompts(str(bad))
         assert needle in str(err.value)
 
 
@@ -346,7 +347,7 @@ def test_a_thinking_workload_asks_every_prompt_with_thinking_on_unless_a_prompt_
     path = tmp_path / "thinking.json"
     path.write_text(json.dumps({"thinking": True, "prompts": [
         "why", {"id": "p1", "prompt": "how"}, {"id": "off", "prompt": "no", "thinking": False}]}))
-    prompts = db.load_prompts(str(path))
+    prompts = inputs.load_prompts(str(path))
     assert [p.get("thinking") for p in prompts] == [True, True, False]
     db.run_benchmark(engine.url, {"thinking": prompts}, settings(concurrency=[1], prompts_per_stream=3),
                      api_key=KEY, host_label="spark2", measured_on="lab output")
@@ -354,9 +355,9 @@ def test_a_thinking_workload_asks_every_prompt_with_thinking_on_unless_a_prompt_
     assert asked == {"why": {"thinking": True}, "how": {"thinking": True}, "no": {"thinking": False}}
     # a plain list keeps the settings' own switch
     path.write_text(json.dumps(["plain"]))
-    assert db.load_prompts(str(path)) == [{"id": "p0", "messages": [{"role": "user", "content": "plain"}]}]
-    assert db.build_body([], db.validate_settings({"thinking": True}))["chat_template_kwargs"] == {"thinking": True}
-    assert db.build_body([], db.validate_settings({}), thinking=True)["chat_template_kwargs"] == {"thinking": True}
+    assert inputs.load_prompts(str(path)) == [{"id": "p0", "messages": [{"role": "user", "content": "plain"}]}]
+    assert db.build_body([], inputs.validate_settings({"thinking": True}))["chat_template_kwargs"] == {"thinking": True}
+    assert db.build_body([], inputs.validate_settings({}), thinking=True)["chat_template_kwargs"] == {"thinking": True}
 
 
 def test_a_thinking_value_that_is_not_a_boolean_is_refused_naming_the_file_and_prompt(tmp_path):
@@ -364,8 +365,8 @@ def test_a_thinking_value_that_is_not_a_boolean_is_refused_naming_the_file_and_p
     for content, needle in [('{"thinking": "yes", "prompts": ["a"]}', "thinking must be true or false, not 'yes'"),
                             ('[{"prompt": "a", "thinking": 1}]', "prompt 0: thinking must be true or false, not 1")]:
         bad.write_text(content)
-        with pytest.raises(db.BenchError) as err:
-            db.load_prompts(str(bad))
+        with pytest.raises(bench_client.BenchError) as err:
+            inputs.load_prompts(str(bad))
         assert needle in str(err.value) and str(bad) in str(err.value)
 
 
@@ -373,7 +374,7 @@ def test_a_thinking_value_that_is_not_a_boolean_is_refused_naming_the_file_and_p
 def test_shipped_prompt_files(name):
     import os
     path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "benchmark", "files", "prompts", name + ".json")
-    prompts = db.load_prompts(path)
+    prompts = inputs.load_prompts(path)
     assert len(prompts) >= 6
     lengths = [sum(len(m["content"]) for m in p["messages"]) for p in prompts]
     assert max(lengths) > 3 * min(lengths)                     # different lengths
@@ -383,11 +384,11 @@ def test_shipped_prompt_files(name):
 
 
 def test_endpoint_forms():
-    assert db.endpoint("http://spark1:8888") == ("http", "spark1", 8888, "/v1/chat/completions")
-    assert db.endpoint("http://spark1:8888/v1/") == ("http", "spark1", 8888, "/v1/chat/completions")
-    assert db.endpoint("https://h/v1/chat/completions")[2:] == (443, "/v1/chat/completions")
-    with pytest.raises(db.BenchError):
-        db.endpoint("spark1:8888")
+    assert bench_client.endpoint("http://spark1:8888") == ("http", "spark1", 8888, "/v1/chat/completions")
+    assert bench_client.endpoint("http://spark1:8888/v1/") == ("http", "spark1", 8888, "/v1/chat/completions")
+    assert bench_client.endpoint("https://h/v1/chat/completions")[2:] == (443, "/v1/chat/completions")
+    with pytest.raises(bench_client.BenchError):
+        bench_client.endpoint("spark1:8888")
 
 
 # --------------------------------------------------------------------------- module entry point
@@ -493,12 +494,12 @@ def test_echoed_key_with_quotes_is_redacted_before_encoding(monkeypatch, capsys,
 
 def test_key_cut_by_the_message_limit_is_still_redacted(engine, prompt_files):
     # body: '{"error": {"message": "' + padding + 'bad key Bearer sk-...': the cut falls inside the key
-    engine.pad_401 = db.ERROR_BODY_CHARS - 48
-    workloads = {"prose": db.load_prompts(prompt_files["prose"])}
+    engine.pad_401 = bench_client.ERROR_BODY_CHARS - 48
+    workloads = {"prose": inputs.load_prompts(prompt_files["prose"])}
     wrong = "sk-wrong-key-0123456789abcdef"
     body = json.dumps({"error": {"message": "x" * engine.pad_401 + "bad key Bearer " + wrong}})
-    assert "sk-wrong" in body[:db.ERROR_BODY_CHARS] and wrong not in body[:db.ERROR_BODY_CHARS]
-    with pytest.raises(db.BenchError) as err:
+    assert "sk-wrong" in body[:bench_client.ERROR_BODY_CHARS] and wrong not in body[:bench_client.ERROR_BODY_CHARS]
+    with pytest.raises(bench_client.BenchError) as err:
         db.run_benchmark(engine.url, workloads, settings(), api_key=wrong, host_label="spark3")
     assert err.value.status == 401 and "Bearer ***" in str(err.value)
     assert "sk-wrong" not in str(err.value)
@@ -526,10 +527,10 @@ def test_a_trickling_server_hits_the_overall_deadline():
         conn.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    client = db.Client("http://127.0.0.1:%d/v1/chat/completions" % listener.getsockname()[1], timeout=1.0)
+    client = bench_client.Client("http://127.0.0.1:%d/v1/chat/completions" % listener.getsockname()[1], timeout=1.0)
     t0 = time.monotonic()
     try:
-        with pytest.raises(db.BenchError) as err:
+        with pytest.raises(bench_client.BenchError) as err:
             client.request({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True})
     finally:
         stop.set()
@@ -547,21 +548,21 @@ def _round(c, texts):
 
 def test_summary_digests_tell_answers_apart_and_count_degenerate_ones():
     prompts = [{"id": "p0", "messages": []}]
-    same = db.summarize([_round(1, ["a b c"]), _round(1, ["a b c"])], prompts)
-    other = db.summarize([_round(4, ["a b d"])], prompts)
+    same = summary.summarize([_round(1, ["a b c"]), _round(1, ["a b c"])], prompts)
+    other = summary.summarize([_round(4, ["a b d"])], prompts)
     assert len(same["output_digests"]["p0"]) == 1 and same["output_digests"] != other["output_digests"]
-    nan = db.summarize([_round(1, ["! ! ! ! !", "a b c"])], prompts)
+    nan = summary.summarize([_round(1, ["! ! ! ! !", "a b c"])], prompts)
     assert nan["degenerate_outputs"] == 1 and same["degenerate_outputs"] == 0
 
 
 def test_a_quality_probe_keeps_each_distinct_answer_whole_and_a_timing_run_does_not():
     prompts = [{"id": "p0", "messages": []}]
     code = "```python\ndef gcd(a, b):\n\twhile b:\n        a, b = b, a % b\n    return a\n```\x1b[31m"
-    probe = db.summarize([_round(1, [code, code, "x" * 20000])], prompts, settings={"purpose": "quality", "repetitions": 1})
+    probe = summary.summarize([_round(1, [code, code, "x" * 20000])], prompts, settings={"purpose": "quality", "repetitions": 1})
     kept = probe["answers"]["p0"]
     assert len(kept) == 2 and code.replace("\x1b", "") in kept        # lines and tabs kept, escapes dropped
     assert max(len(a) for a in kept) == 16000 and kept[-1].endswith("\u2026")
-    timing = db.summarize([_round(1, [code])], prompts, settings={"purpose": "timing", "repetitions": 1})
+    timing = summary.summarize([_round(1, [code])], prompts, settings={"purpose": "timing", "repetitions": 1})
     assert "answers" not in timing and len(timing["answer_excerpts"]["p0"]) == 1
 
 

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from ansible.module_utils.bench import decode as db
+from ansible.module_utils.bench import client as bench_client, inputs
 from ansible.module_utils.bench import client as dbc
 from ansible.module_utils.bench import summary as dbs
 from ansible.module_utils.engine_log import decode_steps
@@ -124,7 +125,7 @@ def test_module_reports_the_new_figures(engine, prompt_files):  # noqa: F811
 def test_pre_stream_error_code_reported(engine, prompt_files):  # noqa: F811
     engine.status = 400
     engine.error_body = {"object": "error", "message": "context too long", "type": "BadRequestError", "code": 400}
-    with pytest.raises(db.BenchError) as exc:
+    with pytest.raises(bench_client.BenchError) as exc:
         bench(engine, prompt_files, names=("code",), timeout=30)
     assert exc.value.status == 400 and exc.value.code == 400 and "context too long" in str(exc.value)
     out = run_module(decode_bench.main, {"url": engine.url, "api_key": KEY, "prompt_files": {"code": prompt_files["code"]},
@@ -151,19 +152,19 @@ def test_summary_tells_distinct_answers_from_distinct_reasoning():
 # --------------------------------------------------------------------------- sampled settings
 
 def test_sampled_requests_need_a_seed_and_carry_fixed_settings(engine, prompt_files):  # noqa: F811
-    with pytest.raises(db.BenchError, match="need a fixed seed"):
-        db.validate_settings({"temperature": 0.7})
+    with pytest.raises(bench_client.BenchError, match="need a fixed seed"):
+        inputs.validate_settings({"temperature": 0.7})
     for bad, word in (({"top_p": 0}, "top_p"), ({"top_p": 1.2}, "top_p"), ({"top_k": 0}, "top_k"),
                       ({"seed": -1}, "seed"), ({"temperature": -0.1}, "temperature"),
                       ({"failed_repetition_retries": -1}, "failed_repetition_retries")):
-        with pytest.raises(db.BenchError, match=word):
-            db.validate_settings(bad)
+        with pytest.raises(bench_client.BenchError, match=word):
+            inputs.validate_settings(bad)
     bench(engine, prompt_files, names=("code",), temperature=0.7, top_p=0.9, top_k=20, seed=1234,
           concurrency=[2], max_tokens=99, timeout=30)
     for body in engine.bodies:
         assert (body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (0.7, 0.9, 20, 1234)
         assert body["max_completion_tokens"] == body["max_tokens"] == 99
-    greedy = db.build_body([], db.validate_settings({}))
+    greedy = db.build_body([], inputs.validate_settings({}))
     assert "seed" not in greedy and "top_p" not in greedy and greedy["temperature"] == 0.0
 
 

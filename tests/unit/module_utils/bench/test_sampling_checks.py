@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ansible.module_utils.bench import decode as db
+from ansible.module_utils.bench import client, inputs, record
 from ansible.module_utils.experiment import evidence as ev
 from ansible.module_utils.bench import sampling as sc
 import experiment as filters
@@ -145,7 +145,7 @@ def test_word_counts_are_pairs_so_a_word_named_like_a_secret_survives_redaction(
     reqs = [{"prompt_id": "p0", "text": "key token key"}, {"prompt_id": "p1", "text": "x"}]
     counts = dbs.word_counts(reqs, keep=1)
     assert counts == [["key", 2], ["(other)", 2]]
-    assert db.redact_data({"answer_word_counts": counts}, "sk-1") == {"answer_word_counts": counts}
+    assert record.redact_data({"answer_word_counts": counts}, "sk-1") == {"answer_word_counts": counts}
     # and the check reads pairs as it reads a mapping
     assert sc._by_workload([{"workload": "w", "concurrency": 1, "answer_word_counts": counts}]) == {
         "w": {"key": 2, "(other)": 2}}
@@ -164,8 +164,8 @@ def test_word_counts_only_for_sampled_and_mixed_only_when_mixed(engine, prompt_f
     ({"greedy_streams": -1}, "greedy_streams must be >= 0"),
 ])
 def test_mixed_batch_settings_refused(settings, word):
-    with pytest.raises(db.BenchError, match=word):
-        db.validate_settings(settings)
+    with pytest.raises(client.BenchError, match=word):
+        inputs.validate_settings(settings)
 
 
 # --------------------------------------------------------------------------- folded decision, preconditions

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from ansible.module_utils.bench import decode as db
+from ansible.module_utils.bench import client, inputs
 from ansible.module_utils.experiment import schema as es
 from ansible.module_utils.experiment import verify as vc
 import experiment as filters
@@ -232,7 +233,7 @@ def test_the_correctness_filter_runs_both_checks_from_the_probes():
 
 def test_decode_bench_asks_for_logprobs_and_pools_each_sampled_answer(engine, prompt_files):  # noqa: F811
     engine.logprobs = True
-    workloads = {"prose": db.load_prompts(prompt_files["prose"])}
+    workloads = {"prose": inputs.load_prompts(prompt_files["prose"])}
     out = db.run_benchmark(engine.url, workloads, {"concurrency": [1], "repetitions": 1, "warmups": 0,
                                                    "timeout": 5, "purpose": "quality", "temperature": 0.6,
                                                    "top_p": 0.95, "top_k": 20, "seed": 1234, "top_logprobs": 20},
@@ -253,8 +254,8 @@ def test_decode_bench_asks_for_logprobs_and_pools_each_sampled_answer(engine, pr
 
 
 def test_decode_bench_refuses_more_top_logprobs_than_the_api_gives():
-    with pytest.raises(db.BenchError) as exc:
-        db.validate_settings({"top_logprobs": 21})
+    with pytest.raises(client.BenchError) as exc:
+        inputs.validate_settings({"top_logprobs": 21})
     assert str(exc.value) == "top_logprobs must be 0 (not asked) to 20, got 21"
 
 
