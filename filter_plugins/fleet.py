@@ -17,7 +17,7 @@ if MODULE_UTILS not in ansible.module_utils.__path__:
 from ansible.module_utils.base import secrets  # noqa: E402
 from ansible.module_utils.fleet import records  # noqa: E402
 from ansible.module_utils.host.meminfo import parse_meminfo  # noqa: E402
-from ansible.module_utils.launcher import env  # noqa: E402
+from ansible.module_utils.envfile import parse, render, shell  # noqa: E402
 
 # Per-host variables every rank host must define, with the check each value must pass.
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -164,24 +164,24 @@ def _fail(exc):
 
 
 def dsv41_env_parse(text, base=None):
-    """What ``set -a; source .env`` assigns, read with bash's rules (module_utils/launcher/env.parse_env).
+    """What ``set -a; source .env`` assigns, read with bash's rules (module_utils/envfile/parse.py's parse_env).
 
     Fails naming the line for anything that is not data (command substitution, a command word, ...).
     """
     try:
-        return env.parse_env(str(text), base)
-    except env.EnvError as exc:
+        return parse.parse_env(str(text), base)
+    except shell.EnvError as exc:
         raise _fail(exc)
 
 
 def dsv41_env_render(settings, api_key=None, notes=None):
-    """The launcher .env text for ``settings`` (the one writer, module_utils/launcher/env.render_env).
+    """The launcher .env text for ``settings`` (the one writer, module_utils/envfile/render.py's render_env).
 
     Fails naming every key or value that cannot be written as data.
     """
     try:
-        return env.render_env(settings or {}, api_key, notes or ())
-    except env.EnvError as exc:
+        return render.render_env(settings or {}, api_key, notes or ())
+    except shell.EnvError as exc:
         raise _fail(exc)
 
 

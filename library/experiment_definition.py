@@ -125,7 +125,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.experiment import campaign as experiment_campaign, estimate as experiment_estimate
-from ansible.module_utils.experiment.schema import DefinitionError, load_text, plan_lines
+from ansible.module_utils.experiment.schema import DefinitionError, load_text
+from ansible.module_utils.experiment.arms import plan_lines
 
 
 def read(module, path, what):

@@ -212,7 +212,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.launcher.effective import (effective_launch, key_effects, launcher_fingerprint, masked, prediction,
                                                 reusable_launch)
 from ansible.module_utils.launcher.sandbox import LaunchError, config_name
-from ansible.module_utils.launcher.env import EnvError, parse_env, proposed_env
+from ansible.module_utils.envfile.shell import EnvError
+from ansible.module_utils.envfile.parse import parse_env
+from ansible.module_utils.launcher.env import proposed_env
 from ansible.module_utils.base.secrets import secret_values
 from ansible.module_utils.base.host_label import host_label
 

@@ -179,6 +179,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.base.host_label import host_label
 from ansible.module_utils.launcher import env as E
+from ansible.module_utils.envfile import shell
 from ansible.module_utils.base.secrets import secret_values
 
 
@@ -220,7 +221,7 @@ def run_module():
         else:
             result = E.rollback_env(p["path"], run_id=p["rollback_run"], base=base, check_mode=module.check_mode,
                                     extra_secrets=[p["api_key"]] if p["api_key"] else ())
-    except E.EnvError as exc:
+    except shell.EnvError as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False, path=p["path"])
     module.exit_json(**result)
 

@@ -263,6 +263,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.base.host_label import host_label
 from ansible.module_utils.launcher import check as L
+from ansible.module_utils.envfile import parse, shell
+from ansible.module_utils.launcher import rules, values
 from ansible.module_utils.launcher.effective import (effective_launch, effects_record, key_effects, launch_record,
                                                 launcher_fingerprint, reusable_effects, summary)
 from ansible.module_utils.launcher.sandbox import LaunchError
@@ -284,10 +286,10 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
              env_text=None, api_key=None, worker_files=None, home=None, head_host=None, timeout=60,
              env_path=None, remove_keys=(), worker_homes=None, varied=(), known_effects=None):
     """The module result (without ``changed``); raises LaunchError when the launcher cannot be evaluated."""
-    base = {"launcher": launcher, "settings": L.mask_settings(settings), "forward_lists": {"head": [], "worker": []},
-            "unforwarded": {"head": [], "worker": []}, "forwarding_gaps": [], "no_effect": [], "overridden": [],
+    base = {"launcher": launcher, "settings": values.mask_settings(settings),
+            "forward_lists": {"head": [], "worker": []}, "unforwarded": {"head": [], "worker": []}, "forwarding_gaps": [], "no_effect": [], "overridden": [],
             "launcher_reads": [], "notes": []}
-    writable = [f for f in L.check_settings(settings, tp_size=tp_size) if f.rule == "env_writable"]
+    writable = [f for f in rules.check_settings(settings, tp_size=tp_size) if f.rule == "env_writable"]
     if writable:        # nothing to evaluate: the .env could not be written
         errors = [f.message for f in writable]
         base.update(errors=errors, setting_warnings=[], problems=errors,
@@ -295,7 +297,7 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
         return base
     home = home or os.path.expanduser("~")
     if env_text is None:        # the one writer takes the API key apart from the settings
-        env_text = proposed_env(settings, env_path, api_key or L.norm_value(settings.get("API_KEY")), remove_keys)
+        env_text = proposed_env(settings, env_path, api_key or values.norm_value(settings.get("API_KEY")), remove_keys)
     text = env_text
     # one cache of the daemon's read-only answers for the base launch and every trial of key_effects: the
     # trials ask the same questions (image arch, running containers) at the same moment
@@ -303,8 +305,8 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
               worker_homes=worker_homes or {}, query_cache={})
     launch = effective_launch(launcher, env_text=text, **kw)
     try:
-        env_values = L.parse_env(text, {"HOME": home})
-    except L.EnvError:
+        env_values = parse.parse_env(text, {"HOME": home})
+    except shell.EnvError:
         env_values = {}
     # Each key no container receives is found out by evaluating again (key_effects: a launch per trial). An
     # earlier evaluation's answer for the same key and value on the same launcher files (known_effects, e.g. the
@@ -367,13 +369,13 @@ def run_module():
     settings = p["settings"] or {}
     # Secret values must not leak through the module's echo of its arguments either.
     # (secret by name, or shaped like a secret under any name: the one rule's secret_values)
-    module.no_log_values.update(secret_values(dict((k, L.norm_value(v)) for k, v in settings.items())))
+    module.no_log_values.update(secret_values(dict((k, values.norm_value(v)) for k, v in settings.items())))
     who = host_label(p["host_label"])
     if p["tp_size"] < 1:
         module.fail_json(msg="%s: tp_size %d is not a positive integer" % (who, p["tp_size"]), changed=False)
     try:
-        L.rules_for(p["tp_size"])
-    except L.UnsupportedTPSize as exc:
+        rules.rules_for(p["tp_size"])
+    except rules.UnsupportedTPSize as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False)
     if not os.path.isfile(p["launcher"]):
         module.fail_json(msg="%s: cannot read the launcher %s: no such file" % (who, p["launcher"]), changed=False)
@@ -382,13 +384,13 @@ def run_module():
                           p["fail_on_unforwarded"], p["env_text"], p["api_key"], p["worker_files"], p["home"],
                           p["head_host"], p["timeout"], p["env_path"], p["remove_keys"], p["worker_homes"],
                           p["varied"], p["known_effects"])
-    except (LaunchError, L.EnvError) as exc:
+    except (LaunchError, shell.EnvError) as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False)
     result["changed"] = False
-    unknown = sorted(set(p["validated"]) - set(L.VALIDATIONS))
+    unknown = sorted(set(p["validated"]) - set(rules.VALIDATIONS))
     if unknown:   # a typo must not pass silently, but other stages may record their own names
         result["setting_warnings"].extend(["validated: %r unlocks nothing here (known: %s)"
-                                           % (v, ", ".join(sorted(L.VALIDATIONS))) for v in unknown])
+                                           % (v, ", ".join(sorted(rules.VALIDATIONS))) for v in unknown])
     for text in result["setting_warnings"]:
         module.warn("%s: %s" % (who, text))
     if result["problems"]:

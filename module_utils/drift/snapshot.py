@@ -23,7 +23,8 @@ from ansible.module_utils.base import probe_read, secrets as secret_rule
 from ansible.module_utils.engine_log import source as engine_log_source
 from ansible.module_utils.engram import plan as pack_plan
 from ansible.module_utils.host import clock_lock, contention, docker_ps, meminfo
-from ansible.module_utils.launcher import truth, env as launcher_env
+from ansible.module_utils.launcher import truth
+from ansible.module_utils.envfile import parse, render, store
 
 SECRET_SAME = "(secret)"
 SECRET_CHANGED = "(secret changed)"
@@ -104,11 +105,11 @@ def mask_env(env, secrets, declared_secrets=None):
 
 def env_snapshot(path, settings, secrets):
     """Declared and actual ``.env`` of the head, both masked; ``actual`` None when the file is missing."""
-    declared = launcher_env.declared_env(dict(settings or {}, **dict(secrets or {})))
+    declared = render.declared_env(dict(settings or {}, **dict(secrets or {})))
     declared_secrets = dict((k, v) for k, v in declared.items() if secret_rule.is_secret_name(k))
     values = list(declared_secrets.values())
-    data, _st = launcher_env.read_env_file(path)
-    actual = None if data is None else launcher_env.parse_env(data, source=path)
+    data, _st = store.read_env_file(path)
+    actual = None if data is None else parse.parse_env(data, source=path)
     return {
         "path": path,
         "declared": mask_env(declared, values),

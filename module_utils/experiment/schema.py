@@ -15,11 +15,9 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
-from ansible.module_utils.base.data_schema import (  # noqa: F401 (NAME_RE re-exported)
-    NAME_RE, Context, _bool, _int_at_least, _join, _list_of, _name, _number, _one_of, _regex, _str, _walk,
-    yaml_load_strict,
-)
-from ansible.module_utils.experiment.arms import normalise, plan_lines  # noqa: F401 (re-exported)
+from ansible.module_utils.base.data_schema import (
+    Context, _bool, _int_at_least, _list_of, _name, _number, _one_of, _regex, _str, _walk, yaml_load_strict)
+from ansible.module_utils.experiment.arms import normalise
 
 __metaclass__ = type
 

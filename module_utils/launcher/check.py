@@ -11,10 +11,10 @@ Standard library only: Ansible ships this file to the target host next to the mo
   receives the declared value; keys the launcher reads itself (it turns them into engine arguments,
   mounts, hosts) are found by changing them and evaluating again (``launch_record.key_effects``), not
   taken from a fixed list.
-* :func:`check_launch`: the rules (``module_utils/launcher/rules.py``, re-exported here) applied to what
+* :func:`check_launch`: the rules (``module_utils/launcher/rules.py``) applied to what
   each container receives, so a launcher-side default the rules forbid is refused naming the key, the
   value the container would get and where it comes from.
-* :func:`parse_env`, the ``.env`` writer: ``module_utils/launcher/env.py`` (re-exported); what is secret
+* ``parse_env``, the ``.env`` writer: ``module_utils/envfile/parse.py`` and ``envfile/render.py``; what is secret
   is decided by ``module_utils/base/secrets.py``.
 * The adapters' ``sitecustomize.py`` import hook is read by ``module_utils/adapters/hook.py`` (its gates by
   ``import_hook_conditions.py``, its finder by ``import_hook_finder.py``); whether a switch arms an adapter
@@ -22,16 +22,12 @@ Standard library only: Ansible ships this file to the target host next to the mo
 """
 from __future__ import absolute_import, division, print_function
 
-import ast
 import os
 import re
 
-from ansible.module_utils.launcher.env import (  # noqa: F401  (re-exported: one parser, one writer)
-    EnvError, EnvSyntaxError, env_text, key_problem, parse_env, value_problem)
-from ansible.module_utils.launcher.rules import (  # noqa: F401  (re-exported: the rules live there)
-    ADAPTER_SWITCHES, ENGINE_SWITCHES, LAUNCHER_DEFAULTS, RULE_IDS, RULE_SETS, RULES, SUPPORTED_TP_SIZES,
-    VALIDATIONS, Finding, Rule, UnsupportedTPSize, check_settings, is_secret, mask_settings, norm_value,
-    normalize_settings, rules_for, shown, validate_settings, validate_settings_full)
+from ansible.module_utils.envfile.render import key_problem
+from ansible.module_utils.launcher.rules import check_settings
+from ansible.module_utils.launcher.values import normalize_settings, shown
 
 __metaclass__ = type
 

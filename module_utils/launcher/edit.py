@@ -150,7 +150,7 @@ def plan(launcher, values, env_text, **kw):
         text = fh.read()
     env = (env_text or "")
     env = env + ("" if env.endswith("\n") or not env else "\n")
-    from ansible.module_utils.launcher.env import quote_value
+    from ansible.module_utils.envfile.render import quote_value
     env += "".join("%s=%s\n" % (k, quote_value("%s" % v)) for k, v in sorted(values.items()))
     before = effective_launch(launcher, env_text=env, **kw)
     missing = dict((k, r) for k, r in _missing(before, values).items() if r)
@@ -279,7 +279,9 @@ def extra_env_passthrough(launcher, env_text, **kw):
 def plan_env(launcher, values, env_path, **kw):
     """Like :func:`plan`, for an .env edit of ``EXTRA_CONTAINER_ENV``: its ``KEY=value`` entries (an unquoted
     loop in the launcher splits them on blanks) gain or update each key. Raises :class:`EditRefused`."""
-    from ansible.module_utils.launcher.env import EnvError, parse_env, quote_value
+    from ansible.module_utils.envfile.shell import EnvError
+    from ansible.module_utils.envfile.parse import parse_env
+    from ansible.module_utils.envfile.render import quote_value
     if not os.path.isfile(env_path):
         raise EditRefused("%s: no .env to edit (%s passes the switches through %s)" % (env_path, launcher, EXTRA))
     with open(env_path) as fh:

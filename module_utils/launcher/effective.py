@@ -340,7 +340,7 @@ def key_effects(launcher, env_text, keys, base_values, base=None, workers=4, **k
     ``env_text`` when already evaluated. Evaluations run ``workers`` at a time.
     """
     from concurrent.futures import ThreadPoolExecutor
-    from ansible.module_utils.launcher.env import quote_value
+    from ansible.module_utils.envfile.render import quote_value
     keys = list(keys)
     kw.setdefault("query_cache", {})        # the daemon asked each question once for all the trials
     base = base or effective_launch(launcher, env_text=env_text, **kw)

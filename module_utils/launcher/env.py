@@ -2,18 +2,18 @@
 """The launcher ``.env`` as data: converge it in place, roll it back, say what changes as bash sees it.
 
 The launcher runs ``set -a; source "$ENV_FILE"; set +a``: bash executes the file. Everything here
-exists so that the file stays data. The subjects live in their own files, re-exported here so
-callers keep one import:
+exists so that the file stays data. The subjects live in their own files (callers import each name
+from the file that defines it):
 
-* ``envfile_shell``: bash's own variables, the errors, ``$'...'``;
-* ``envfile_parse``: :func:`parse_env` / :func:`parse_statements`, the file read with bash's rules
+* ``envfile/shell.py``: bash's own variables, the errors, ``$'...'``;
+* ``envfile/parse.py``: :func:`parse_env` (its statements: ``envfile/lines.py``), the file read with bash's rules
   (unit tests compare it with bash itself), or a refusal naming the line; the expansions inside a
-  word (``$NAME``, ``${NAME:-word}``, tilde) are ``envfile_expand``;
-* ``envfile_render``: :func:`render_env`, the one writer (every value bare or single-quoted so bash
+  word (``$NAME``, ``${NAME:-word}``, tilde) are ``envfile/expand.py``;
+* ``envfile/render.py``: :func:`render_env`, the one writer (every value bare or single-quoted so bash
   holds exactly the declared string), and the refusals naming the key;
-* ``envfile_merge``: :func:`merge_env`, the in-place converge that keeps every undeclared key
+* ``envfile/merge.py``: :func:`merge_env`, the in-place converge that keeps every undeclared key
   verbatim unless it is listed for removal;
-* ``envfile_store``: atomic 0600 writes, the run's named snapshot and the record of "befores".
+* ``envfile/store.py``: atomic 0600 writes, the run's named snapshot and the record of "befores".
 
 Here: :func:`converge_env` / :func:`rollback_env` (the file's history kept exact: each run that
 changes the file first saves it in a snapshot named for the run; a rollback restores the recorded
@@ -29,17 +29,13 @@ import re
 import stat
 
 from ansible.module_utils.base.secrets import SECRET_MASK, is_secret_name, redact_text
-from ansible.module_utils.envfile.shell import (  # noqa: F401  (re-exported)
-    NAME_RE, SHELL_OWN_VARS, EnvError, EnvSyntaxError, is_shell_own)
-from ansible.module_utils.envfile.lines import parse_statements  # noqa: F401  (re-exported)
-from ansible.module_utils.envfile.parse import parse_env  # noqa: F401  (re-exported)
-from ansible.module_utils.envfile.render import (  # noqa: F401  (re-exported)
-    API_KEY, DEFAULT_HEADER, ENV_MODE, RESERVED_KEYS, RESERVED_PREFIXES, SAFE_BARE_RE, comment_lines, declared_env,
-    env_text, key_problem, quote_value, render_env, settings_problems, value_problem)
-from ansible.module_utils.envfile.merge import merge_env, removal_keys  # noqa: F401  (re-exported)
-from ansible.module_utils.envfile.store import (  # noqa: F401  (re-exported)
-    BACKUP_INFIX, RECORD_FORMAT, RECORD_SUFFIX, REPLACED_INFIX, create_private, fsync_dir, load_record, read_env_file,
-    record_entry, record_path, save_record, sha256_hex, utc_stamp, write_atomic)
+from ansible.module_utils.envfile.shell import EnvError, EnvSyntaxError
+from ansible.module_utils.envfile.parse import parse_env
+from ansible.module_utils.envfile.render import API_KEY, DEFAULT_HEADER, ENV_MODE, quote_value, render_env
+from ansible.module_utils.envfile.merge import merge_env
+from ansible.module_utils.envfile.store import (
+    BACKUP_INFIX, REPLACED_INFIX, create_private, fsync_dir, load_record, read_env_file, record_entry, record_path,
+    save_record, sha256_hex, utc_stamp, write_atomic)
 
 __metaclass__ = type
 

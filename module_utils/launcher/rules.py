@@ -24,9 +24,8 @@ from __future__ import absolute_import, division, print_function
 import re
 from collections import namedtuple
 
-from ansible.module_utils.launcher.env import key_problem, value_problem
-from ansible.module_utils.launcher.values import (  # noqa: F401  (re-exported)
-    _as_float, _as_int, _switch_on, is_secret, mask_settings, norm_value, normalize_settings, shown)
+from ansible.module_utils.envfile.render import key_problem, value_problem
+from ansible.module_utils.launcher.values import _as_float, _as_int, _switch_on, normalize_settings, shown
 
 __metaclass__ = type
 

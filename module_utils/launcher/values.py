@@ -11,7 +11,7 @@ from __future__ import absolute_import, division, print_function
 import math
 import re
 
-from ansible.module_utils.launcher.env import env_text
+from ansible.module_utils.envfile.render import env_text
 from ansible.module_utils.base.secrets import SECRET_MASK, is_secret_name, is_secret_value, mask_mapping, redact_text
 
 __metaclass__ = type

@@ -122,13 +122,13 @@ def test_four_node_fleet_is_an_inventory_change():
 
 
 def test_env_filters_use_the_hosts_launcher_parser():
-    # The .env filters are the code of module_utils/launcher/env.py, whose cases (against bash) are in
-    # test_launcher_env.py; here: the filters reach it and give its answers on the controller.
+    # The .env filters are the code of module_utils/envfile/parse.py and render.py, whose cases (against bash)
+    # are in test_launcher_env.py; here: the filters reach it and give its answers on the controller.
     text = 'WORKER_USER=zurih\nexport API_KEY="sk-secret"\nWORKER_ENGRAM_DIR_SPARK2=/data/dsv41-engram\n'
     assert fleet.dsv41_env_parse(text) == {"WORKER_USER": "zurih", "API_KEY": "sk-secret",
                                            "WORKER_ENGRAM_DIR_SPARK2": "/data/dsv41-engram"}
-    from ansible.module_utils.launcher import env as launcher_env
-    assert fleet.env is launcher_env                       # the very module the hosts run
+    from ansible.module_utils.envfile import parse as envfile_parse, render as envfile_render
+    assert fleet.parse is envfile_parse and fleet.render is envfile_render     # the very modules the hosts run
 
 
 def test_env_filters_refuse_what_is_not_data_naming_the_line():

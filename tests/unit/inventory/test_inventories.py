@@ -15,7 +15,7 @@ import pytest
 
 from ansible.module_utils.drift import history
 from ansible.module_utils.fleet import guard as fleet_guard
-from ansible.module_utils.launcher import check as L
+from ansible.module_utils.launcher import rules
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "filter_plugins"))
@@ -77,7 +77,7 @@ def test_every_fleet_parses_names_itself_and_its_tp_size_is_its_rank_count(parse
     assert {hostvars[h]["dsv41_tp_size"] for h in ranks} == {len(ranks)}
     assert sorted(hostvars[h]["dsv41_rank"] for h in ranks) == list(range(len(ranks)))
     assert fleet.dsv41_inventory_errors(hostvars, groups) == []
-    assert L.rules_for(len(ranks)) is L.RULE_SETS[len(ranks)], "a TP size with a launcher rule set"
+    assert rules.rules_for(len(ranks)) is rules.RULE_SETS[len(ranks)], "a TP size with a launcher rule set"
 
 
 def test_every_fleet_s_declared_launcher_settings_pass_its_tp_size_s_rule_set(parsed):
@@ -88,9 +88,9 @@ def test_every_fleet_s_declared_launcher_settings_pass_its_tp_size_s_rule_set(pa
     settings = Templar(loader=loader, variables=variables).template(variables["dsv41_launcher_settings"])
     tp = len(groups["dsv41_ranks"])
     assert int(settings["TP_SIZE"]) == tp
-    assert L.validate_settings(settings, tp_size=tp) == []
+    assert rules.validate_settings(settings, tp_size=tp) == []
     if tp == 4:     # a TP4 fleet's values on a TP3 fleet: each one the report says never to copy is refused
-        found = L.check_settings(dict(settings, TP_SIZE=3, EP_SIZE=3), tp_size=3)
+        found = rules.check_settings(dict(settings, TP_SIZE=3, EP_SIZE=3), tp_size=3)
         assert {"shared_pad_tp3", "tp4_slots", "tp4_kv_pool", "tp4_fraction", "tp4_row_cache"} <= \
             set(f.rule for f in found if f.level == "error")
 

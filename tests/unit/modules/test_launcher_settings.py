@@ -2,7 +2,7 @@
 real family's shape (tests/unit/fixtures/launchers) and the lab's launcher."""
 import json
 
-from ansible.module_utils.launcher import check as L
+from ansible.module_utils.envfile import parse
 
 import launcher_settings
 from launcher_fixtures import API_KEY, BASELINE_ENV, checkout
@@ -10,7 +10,7 @@ from modrun import run_module
 
 
 def settings(**changes):
-    env = L.parse_env(BASELINE_ENV, {"HOME": "/home/mia"})
+    env = parse.parse_env(BASELINE_ENV, {"HOME": "/home/mia"})
     for key, value in changes.items():
         if value is None:
             env.pop(key, None)

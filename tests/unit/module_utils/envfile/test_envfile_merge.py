@@ -9,13 +9,14 @@ import yaml
 
 from ansible.module_utils.envfile import adopt as A
 from ansible.module_utils.launcher import env as E
+from ansible.module_utils.envfile import merge as envfile_merge, render, shell
 from ansible.module_utils.envfile.shell import EnvError
 
 import launcher_adopt as launcher_adopt_module
 from modrun import run_module
 
 BASE = {"HOME": "/home/mia", "PATH": "/usr/bin:/bin"}
-HEADER = E.render_env({})
+HEADER = render.render_env({})
 # A hand-written fleet .env of the real kind: header from an earlier converge, undeclared keys in
 # several syntaxes (export, double quotes, a reference to HOME and to an earlier key, a comment
 # after a value, a line continuation), a secret, trailing notes.
@@ -49,7 +50,7 @@ def bash_env(tmp_path, text):
 
 def merge(text, settings=None, **kw):
     kw.setdefault("api_key", API)
-    return E.merge_env(text, DECLARED if settings is None else settings, base=BASE, **kw)
+    return envfile_merge.merge_env(text, DECLARED if settings is None else settings, base=BASE, **kw)
 
 
 def test_undeclared_keys_are_kept_verbatim_in_place(tmp_path):
@@ -78,9 +79,9 @@ def test_removal_is_explicit(tmp_path):
     assert "HEAD_IP" not in after and after["HCA_LIST"] == "mlx5_0,mlx5_1"
     # a declared None is a removal too
     assert merge(FLEET, dict(DECLARED, HF_TOKEN=None))["removed"] == ["HF_TOKEN"]
-    with pytest.raises(E.EnvError, match="MODEL_PATH is both declared and listed for removal"):
+    with pytest.raises(shell.EnvError, match="MODEL_PATH is both declared and listed for removal"):
         merge(FLEET, remove_keys=["MODEL_PATH"])
-    with pytest.raises(E.EnvError, match="remove_keys: 'A B' is not a shell variable name"):
+    with pytest.raises(shell.EnvError, match="remove_keys: 'A B' is not a shell variable name"):
         merge(FLEET, remove_keys=["A B"])
 
 
@@ -110,7 +111,7 @@ def test_header_and_notes_are_added_once(tmp_path):
     assert res["text"] == HEADER + "X=1\n# tried 0.98\n"
     assert merge(res["text"], {}, api_key=None, notes=["tried 0.98"])["text"] == res["text"]
     assert merge("X=1", {"Y": "2"}, api_key=None)["text"] == HEADER + "X=1\nY=2\n"
-    assert merge(None, {"Y": "2"}, api_key=None)["text"] == E.render_env({"Y": "2"})
+    assert merge(None, {"Y": "2"}, api_key=None)["text"] == render.render_env({"Y": "2"})
 
 
 def test_crlf_file_keeps_its_undeclared_lines_and_fixes_declared_ones(tmp_path):
@@ -122,12 +123,12 @@ def test_crlf_file_keeps_its_undeclared_lines_and_fixes_declared_ones(tmp_path):
 
 
 def test_a_value_that_cannot_be_rewritten_is_refused_naming_the_key():
-    with pytest.raises(E.EnvError, match=r"line 1: B: the value holds a carriage return.*put the changed key"):
+    with pytest.raises(shell.EnvError, match=r"line 1: B: the value holds a carriage return.*put the changed key"):
         merge("A=1 B=$'x\\r'\n", {"A": "2"}, api_key=None)
 
 
 def test_a_file_that_is_not_data_is_refused():
-    with pytest.raises(E.EnvSyntaxError, match="line 2"):
+    with pytest.raises(shell.EnvSyntaxError, match="line 2"):
         merge("A=1\nB=$(curl x)\n")
 
 
@@ -148,12 +149,12 @@ def test_adoption_declares_every_key_and_moves_secrets_to_the_vault(tmp_path):
     # the round trip: the proposal, its vault references resolved, converges to the same bytes
     settings = dict((k, secrets[v[3:-3]] if v.startswith("{{ vault_") else v)
                     for k, v in data["dsv41_launcher_settings"].items())
-    res = E.merge_env(FLEET, settings, api_key=secrets["vault_dsv41_api_key"], notes=data["dsv41_launcher_notes"],
-                      base=BASE)
+    res = envfile_merge.merge_env(FLEET, settings, api_key=secrets["vault_dsv41_api_key"],
+                                  notes=data["dsv41_launcher_notes"], base=BASE)
     assert res["text"] == FLEET and res["kept"] == []
     # one key left out of the proposal is kept, not dropped
     del settings["NCCL_SOCKET_IFNAME"]
-    res = E.merge_env(FLEET, settings, api_key=API, notes=data["dsv41_launcher_notes"], base=BASE)
+    res = envfile_merge.merge_env(FLEET, settings, api_key=API, notes=data["dsv41_launcher_notes"], base=BASE)
     assert res["text"] == FLEET and res["kept"] == ["NCCL_SOCKET_IFNAME"]
 
 
@@ -186,7 +187,7 @@ def test_a_file_without_api_key_gets_none_from_its_proposal():
     adopted = A.adopt_env("A=1\n", BASE)
     data = yaml.safe_load(A.proposal_yaml(adopted, "here"))
     assert data["container_env_api_key"] is None and "dsv41_api_key" not in data
-    assert E.merge_env("A=1\n", data["dsv41_launcher_settings"], api_key=data["container_env_api_key"],
+    assert envfile_merge.merge_env("A=1\n", data["dsv41_launcher_settings"], api_key=data["container_env_api_key"],
                        base=BASE)["text"] == HEADER + "A=1\n"
 
 

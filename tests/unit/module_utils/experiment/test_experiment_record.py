@@ -5,6 +5,7 @@ from pathlib import Path
 
 from ansible.module_utils.experiment import record as er
 from ansible.module_utils.experiment import schema as es
+from ansible.module_utils.experiment import arms
 from ansible.module_utils.experiment import snapshot as snap
 from modrun import run_module
 import experiment_record
@@ -257,7 +258,7 @@ def test_stage_e_plans_and_records_the_exposed_engram_time():
     d = definition("stage_e_prefetch")
     assert d["profile"]["exposed"] == {"name": "engram", "pattern": "engram", "must_fall": True}
     assert ("profile of the baseline and every timed arm: engram time on the compute stream (kernels matching "
-            "'engram'), must fall on every rank") in es.plan_lines(d)
+            "'engram'), must fall on every rank") in arms.plan_lines(d)
     conds = {"baseline": {"results": [res("prose", 1, BASE)], "exposed_us": {"spark1": 1000.0, "spark2": None}},
              "prefetch": {"results": [res("prose", 1, BASE)], "exposed_us": {"spark1": 150.0, "spark2": 150.0}}}
     text = er.markdown({"definition": d, "conditions": conds, "verdicts": er.evaluate(d, conds, {})})

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from ansible.module_utils.experiment import schema as es
+from ansible.module_utils.experiment import arms
 from modrun import run_module
 import experiment_definition
 
@@ -167,7 +168,7 @@ def test_arm_benchmark_overrides_shared_plan_key_by_key():
 
 
 def test_plan_lines_name_each_arm_and_its_change():
-    lines = es.plan_lines(es.validate(stage_c(), "c.yml"))
+    lines = arms.plan_lines(es.validate(stage_c(), "c.yml"))
     assert any(line.startswith("arm fence: DSV41_FOLDED_FENCE=1;") and "5 reps after 1 warm-up" in line
                for line in lines)
 
@@ -207,7 +208,7 @@ def test_stage_f_memory_block_normalised_and_printed_in_the_plan():
     drop = [a for a in d["arms"] if a["name"] == "drop"][0]
     assert drop["requires"]["validations"] == ["wo_a_w8"]
     assert "memory ledger on every rank, floor 1.00 GiB for serving; differences against baseline, twin_only" \
-        in es.plan_lines(d)
+        in arms.plan_lines(d)
     c = es.load_text((ROOT / "experiments" / "stage_c_fence.yml").read_text(), "c.yml", "stage_c_fence")
     assert c["memory"] == {"floor_gib": 0, "compare_with": ["baseline"], "reference": [], "cost_within_headroom": False}
 
@@ -354,4 +355,4 @@ def test_cost_within_headroom_needs_each_arms_stated_headroom_and_same_lines_are
     assert "arms[0].evidence.same_as_baseline[0].when: unknown key" in refused(doc)
     d = es.load_text((ROOT / "experiments" / "stage_i_ep1.yml").read_text(), "ep1", "stage_i_ep1")
     assert d["report"]["accept_length"] is True
-    assert any("each arm's cost against the baseline within its stated headroom" in line for line in es.plan_lines(d))
+    assert any("each arm's cost against the baseline within its stated headroom" in line for line in arms.plan_lines(d))

@@ -4,6 +4,8 @@ import os
 import pytest
 
 from ansible.module_utils.launcher import check as L
+from ansible.module_utils.envfile import parse, shell
+from ansible.module_utils.launcher import rules as launcher_rules, values as launcher_values
 from ansible.module_utils.launcher.effective import effective_launch
 from launcher_fixtures import BASELINE_ENV, VARIANTS, checkout
 
@@ -20,7 +22,7 @@ def read(path):
 
 def baseline(**changes):
     """The report's settings (lab/seed/launcher.env) with changes (None removes a key)."""
-    env = L.parse_env(read(LAUNCHER_ENV), HOME)
+    env = parse.parse_env(read(LAUNCHER_ENV), HOME)
     for key, value in changes.items():
         if value is None:
             env.pop(key, None)
@@ -50,7 +52,7 @@ EMPTY=
 
 
 def test_parse_env_handles_quotes_exports_references():
-    env = L.parse_env(ENV_CASES, HOME)
+    env = parse.parse_env(ENV_CASES, HOME)
     assert env["API_KEY"] == "sk-secret"
     assert env["QUOTED"] == "literal $HOME"
     assert env["REF"] == "/home/zurih/dsv41-3x-spark/x"
@@ -61,14 +63,15 @@ def test_parse_env_handles_quotes_exports_references():
 
 
 def test_parse_env_refuses_a_command_line_naming_it():
-    with pytest.raises(L.EnvSyntaxError) as exc:
-        L.parse_env(ENV_CASES + "not a line\n", HOME)
+    with pytest.raises(shell.EnvSyntaxError) as exc:
+        parse.parse_env(ENV_CASES + "not a line\n", HOME)
     assert str(exc.value) == (".env: line 16: a command word, not NAME=value: bash would run it (a .env holds "
                               "only assignments)")
 
 
 def test_parse_env_bash_details():
-    env = L.parse_env('A="x y" # note\nB="say \\"hi\\" \\$HOME"\nC=${NOPE-unset}\nD=${A-other}\nE=a"b c"\'d\'\n', HOME)
+    env = parse.parse_env('A="x y" # note\nB="say \\"hi\\" \\$HOME"\nC=${NOPE-unset}\nD=${A-other}\n'
+                          'E=a"b c"\'d\'\n', HOME)
     assert env == {"A": "x y", "B": 'say "hi" $HOME', "C": "unset", "D": "x y", "E": "ab cd"}
 
 
@@ -164,7 +167,7 @@ def test_launcher_defaults_the_rules_forbid_are_refused_naming_key_value_and_ori
     env = BASELINE_ENV.replace("DSV41_CACHE_GIB=0\n", "").replace("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=0\n", "")
     script, home = checkout(tmp_path, variant, env)
     launch = effective_launch(script, head="spark1", home=home)
-    values = L.parse_env(env, {"HOME": home})
+    values = parse.parse_env(env, {"HOME": home})
     settings = dict(values)
     findings, notes = L.check_launch(settings, launch, values)
     errors = dict((f["key"], f["message"]) for f in findings if f["level"] == "error")
@@ -183,16 +186,16 @@ def test_launcher_defaults_the_rules_forbid_are_refused_naming_key_value_and_ori
     # set explicitly in the .env, nothing is refused
     findings, _ = L.check_launch(dict(settings, DSV41_CACHE_GIB="0", SGLANG_FLASHINFER_MOE_FUSED_FINALIZE="0"),
                                  effective_launch(script, head="spark1", home=home, env_text=BASELINE_ENV),
-                                 L.parse_env(BASELINE_ENV, {"HOME": home}))
+                                 parse.parse_env(BASELINE_ENV, {"HOME": home}))
     assert [f for f in findings if f["level"] == "error"] == []
 
 
 # ------------------------------------------------------------------------------------------ rules
 
 def test_report_baseline_passes_with_no_errors():
-    errors, warnings = L.validate_settings_full(baseline())
+    errors, warnings = launcher_rules.validate_settings_full(baseline())
     assert errors == []
-    assert L.validate_settings(baseline()) == []
+    assert launcher_rules.validate_settings(baseline()) == []
     # the report's DSV41_CACHE_WAYS=4 with a zero cache is a note, not an error
     assert warnings == ["DSV41_CACHE_WAYS='4' has no effect while DSV41_CACHE_GIB is 0 "
                         "(ways matter only with a non-zero row cache)"]
@@ -281,21 +284,21 @@ FORBIDDEN = [
 @pytest.mark.parametrize("rule, changes, kwargs, text", FORBIDDEN,
                          ids=["%s-%d" % (c[0], i) for i, c in enumerate(FORBIDDEN)])
 def test_forbidden_setting_is_refused_with_a_clear_message(rule, changes, kwargs, text):
-    findings = L.check_settings(baseline(**changes), **kwargs)
+    findings = launcher_rules.check_settings(baseline(**changes), **kwargs)
     hits = [f for f in findings if f.rule == rule]
     assert hits, "rule %s did not fire: %s" % (rule, findings)
     assert all(f.level == "error" for f in hits)
     assert any(text in f.message for f in hits), [f.message for f in hits]
-    errors = L.validate_settings(baseline(**changes), **kwargs)
+    errors = launcher_rules.validate_settings(baseline(**changes), **kwargs)
     assert any(text in e for e in errors)
 
 
 def test_every_error_rule_has_a_refusal_case():
     covered = set(case[0] for case in FORBIDDEN)
-    errors = set(r.id for r in L.RULES if r.level == "error")
+    errors = set(r.id for r in launcher_rules.RULES if r.level == "error")
     assert errors - covered == set()
-    assert len(L.RULE_IDS) == len(set(L.RULE_IDS))
-    for rule in L.RULES:
+    assert len(launcher_rules.RULE_IDS) == len(set(launcher_rules.RULE_IDS))
+    for rule in launcher_rules.RULES:
         assert rule.level in ("error", "warning") and rule.summary and callable(rule.check)
 
 
@@ -326,7 +329,7 @@ def test_every_error_rule_has_a_refusal_case():
     ({"TP_SIZE": None, "EP_SIZE": None}, {}),
 ])
 def test_allowed_settings_pass(changes, kwargs):
-    assert L.validate_settings(baseline(**changes), **kwargs) == []
+    assert launcher_rules.validate_settings(baseline(**changes), **kwargs) == []
 
 
 # ------------------------------------------------------------------------------------------ rule sets per TP size
@@ -344,14 +347,14 @@ def tp4_profile(**changes):
 
 
 def test_the_tp4_profile_passes_the_tp4_rule_set_and_not_the_tp3_one():
-    assert L.validate_settings_full(tp4_profile(), tp_size=4) == ([], [])
+    assert launcher_rules.validate_settings_full(tp4_profile(), tp_size=4) == ([], [])
     # the same values on TP3 (sized for three ranks): every TP4 value the report says never to copy is named
-    found = L.check_settings(tp4_profile(TP_SIZE="3", EP_SIZE="3"), tp_size=3)
+    found = launcher_rules.check_settings(tp4_profile(TP_SIZE="3", EP_SIZE="3"), tp_size=3)
     assert [(f.rule, f.key) for f in found] == [
         ("shared_pad_tp3", "DSV41_SHARED_PAD_K"), ("tp_pad_tp3", "DSV41_TP_PAD"),
         ("tp4_slots", "MAX_RUNNING_REQUESTS"), ("tp4_kv_pool", "MAX_TOTAL_TOKENS"),
         ("tp4_fraction", "MEM_FRACTION_STATIC"), ("tp4_row_cache", "DSV41_CACHE_GIB")]
-    assert "TP_SIZE='4' but the inventory has tp_size 3" in L.validate_settings(tp4_profile(), tp_size=3)
+    assert "TP_SIZE='4' but the inventory has tp_size 3" in launcher_rules.validate_settings(tp4_profile(), tp_size=3)
 
 
 @pytest.mark.parametrize("changes, rule, text", [
@@ -367,7 +370,7 @@ def test_the_tp4_profile_passes_the_tp4_rule_set_and_not_the_tp3_one():
     ({"DSV41_WO_A_W8": "1", "DSV41_WO_A_W8_DROP": "1"}, "wo_a_drop_validated", "before DSV41_WO_A_W8 is validated"),
 ])
 def test_tp4_refuses_what_breaks_its_adapters_and_the_never_list(changes, rule, text):
-    found = [f for f in L.check_settings(tp4_profile(**changes), tp_size=4) if f.level == "error"]
+    found = [f for f in launcher_rules.check_settings(tp4_profile(**changes), tp_size=4) if f.level == "error"]
     assert [f.rule for f in found] == [rule], found
     assert text in found[0].message
 
@@ -379,15 +382,15 @@ def test_tp4_refuses_what_breaks_its_adapters_and_the_never_list(changes, rule, 
 ])
 def test_tp4_takes_its_own_values(changes):
     # no TP3 hold or cap on TP4: 0.85 (another four-node fleet's fraction) is not TP3's 0.95 and passes
-    assert L.validate_settings_full(tp4_profile(**changes), tp_size=4) == ([], [])
+    assert launcher_rules.validate_settings_full(tp4_profile(**changes), tp_size=4) == ([], [])
 
 
 def test_tp4_warnings_name_what_gains_nothing_or_needs_another_kernel():
-    errors, warnings = L.validate_settings_full(tp4_profile(EP_SIZE="1"), tp_size=4)
+    errors, warnings = launcher_rules.validate_settings_full(tp4_profile(EP_SIZE="1"), tp_size=4)
     assert errors == [] and warnings == [
         "EP_SIZE='1' on TP4 gives every rank a 576-wide slice of each expert, not a multiple of 128 as FlashInfer's "
         "MXFP4 MoE needs: the TP4 profile runs EP1 only with DSV41_MOE_B12X_NEXT=1 (else EP_SIZE=2)"]
-    errors, warnings = L.validate_settings_full(tp4_profile(DSV41_MXFP8_BACKEND="cutlass"), tp_size=4)
+    errors, warnings = launcher_rules.validate_settings_full(tp4_profile(DSV41_MXFP8_BACKEND="cutlass"), tp_size=4)
     assert errors == [] and warnings == [
         "DSV41_SHARED_PAD_K='1' with DSV41_MXFP8_BACKEND='cutlass': the padding only puts the K=576 shape back on "
         "the b12x MXFP8 kernel (on CUTLASS K=640 measured 0.7% slower than 576)"]
@@ -396,35 +399,36 @@ def test_tp4_warnings_name_what_gains_nothing_or_needs_another_kernel():
 @pytest.mark.parametrize("tp_size", [2, 5, 8, 0, -3, "five", "4.0", 4.0, True, None])
 def test_a_tp_size_without_a_rule_set_is_refused_naming_it(tp_size):
     want = "tp_size %r has no launcher rule set (there is one for TP3 and TP4)" % (tp_size,)
-    for call in (lambda: L.check_settings(baseline(), tp_size=tp_size),
-                 lambda: L.validate_settings(baseline(), tp_size=tp_size),
+    for call in (lambda: launcher_rules.check_settings(baseline(), tp_size=tp_size),
+                 lambda: launcher_rules.validate_settings(baseline(), tp_size=tp_size),
                  lambda: L.check_launch(baseline(), fake_launch({}, {}), {}, tp_size=tp_size)):
-        with pytest.raises(L.UnsupportedTPSize) as exc:
+        with pytest.raises(launcher_rules.UnsupportedTPSize) as exc:
             call()
         assert str(exc.value).startswith(want)
-    assert L.rules_for("4") is L.RULE_SETS[4] and L.rules_for(3) is L.RULE_SETS[3]
+    assert launcher_rules.rules_for("4") is launcher_rules.RULE_SETS[4]
+    assert launcher_rules.rules_for(3) is launcher_rules.RULE_SETS[3]
 
 
 def test_the_rule_sets_differ_by_the_tp_only_rules():
-    assert sorted(L.RULE_SETS) == list(L.SUPPORTED_TP_SIZES) == [3, 4]
-    ids = dict((tp, [r.id for r in rules]) for tp, rules in L.RULE_SETS.items())
+    assert sorted(launcher_rules.RULE_SETS) == list(launcher_rules.SUPPORTED_TP_SIZES) == [3, 4]
+    ids = dict((tp, [r.id for r in rules]) for tp, rules in launcher_rules.RULE_SETS.items())
     assert sorted(set(ids[3]) - set(ids[4])) == ["fraction_hold", "shared_pad_tp3", "tp4_fraction", "tp4_kv_pool",
                                                  "tp4_row_cache", "tp4_slots", "tp_pad_tp3"]
     assert sorted(set(ids[4]) - set(ids[3])) == ["ep1_moe_width", "shared_pad_backend", "shared_pad_switch"]
     # every rule is in some set, each set keeps the RULES order
-    assert set(ids[3]) | set(ids[4]) == set(L.RULE_IDS)
+    assert set(ids[3]) | set(ids[4]) == set(launcher_rules.RULE_IDS)
     for tp in ids:
-        assert ids[tp] == [i for i in L.RULE_IDS if i in ids[tp]]
+        assert ids[tp] == [i for i in launcher_rules.RULE_IDS if i in ids[tp]]
 
 
 def test_unset_tp_size_uses_start_sh_default():
-    errors = L.validate_settings(baseline(TP_SIZE=None), tp_size=4)
+    errors = launcher_rules.validate_settings(baseline(TP_SIZE=None), tp_size=4)
     assert "TP_SIZE='3' (unset: start.sh default 3) but the inventory has tp_size 4" in errors
 
 
 def test_one_message_per_broken_rule_and_key():
     bad = baseline(DSV41_WO_A_W8_MID="1", DSV41_WO_A_W8_DROP="1", MEM_FRACTION_STATIC="0.80")
-    found = L.check_settings(bad)
+    found = launcher_rules.check_settings(bad)
     assert [(f.rule, f.key) for f in found] == [
         ("tp4_fraction", "MEM_FRACTION_STATIC"),
         ("wo_a_needs_w8", "DSV41_WO_A_W8_MID"), ("wo_a_needs_w8", "DSV41_WO_A_W8_DROP"),
@@ -433,31 +437,34 @@ def test_one_message_per_broken_rule_and_key():
 
 
 def test_warnings_are_separate():
-    errors, warnings = L.validate_settings_full(baseline(DSV41_ENGRAM_DRM_NODE="/dev/dri/renderD128"))
+    errors, warnings = launcher_rules.validate_settings_full(baseline(DSV41_ENGRAM_DRM_NODE="/dev/dri/renderD128"))
     assert errors == []
     assert any(w.startswith("DSV41_ENGRAM_DRM_NODE='/dev/dri/renderD128' yields no cache slots") for w in warnings)
-    errors, warnings = L.validate_settings_full(baseline(DSV41_CACHE_GIB="0.5"))
+    errors, warnings = launcher_rules.validate_settings_full(baseline(DSV41_CACHE_GIB="0.5"))
     assert errors == [] and warnings == []
 
 
 def test_secret_values_are_masked():
-    assert L.shown("API_KEY", "sk-123") == "API_KEY='***'"
-    assert L.shown("HF_TOKEN", "hf_x") == "HF_TOKEN='***'"
-    assert L.mask_settings({"API_KEY": "sk-1", "DB_PASSWORD": "p", "X": "1", "EMPTY_SECRET": ""}) == \
+    assert launcher_values.shown("API_KEY", "sk-123") == "API_KEY='***'"
+    assert launcher_values.shown("HF_TOKEN", "hf_x") == "HF_TOKEN='***'"
+    assert launcher_values.mask_settings({"API_KEY": "sk-1", "DB_PASSWORD": "p", "X": "1", "EMPTY_SECRET": ""}) == \
         {"API_KEY": "***", "DB_PASSWORD": "***", "X": "1", "EMPTY_SECRET": ""}
-    assert not L.is_secret("DSV41_AUTOTUNE_KEEP") and not L.is_secret("MAX_TOTAL_TOKENS")
-    assert L.is_secret("HUGGING_FACE_HUB_TOKEN") and L.is_secret("SECRET_KEY_BASE")
+    assert not launcher_values.is_secret("DSV41_AUTOTUNE_KEEP") and not launcher_values.is_secret("MAX_TOTAL_TOKENS")
+    assert launcher_values.is_secret("HUGGING_FACE_HUB_TOKEN") and launcher_values.is_secret("SECRET_KEY_BASE")
     # the names the three old rules disagreed on
-    assert L.is_secret("hf_token") and L.is_secret("OPENAI_APIKEY") and L.is_secret("DB_PASSWORD2")
-    assert L.shown("OPENAI_APIKEY", "sk-abcdef") == "OPENAI_APIKEY='***'"
+    assert launcher_values.is_secret("hf_token") and launcher_values.is_secret("OPENAI_APIKEY") \
+        and launcher_values.is_secret("DB_PASSWORD2")
+    assert launcher_values.shown("OPENAI_APIKEY", "sk-abcdef") == "OPENAI_APIKEY='***'"
 
 
 def test_values_are_normalised_like_bash_strings():
-    assert L.norm_value(True) == "1" and L.norm_value(False) == "0" and L.norm_value(0.95) == "0.95"
-    assert L.norm_value(750000) == "750000" and L.norm_value("") is None and L.norm_value(None) is None
-    assert L.norm_value(5.0) == "5"
+    assert launcher_values.norm_value(True) == "1" and launcher_values.norm_value(False) == "0" \
+        and launcher_values.norm_value(0.95) == "0.95"
+    assert launcher_values.norm_value(750000) == "750000" and launcher_values.norm_value("") is None \
+        and launcher_values.norm_value(None) is None
+    assert launcher_values.norm_value(5.0) == "5"
     # no stripping: the rules judge what bash will hold (a quoted " 0" is not "0")
-    assert L.norm_value("  ") == "  " and L.norm_value(" 0") == " 0"
+    assert launcher_values.norm_value("  ") == "  " and launcher_values.norm_value(" 0") == " 0"
 
 
 @pytest.mark.parametrize("key,value,needle", [
@@ -470,7 +477,7 @@ def test_values_are_normalised_like_bash_strings():
     ("IMAGE", "bad\udcff", "IMAGE: the value is not valid UTF-8"),
 ])
 def test_env_writable_rule_names_the_key(key, value, needle):
-    found = [f for f in L.check_settings(baseline(**{key: value})) if f.rule == "env_writable"]
+    found = [f for f in launcher_rules.check_settings(baseline(**{key: value})) if f.rule == "env_writable"]
     assert len(found) == 1 and found[0].key == key and needle in found[0].message
     assert value not in found[0].message or key.startswith(("FOO", "1"))
 
@@ -483,7 +490,7 @@ def test_engine_arguments_the_launcher_defaults_are_judged_too(tmp_path):
         fh.write(text.replace('MEM_FRACTION_STATIC="${MEM_FRACTION_STATIC:-0.95}"', 'MEM_FRACTION_STATIC="${MEM_FRACTION_STATIC:-0.80}"'))
     launch = effective_launch(script, head="spark1", home=home)
     assert L.engine_settings(launch["containers"][0]["command"])["MEM_FRACTION_STATIC"] == "0.80"
-    values = L.parse_env(BASELINE_ENV.replace("MEM_FRACTION_STATIC=0.95\n", ""), {"HOME": home})
+    values = parse.parse_env(BASELINE_ENV.replace("MEM_FRACTION_STATIC=0.95\n", ""), {"HOME": home})
     findings, _ = L.check_launch(values, launch, values)
     [f] = [f for f in findings if f["rule"] == "tp4_fraction"]
     assert f["message"].startswith(
@@ -498,11 +505,12 @@ def test_per_layer_budgets_with_a_drm_node_pass_and_name_no_key():
     """The DRM arm as stage I runs it: the global budget at 0, layer 14's own budget, layer 1 at zero."""
     settings = baseline(DSV41_CACHE_GIB="0", DSV41_CACHE_LAYER_GIB="1:0,14:0.25",
                         DSV41_ENGRAM_DRM_NODE="/dev/dri/renderD128")
-    found = [f for f in L.check_settings(settings) if f.key in ("DSV41_CACHE_GIB", "DSV41_CACHE_LAYER_GIB",
+    found = [f for f in launcher_rules.check_settings(settings) if f.key in ("DSV41_CACHE_GIB", "DSV41_CACHE_LAYER_GIB",
                                                                 "DSV41_ENGRAM_DRM_NODE")]
     assert found == []
     # zero per-layer budgets give the DRM node nothing to back (a warning naming the per-layer key)
-    (warn,) = [f for f in L.check_settings(dict(settings, DSV41_CACHE_LAYER_GIB="1:0,14:0")) if f.rule == "drm_without_cache"]
+    (warn,) = [f for f in launcher_rules.check_settings(dict(settings, DSV41_CACHE_LAYER_GIB="1:0,14:0"))
+               if f.rule == "drm_without_cache"]
     assert warn.level == "warning" and "while DSV41_CACHE_LAYER_GIB is 1:0,14:0" in warn.message
     from ansible.module_utils.launcher.rules import parse_layer_budgets
     assert parse_layer_budgets("1:0, 14:0.25") == ({1: 0.0, 14: 0.25}, None)

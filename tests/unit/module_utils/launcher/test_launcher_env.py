@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from ansible.module_utils.launcher import env as E
+from ansible.module_utils.envfile import parse, render, shell
 from ansible.module_utils.base.secrets import SECRET_MASK
 
 import launcher_env as launcher_env_module
@@ -103,7 +104,7 @@ def test_parser_equals_bash(tmp_path, text):
         (tmp_path / name).write_text("")
     assigned, err, rc = bash_source(tmp_path, text)
     assert rc == 0 and err == "", err
-    assert E.parse_env(text, BASE) == assigned
+    assert parse.parse_env(text, BASE) == assigned
 
 
 REFUSED = [
@@ -150,8 +151,8 @@ REFUSED = [
 
 @pytest.mark.parametrize("text,needle", [(t, n) for _, t, n in REFUSED], ids=[n for n, _, _ in REFUSED])
 def test_parser_refuses_what_is_not_data(text, needle):
-    with pytest.raises(E.EnvSyntaxError) as exc:
-        E.parse_env(text, BASE, source="/x/.env")
+    with pytest.raises(shell.EnvSyntaxError) as exc:
+        parse.parse_env(text, BASE, source="/x/.env")
     assert needle in str(exc.value) and str(exc.value).startswith("/x/.env: line ")
 
 
@@ -164,8 +165,8 @@ def test_refused_constructs_are_code_to_bash(tmp_path, text):
 
 
 def test_parser_error_names_the_line_and_not_the_secret():
-    with pytest.raises(E.EnvSyntaxError) as exc:
-        E.parse_env("A=1\nB=2\nAPI_KEY=sk-abc def-secret-part\n")
+    with pytest.raises(shell.EnvSyntaxError) as exc:
+        parse.parse_env("A=1\nB=2\nAPI_KEY=sk-abc def-secret-part\n")
     assert exc.value.line == 3 and "def-secret-part" not in str(exc.value)
 
 
@@ -178,19 +179,19 @@ def test_trailing_backslash_ends_in_bounded_time():
     try:
         for text in ("A=abc\\", "A=\\", "A='x'\\", "A=${U:-x}\\", "\\"):
             try:
-                E.parse_env(text)
-            except E.EnvSyntaxError:
+                parse.parse_env(text)
+            except shell.EnvSyntaxError:
                 pass
-        assert E.parse_env("A=abc\\") == {"A": "abc\\"}
+        assert parse.parse_env("A=abc\\") == {"A": "abc\\"}
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
 
 
 def test_bytes_must_be_utf8():
-    assert E.parse_env("A=é\n".encode("utf-8")) == {"A": "é"}
-    with pytest.raises(E.EnvSyntaxError, match="not valid UTF-8"):
-        E.parse_env(b"A=\xff\n")
+    assert parse.parse_env("A=é\n".encode("utf-8")) == {"A": "é"}
+    with pytest.raises(shell.EnvSyntaxError, match="not valid UTF-8"):
+        parse.parse_env(b"A=\xff\n")
 
 
 # --------------------------------------------------------------------------- writer == bash
@@ -206,11 +207,11 @@ HOSTILE_VALUES = [
 @pytest.mark.parametrize("value", HOSTILE_VALUES, ids=range(len(HOSTILE_VALUES)))
 def test_writer_gives_bash_exactly_the_declared_value(tmp_path, value):
     settings = {"MODEL_PATH": value, "WORKER_ENGRAM_DIR_X": value + value}
-    text = E.render_env(settings, api_key=value + "-key", notes=[value])
+    text = render.render_env(settings, api_key=value + "-key", notes=[value])
     assigned, err, rc = bash_source(tmp_path, text)
     assert rc == 0 and err == ""
     assert assigned == {"MODEL_PATH": value, "WORKER_ENGRAM_DIR_X": value + value, "API_KEY": value + "-key"}
-    assert E.parse_env(text, BASE) == assigned
+    assert parse.parse_env(text, BASE) == assigned
     assert not (tmp_path / "MARK").exists()
 
 
@@ -218,14 +219,14 @@ def test_writer_on_random_printable_strings(tmp_path):
     rng = random.Random(20260924)
     alphabet = [chr(c) for c in range(32, 127)] + ["\t", "é", "🚀", "\u2028", "\u00a0"]
     settings = dict(("K%d" % i, "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))) for i in range(300))
-    text = E.render_env(settings)
+    text = render.render_env(settings)
     assigned, err, rc = bash_source(tmp_path, text)
     assert rc == 0 and err == ""
-    assert assigned == settings == E.parse_env(text, BASE)
+    assert assigned == settings == parse.parse_env(text, BASE)
 
 
 def test_writer_keeps_safe_values_bare_and_the_baseline_shape():
-    text = E.render_env({"TP_SIZE": 3, "MEM_FRACTION_STATIC": "0.95", "SWITCH": True, "OFF": False,
+    text = render.render_env({"TP_SIZE": 3, "MEM_FRACTION_STATIC": "0.95", "SWITCH": True, "OFF": False,
                          "FLOAT": 5.0, "WORKER_HOSTS": "spark2 spark3", "UNSET": None, "EMPTY": ""},
                         api_key="sk-lab-0000", notes=["tried 0.98"], header=("Ansible managed",))
     assert text == ("# Ansible managed\nTP_SIZE=3\nMEM_FRACTION_STATIC=0.95\nSWITCH=1\nOFF=0\nFLOAT=5\n"
@@ -234,7 +235,7 @@ def test_writer_keeps_safe_values_bare_and_the_baseline_shape():
 
 def test_notes_cannot_break_out(tmp_path):
     notes = ["ok", "line one\ntouch MARK\r\nA=1\rB=2", "", "$(touch MARK)"]
-    text = E.render_env({"X": "1"}, notes=notes)
+    text = render.render_env({"X": "1"}, notes=notes)
     assert text.endswith("# ok\n# line one\n# touch MARK\n# A=1\n# B=2\n#\n# $(touch MARK)\n")
     assigned, err, rc = bash_source(tmp_path, text)
     assert assigned == {"X": "1"} and rc == 0 and err == ""
@@ -247,13 +248,13 @@ BAD_KEYS = ["FOO;touch MARK", "1ABC", "A B", "ÄBC", "", "A-B", "A\n", "a.b", "B
 
 @pytest.mark.parametrize("key", BAD_KEYS, ids=range(len(BAD_KEYS)))
 def test_writer_refuses_keys_that_are_not_plain_names(key):
-    with pytest.raises(E.EnvError) as exc:
-        E.render_env({key: "1", "OK": "2"})
+    with pytest.raises(shell.EnvError) as exc:
+        render.render_env({key: "1", "OK": "2"})
     msg = str(exc.value)
     assert msg.startswith(repr(key) + (": a variable name must be a string" if key == 7 else
                                        " is not a shell variable name")) \
         or msg.startswith("%s is a variable of the shell or the program loader" % key)
-    assert E.key_problem(key) and E.key_problem("OK_1") is None and E.key_problem("_x") is None
+    assert render.key_problem(key) and render.key_problem("OK_1") is None and render.key_problem("_x") is None
 
 
 BAD_VALUES = [("a\ntouch MARK", "a newline"), ("a\x00b", "a NUL byte"), ("a\rb", "a carriage return"),
@@ -263,23 +264,23 @@ BAD_VALUES = [("a\ntouch MARK", "a newline"), ("a\x00b", "a NUL byte"), ("a\rb",
 
 @pytest.mark.parametrize("value,needle", BAD_VALUES, ids=range(len(BAD_VALUES)))
 def test_writer_refuses_values_it_cannot_write_naming_the_key(value, needle):
-    with pytest.raises(E.EnvError) as exc:
-        E.render_env({"GOOD": "1", "MODEL_PATH": value})
+    with pytest.raises(shell.EnvError) as exc:
+        render.render_env({"GOOD": "1", "MODEL_PATH": value})
     assert str(exc.value).startswith("MODEL_PATH: ") and needle in str(exc.value)
-    with pytest.raises(E.EnvError) as exc:
-        E.render_env({}, api_key="sk-secret-%s" % value if isinstance(value, str) else value)
+    with pytest.raises(shell.EnvError) as exc:
+        render.render_env({}, api_key="sk-secret-%s" % value if isinstance(value, str) else value)
     assert str(exc.value).startswith("API_KEY: ") and "sk-secret" not in str(exc.value)
 
 
 def test_api_key_is_not_a_setting():
-    with pytest.raises(E.EnvError, match="API_KEY is written from the API key option"):
-        E.render_env({"API_KEY": "sk-x"})
+    with pytest.raises(shell.EnvError, match="API_KEY is written from the API key option"):
+        render.render_env({"API_KEY": "sk-x"})
 
 
 # --------------------------------------------------------------------------- diff
 
 def test_changes_compare_what_bash_sees_with_secrets_redacted():
-    before = E.parse_env('A="1"\nB=x\nhf_token=hf_old_value\nAPI_KEY=sk-old-key\nURL=http://u:sk-new-key@h\n')
+    before = parse.parse_env('A="1"\nB=x\nhf_token=hf_old_value\nAPI_KEY=sk-old-key\nURL=http://u:sk-new-key@h\n')
     after = {"A": "1", "B": "y z", "hf_token": "hf_new_value", "C": "3", "API_KEY": "sk-new-key",
              "URL": "http://u:sk-new-key@h"}
     changes = E.env_changes(before, after)
@@ -368,7 +369,8 @@ def test_rollback_twice_equals_once_and_restores_bytes_mode(tmp_path):
     E.converge_env(str(env), SETTINGS, api_key="sk-1111", run_id="r1")
     after_r1 = env.read_bytes()
     # in place: the managed header added, the comment kept, the changed keys written where they were
-    assert after_r1 == (E.render_env({}, header=E.DEFAULT_HEADER) + "# hand-written\r\nMODEL_PATH=/srv/models/x\n"
+    assert after_r1 == (render.render_env({}, header=render.DEFAULT_HEADER)
+                        + "# hand-written\r\nMODEL_PATH=/srv/models/x\n"
                         "API_KEY=sk-1111\nDSPARK_BLOCK_SIZE=3\n").encode()
     E.converge_env(str(env), dict(SETTINGS, DSPARK_BLOCK_SIZE=5), api_key="sk-1111", run_id="r2")
     listing = files(tmp_path)
@@ -398,7 +400,7 @@ def test_rollback_does_not_depend_on_mtimes(tmp_path):
     for name in files(tmp_path):                 # an old copy's mtime says nothing
         os.utime(str(tmp_path / name), (0, 0) if "r2" in name else (2e9, 2e9))
     E.rollback_env(str(env))
-    assert env.read_text() == E.render_env({"A": "1"})
+    assert env.read_text() == render.render_env({"A": "1"})
 
 
 def test_rollback_of_a_run_that_created_the_file_removes_it(tmp_path):
@@ -413,12 +415,12 @@ def test_rollback_refuses_a_changed_backup_and_unknown_runs(tmp_path):
     env = tmp_path / ".env"
     env.write_text("A=0\n")
     res = E.converge_env(str(env), {"A": "1"}, run_id="r1")
-    with pytest.raises(E.EnvError, match="no recorded run 'nope' \\(recorded: r1\\)"):
+    with pytest.raises(shell.EnvError, match="no recorded run 'nope' \\(recorded: r1\\)"):
         E.rollback_env(str(env), run_id="nope")
     (tmp_path / res["backup"]).write_text("A=evil\n")
-    with pytest.raises(E.EnvError, match="changed since it was recorded"):
+    with pytest.raises(shell.EnvError, match="changed since it was recorded"):
         E.rollback_env(str(env))
-    assert env.read_text() == E.render_env({"A": "1"})
+    assert env.read_text() == render.render_env({"A": "1"})
 
 
 def test_nothing_recorded_nothing_restored(tmp_path):
@@ -432,7 +434,7 @@ def test_symlinked_env_is_refused(tmp_path):
     target = tmp_path / "elsewhere"
     target.write_text("A=0\n")
     os.symlink(str(target), str(tmp_path / ".env"))
-    with pytest.raises(E.EnvError, match="is a symbolic link"):
+    with pytest.raises(shell.EnvError, match="is a symbolic link"):
         E.converge_env(str(tmp_path / ".env"), {"A": "1"}, run_id="r")
     assert target.read_text() == "A=0\n"
 
@@ -442,7 +444,7 @@ def test_current_file_that_is_code_is_refused_without_secrets(tmp_path):
     env = tmp_path / ".env"
     env.write_text("A=1\nAPI_KEY=sk-live-key $(curl evil)\n")
     for check in (True, False):
-        with pytest.raises(E.EnvError) as exc:
+        with pytest.raises(shell.EnvError) as exc:
             E.converge_env(str(env), {"A": "1"}, api_key="sk-live-key", run_id="r", check_mode=check)
         assert "line 2" in str(exc.value) and "nothing written" in str(exc.value)
         assert "sk-live-key" not in str(exc.value)
@@ -450,7 +452,7 @@ def test_current_file_that_is_code_is_refused_without_secrets(tmp_path):
 
 
 def test_bad_run_id_is_refused(tmp_path):
-    with pytest.raises(E.EnvError, match="run_id"):
+    with pytest.raises(shell.EnvError, match="run_id"):
         E.converge_env(str(tmp_path / ".env"), {"A": "1"}, run_id="../x")
     assert files(tmp_path) == []
 
@@ -517,7 +519,7 @@ def test_module_keeps_undeclared_keys_and_removes_only_listed_ones(monkeypatch, 
     assert res["changed"] and res["kept_undeclared"] == ["HEAD_IP", "NCCL_SOCKET_IFNAME"] and env.read_text() == original
     res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, run_id="r1")
     assert res["changes"] == ["A: 0 -> 1"] and res["kept_undeclared"] == ["HEAD_IP", "NCCL_SOCKET_IFNAME"]
-    assert env.read_text() == E.render_env({}) + original.replace("A=0", "A=1")
+    assert env.read_text() == render.render_env({}) + original.replace("A=0", "A=1")
     res = module(monkeypatch, capsys, path=str(env), settings={"A": "1"}, remove_keys=["NCCL_SOCKET_IFNAME"],
                  run_id="r2")
     assert res["changes"] == ["NCCL_SOCKET_IFNAME: enp1s0 -> (unset)"] and res["removed"] == ["NCCL_SOCKET_IFNAME"]
@@ -537,7 +539,7 @@ def test_changes_show_control_characters_escaped(tmp_path):
     res = E.converge_env(str(env), {"A": "1"}, run_id="r", check_mode=True)
     assert res["changes"] == ["A: $'1\\r' -> 1"] and res["kept_undeclared"] == ["B"]
     assert "B=$'x\\r'\n" in res["diff"]["after"]
-    assert E.parse_env("A=" + E.shown_word("x'\\\n\x1b\r\t")) == {"A": "x'\\\n\x1b\r\t"}
+    assert parse.parse_env("A=" + E.shown_word("x'\\\n\x1b\r\t")) == {"A": "x'\\\n\x1b\r\t"}
 
 
 def test_an_override_the_role_wrote_goes_when_no_longer_declared_a_hand_set_key_stays(tmp_path):
@@ -552,7 +554,7 @@ def test_an_override_the_role_wrote_goes_when_no_longer_declared_a_hand_set_key_
     back = E.converge_env(str(env), {"A": "0"}, run_id="baseline")
     assert back["removed_stale"] == ["KEEP"] and back["removed"] == []
     assert back["changes"] == ["KEEP: 1 -> (unset)"] and back["kept_undeclared"] == ["HAND", "EDITED"]
-    assert env.read_text() == E.render_env({}) + "A=0\nHAND=1\nEDITED=2\n"
+    assert env.read_text() == render.render_env({}) + "A=0\nHAND=1\nEDITED=2\n"
     again = E.converge_env(str(env), {"A": "0"}, run_id="again")
     assert not again["changed"] and again["removed_stale"] == []
 
@@ -581,7 +583,7 @@ def test_rollback_restores_only_a_backup_the_writer_recorded_itself(tmp_path, fi
         record["runs"][0][field] = value
     rpath.write_text(json.dumps(record))
     before = files(tmp_path), env.read_bytes(), stat.S_IMODE(os.stat(str(env)).st_mode)
-    with pytest.raises(E.EnvError, match=needle) as err:
+    with pytest.raises(shell.EnvError, match=needle) as err:
         E.rollback_env(str(env))
     assert str(rpath) in str(err.value) and "run r1" in str(err.value)
     assert (files(tmp_path), env.read_bytes(), stat.S_IMODE(os.stat(str(env)).st_mode)) == before
@@ -595,11 +597,11 @@ def test_a_backup_record_that_is_a_symlink_or_huge_is_refused(tmp_path):
     real = tmp_path / "elsewhere.json"
     rpath.rename(real)
     rpath.symlink_to(real)
-    with pytest.raises(E.EnvError, match="is a symlink; the record is never read through one"):
+    with pytest.raises(shell.EnvError, match="is a symlink; the record is never read through one"):
         E.rollback_env(str(env))
     rpath.unlink()
     rpath.write_bytes(b" " * (5 << 20))
-    with pytest.raises(E.EnvError, match="larger than 4194304 bytes"):
+    with pytest.raises(shell.EnvError, match="larger than 4194304 bytes"):
         E.rollback_env(str(env))
 
 
@@ -608,8 +610,8 @@ def test_an_env_over_one_mebibyte_is_refused_before_parsing(tmp_path):
     env = tmp_path / ".env"
     env.write_bytes(b"A=" + b"x" * (20 << 20) + b"\n")
     started = time.monotonic()
-    with pytest.raises(E.EnvError, match="larger than the 1048576 a launcher .env may hold"):
+    with pytest.raises(shell.EnvError, match="larger than the 1048576 a launcher .env may hold"):
         E.converge_env(str(env), {"A": "1"}, run_id="r1")
-    with pytest.raises(E.EnvError, match="more than the 1048576 a launcher .env may hold"):
-        E.parse_env("A=" + "x" * (2 << 20) + "\n")
+    with pytest.raises(shell.EnvError, match="more than the 1048576 a launcher .env may hold"):
+        parse.parse_env("A=" + "x" * (2 << 20) + "\n")
     assert time.monotonic() - started < 2

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from ansible.module_utils.launcher import check as L
+from ansible.module_utils.envfile import parse, render
+from ansible.module_utils.launcher import values
 from ansible.module_utils.launcher import env as E
 from ansible.module_utils.base import secrets as S
 
@@ -25,17 +26,17 @@ NOT_SECRET = ["MAX_TOTAL_TOKENS", "completion_tokens", "prompt_tokens", "total_t
 
 @pytest.mark.parametrize("name", SECRET)
 def test_secret_names(name):
-    assert S.is_secret_name(name) and L.is_secret(name) and fleet.dsv41_is_secret(name)
+    assert S.is_secret_name(name) and values.is_secret(name) and fleet.dsv41_is_secret(name)
 
 
 @pytest.mark.parametrize("name", NOT_SECRET)
 def test_names_that_are_not_secret(name):
-    assert not S.is_secret_name(name) and not L.is_secret(name) and not fleet.dsv41_is_secret(name)
+    assert not S.is_secret_name(name) and not values.is_secret(name) and not fleet.dsv41_is_secret(name)
 
 
 def test_no_baseline_setting_but_the_api_key_is_secret():
     with open(os.path.join(ROOT, "lab", "seed", "launcher.env")) as fh:
-        env = E.parse_env(fh.read())
+        env = parse.parse_env(fh.read())
     assert [k for k in env if S.is_secret_name(k)] == ["API_KEY"]
 
 
@@ -96,7 +97,7 @@ def test_adoption_moves_exactly_the_secret_names_to_the_vault():
     """Adoption decides what is secret with the one rule: every secret name's value goes to the vault file."""
     from ansible.module_utils.envfile import adopt as A
     names = [n for n in SECRET + NOT_SECRET if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)
-             and E.key_problem(n) is None]
+             and render.key_problem(n) is None]
     # one of each name up to case: secret keys differing only in case are refused (their own test)
     names = [n for i, n in enumerate(names) if n.lower() not in [m.lower() for m in names[:i]]]
     text = "".join("%s=value-of-%s\n" % (n, n) for n in names)
