@@ -10,7 +10,8 @@
    bodies of decode/prefill/HTTP noise, periodic Engram lines (~15 % of lines), ``[date TPr EPr]``
    prefixes and some ANSI colour. The last boot has layer 14 packed=False.
 2. Warms the page cache, then alternates ``grep -c packed= FILE`` and the engram_packed scan
-   (``engine_log_scan.scan_file(kinds=ENGRAM_KINDS)`` + ``engram_packed.evaluate``, in a child process)
+   (``scan_file(kinds=ENGRAM_KINDS)`` of module_utils/engine_log/scan.py + ``evaluate`` of
+   module_utils/engine_log/packed.py, in a child process)
    for N rounds; reports medians, MiB/s and the ratio grep time / check time (target >= 5: the
    check reads the latest boot, found from the end, not every earlier boot).  The optional exact
    boot count (``count_boots=True``, a pass over every marker) is timed once beside it.
@@ -42,17 +43,16 @@ ROWS = {1: 384006168, 14: 384016684}   # the real DeepSeek-V4.1-Flash tables
 CHILD = r"""
 import json, os, resource, sys, time
 root = sys.argv[1]
-sys.path.insert(0, os.path.join(root, "library"))
 import ansible.module_utils
 ansible.module_utils.__path__.append(os.path.join(root, "module_utils"))
 from ansible.module_utils.engine_log import lines as engine_log_lines, scan
-import engram_packed
+from ansible.module_utils.engine_log.packed import evaluate
 path = sys.argv[2]
 t0 = time.perf_counter()
 count = len(sys.argv) > 3
-facts = engine_log_scan.scan_file(path, kinds=engine_log_lines.ENGRAM_KINDS, count_boots=count)
+facts = scan.scan_file(path, kinds=engine_log_lines.ENGRAM_KINDS, count_boots=count)
 try:
-    res = engram_packed.evaluate(facts, 1, 3, [1, 14], {1: %d, 14: %d})
+    res = evaluate(facts, 1, 3, [1, 14], {1: %d, 14: %d})
 except engine_log_lines.EngineLogError as exc:
     res = {"error": str(exc), "boots_seen": facts.boots_seen}
 el = time.perf_counter() - t0

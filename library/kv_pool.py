@@ -199,107 +199,13 @@ source:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.engine_log import boot_facts, lines as engine_log_lines, source as engine_log_source
+from ansible.module_utils.engine_log import source as engine_log_source
+from ansible.module_utils.engine_log.kv_pool import KINDS, below_min_message, evaluate
 from ansible.module_utils.engine_log.lines import EngineLogError
 from ansible.module_utils.base.host_label import host_label
 
-KINDS = frozenset([engine_log_lines.KIND_MEMORY, engine_log_lines.KIND_SERVER_ARGS])
 
-
-def _int_or_none(value):
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _first(*values):
-    for v in values:
-        if v is not None:
-            return v
-    return None
-
-
-DEFAULT_PAGE_SIZE = 256   # SGLang's page size when the boot marker does not print one
-
-
-def evaluate(facts, requested_tokens=None):
-    """Turn :class:`boot_facts.BootFacts` into the module result (without ``changed``).
-
-    Raises :class:`EngineLogError` when the boot marker, the memory line, or both the pool and
-    max_total lines are missing from the latest boot, or when a value on them is malformed.
-    """
-    facts.require_marker()
-    mem = facts.require_memory()
-    max_total = facts.max_total or {}
-    if facts.pool_sizes:
-        allocated, allocated_from = int(facts.require_pool()["full"]), "pool_sizes"
-    elif facts.max_total is not None:
-        allocated, allocated_from = int(facts.require_max_total()["max_total_num_tokens"]), "max_total_num_tokens"
-    else:
-        raise EngineLogError(facts.source, "'DSV4 pool sizes: full=' or 'max_total_num_tokens='",
-                             "memory calculation found (available_bytes=%s) but no pool was allocated"
-                             % mem.get("available_bytes"), facts.boots_seen)
-    sargs = facts.server_args or {}
-    if requested_tokens is not None:
-        requested, requested_from = int(requested_tokens), "parameter"
-    elif _int_or_none(sargs.get("max_total_tokens")) is not None:
-        requested, requested_from = int(sargs["max_total_tokens"]), "server_args"
-    else:
-        requested, requested_from = None, None
-    page_size = _int_or_none(sargs.get("page_size"))
-    page_from = "server_args" if page_size else "default"
-    if not page_size or page_size < 1:
-        page_size = DEFAULT_PAGE_SIZE
-    # The engine allocates whole pages: a request of 3,000,000 gives 2,999,808 (rounding). Only
-    # less than the request rounded down to a page is a clamp (the report's 750,000 -> 491,520).
-    rounded = None if requested is None else requested // page_size * page_size
-    clamped = None if rounded is None else allocated < rounded
-    return {
-        "source": facts.source,
-        "boots_seen": facts.boots_seen,
-        "allocated_tokens": allocated,
-        "allocated_from": allocated_from,
-        "max_total_num_tokens": _int_or_none(max_total.get("max_total_num_tokens")),
-        "requested_tokens": requested,
-        "requested_from": requested_from,
-        "page_size": page_size,
-        "page_size_from": page_from,
-        "requested_rounded_tokens": rounded,
-        "page_rounded": None if rounded is None else (rounded != requested and allocated == rounded),
-        "clamped": clamped,
-        "clamped_by_tokens": None if rounded is None else max(0, rounded - allocated),
-        "available_bytes_printed": mem.get("available_bytes"),
-        "available_bytes": mem.get("available_bytes_bytes"),
-        "bytes_per_full_token": mem.get("bytes_per_full_token"),
-        "max_running_requests": _int_or_none(_first(max_total.get("max_running_requests"),
-                                                    sargs.get("max_running_requests"))),
-        "context_len": _int_or_none(_first(max_total.get("context_len"), sargs.get("context_length"))),
-        "chunked_prefill_size": _int_or_none(_first(max_total.get("chunked_prefill_size"),
-                                                    sargs.get("chunked_prefill_size"))),
-        "available_gpu_mem_printed": max_total.get("available_gpu_mem_printed"),
-        "pool": boot_facts.public_fields(facts.pool),
-        "pool_lines": facts.pool_count,
-        "memory": boot_facts.public_fields(mem),
-        "rank": facts.rank,
-        "partial_last_line": facts.partial_last_line,
-    }
-
-
-def below_min_message(who, result, min_tokens):
-    req = result["requested_tokens"]
-    return ("%s: KV pool %s tokens < min_tokens %s (requested %s, available_bytes=%s)"
-            % (who, "{:,}".format(result["allocated_tokens"]), "{:,}".format(min_tokens),
-               "{:,}".format(req) if req is not None else "unknown", result["available_bytes_printed"]))
-
-
-def read_facts(module):
-    return engine_log_source.read_boot_params(module.run_command, module.params, kinds=KINDS)
-
-
-def run_module():
+def main():
     module = AnsibleModule(
         argument_spec=dict(
             engine_log_source.SOURCE_ARGUMENT_SPEC,
@@ -319,7 +225,7 @@ def run_module():
             module.fail_json(msg="%s: %s must be a positive token count, got %d" % (label, key, p[key]),
                              changed=False)
     try:
-        facts = read_facts(module)
+        facts = engine_log_source.read_boot_params(module.run_command, p, kinds=KINDS)
         rank = p["rank"] if p["rank"] is not None else facts.rank
         who = label if rank is None else "%s rank %d" % (label, rank)
         result = evaluate(facts, p["requested_tokens"])
@@ -332,10 +238,6 @@ def run_module():
     if p["min_tokens"] is not None and result["allocated_tokens"] < p["min_tokens"]:
         module.fail_json(msg=below_min_message(who, result, p["min_tokens"]), **result)
     module.exit_json(**result)
-
-
-def main():
-    run_module()
 
 
 if __name__ == "__main__":

@@ -195,26 +195,6 @@ class BootFacts(object):
         }
 
 
-def autotune_verdict(a):
-    """One rank's autotune verdict from the ``autotune`` facts of a boot: ``reused`` (the retention adapter
-    kept every cache), ``tuned`` (stock retune, or the adapter tuned and saved), ``mixed`` (some reused,
-    some retuned: a partial hit), ``failed`` (a drifted hook symbol) or ``none`` (no autotune line)."""
-    if a["drift"]:
-        return "failed"
-    if a["armed"]:
-        reused, tuned = len(a["reused"]), len(a["tuned_saved"])
-        if reused and not tuned and not a["disagree"]:
-            return "reused"
-        if tuned and not reused:
-            return "tuned"
-        if reused or tuned:
-            return "mixed"
-        return "none"
-    if a["run_count"] or a["completed"] or a["disagree"]:
-        return "tuned"
-    return "none"
-
-
 def public_fields(fields):
     """A fields dict as callers see it: without the reader's own ``_`` keys, malformed values as
     printed; None stays None."""

@@ -14,9 +14,8 @@ import stat
 import time
 
 from ansible.module_utils.base.host_label import host_label
-from ansible.module_utils.engram.shard_format import (
-    EngramPackError, OPEN_SAFE, file_kind, open_read, is_int, os_error_text,
-)
+from ansible.module_utils.base.safe_open import OPEN_SAFE, open_read
+from ansible.module_utils.engram.shard_format import EngramPackError, file_kind, is_int, os_error_text
 
 # Clock of the lock wait (replaced by a fake clock in tests).
 _clock = time.monotonic
@@ -71,17 +70,6 @@ def pid_alive(pid, start_ticks=None):
     if state == "Z":
         return False
     return start_ticks is None or started == start_ticks
-
-
-def wait_gone(alive, wait, step=0.05):
-    """Poll ``alive()`` until it is false or ``wait`` seconds have passed; True when the process is gone.
-    (After a SIGTERM: the packer unwinding, a telemetry sampler exiting.)"""
-    deadline = time.monotonic() + wait
-    while alive():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(step)
-    return True
 
 
 def read_json_file(path):

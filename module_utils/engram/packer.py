@@ -21,9 +21,10 @@ from ansible.module_utils.engram.plan import check_pack_params, check_dest, free
 from ansible.module_utils.engram.progress import Progress, RateLimit, check_max_mib_s
 from ansible.module_utils.engram.safetensors_index import read_engram_tables, table_rank_range
 from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.base.safe_open import OPEN_SAFE
 from ansible.module_utils.engram.shard_format import (
     EngramError, EngramFormatError, EngramPackError, GIB, HEADER_BYTES, MIB, ROW_BYTES, SCALE_BYTES,
-    WEIGHT_BYTES, OPEN_SAFE, check_regular, encode_shard_header, fsync_dir, is_int,
+    WEIGHT_BYTES, check_regular, encode_shard_header, fsync_dir, is_int,
     os_error_text, partial_name, shard_name, write_all,
 )
 from ansible.module_utils.engram.provenance import (

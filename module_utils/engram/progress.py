@@ -13,8 +13,9 @@ import time
 
 from ansible.module_utils.engram.lock import read_json_file, process_start_ticks
 from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.base.safe_open import OPEN_SAFE
 from ansible.module_utils.engram.shard_format import (
-    EngramFormatError, EngramPackError, HEADER_BYTES, MIB, ROW_BYTES, OPEN_SAFE, is_int,
+    EngramFormatError, EngramPackError, HEADER_BYTES, MIB, ROW_BYTES, is_int,
     os_error_text, write_all,
 )
 from ansible.module_utils.engram.provenance import remove_own_file

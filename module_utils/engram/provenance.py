@@ -19,9 +19,10 @@ import os
 
 from ansible.module_utils.engram.safetensors_index import INDEX_NAME, pread_exact
 from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.base.safe_open import OPEN_SAFE, open_read
 from ansible.module_utils.engram.shard_format import (
-    EngramPackError, HEADER_BYTES, ROW_BYTES, SCALE_BYTES, ShardStatus, WEIGHT_BYTES, OPEN_SAFE,
-    allocated_bytes, open_read, check_regular, fsync_dir, meta_name, os_error_text,
+    EngramPackError, HEADER_BYTES, ROW_BYTES, SCALE_BYTES, ShardStatus, WEIGHT_BYTES,
+    allocated_bytes, check_regular, fsync_dir, meta_name, os_error_text,
     partial_name, rank_row_range, shard_bytes, shard_name, shard_stale_reason, write_all,
 )
 

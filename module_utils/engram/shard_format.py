@@ -16,6 +16,7 @@ import struct
 from collections import namedtuple
 
 from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.base.safe_open import open_read
 
 
 ENGRAM_LAYERS = (1, 14)
@@ -112,9 +113,6 @@ def encode_shard_header(layer, lo, hi, n_rows):
     return fields + bytes(HEADER_BYTES - len(fields))
 
 
-OPEN_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-
-
 def file_kind(st):
     mode = st.st_mode
     for test, name in ((stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"),
@@ -150,15 +148,6 @@ def check_regular(path, what):
                               "it (nothing was written). Move it out of the way and rerun"
                               % (host_label(), what, path, kind))
     return st
-
-
-def open_read(path):
-    """Read-only descriptor of a regular file at ``path``: never follows a symlink, never blocks on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | OPEN_SAFE)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file", path)
-    return fd
 
 
 def shard_stale_reason(path, layer, lo, hi, n_rows):

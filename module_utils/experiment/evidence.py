@@ -10,7 +10,7 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
-from ansible.module_utils.engine_log.boot_facts import autotune_verdict
+from ansible.module_utils.engine_log.autotune import autotune_verdict
 from ansible.module_utils.engine_log.scan import scan_text
 from ansible.module_utils.experiment.checks import split_boot
 from ansible.module_utils.engine_log.memory_ledger import fleet_ledger

@@ -19,8 +19,8 @@ import statistics
 import subprocess
 
 from ansible.module_utils.host.nvidia_smi import TELEMETRY_FIELDS, event_reason_names, parse_telemetry
-from ansible.module_utils.engram.lock import wait_gone
-from ansible.module_utils.engram.shard_format import OPEN_SAFE, open_read
+from ansible.module_utils.base.process_wait import wait_gone
+from ansible.module_utils.base.safe_open import OPEN_SAFE, open_read
 
 __metaclass__ = type
 

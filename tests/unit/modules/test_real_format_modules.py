@@ -5,6 +5,7 @@ import pytest
 from modrun import run_module
 
 from ansible.module_utils.engine_log import scan
+from ansible.module_utils.engine_log.kv_pool import evaluate
 
 import autotune_status
 import engine_boot_facts
@@ -46,7 +47,7 @@ def test_reports_clamp_of_the_report(tmp_path):
 
 def test_page_size_from_marker(tmp_path):
     facts = scan.scan_file(write(tmp_path, "w.log", L.boot(2, requested=1000, allocated=512, page_size=64)))
-    res = kv_pool.evaluate(facts)
+    res = evaluate(facts)
     assert res["page_size"] == 64 and res["requested_rounded_tokens"] == 960 and res["clamped"] is True
 
 
@@ -69,7 +70,7 @@ def test_malformed_available_bytes_fails_naming_source_and_line(tmp_path):
 
 
 def test_plain_byte_available_bytes(tmp_path):
-    res = kv_pool.evaluate(scan.scan_file(write(tmp_path, "w.log", L.boot(1, available="9490000000"))))
+    res = evaluate(scan.scan_file(write(tmp_path, "w.log", L.boot(1, available="9490000000"))))
     assert res["available_bytes"] == 9490000000 and res["available_bytes_printed"] == "9490000000"
     assert res["memory"]["available_gib"] == pytest.approx(9490000000 / 2 ** 30)
 

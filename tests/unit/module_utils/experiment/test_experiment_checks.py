@@ -243,7 +243,7 @@ def test_rank_consistency_names_the_differing_argument():
 
 
 def test_autotune_agreement_fails_a_partial_hit_and_ranks_that_disagree():
-    from ansible.module_utils.engine_log.boot_facts import autotune_verdict
+    from ansible.module_utils.engine_log.autotune import autotune_verdict
     base = {"drift": [], "armed": 1, "reused": ["a"], "tuned_saved": [], "disagree": 0, "run_count": 0, "completed": 0}
     assert autotune_verdict(base) == "reused"
     assert autotune_verdict(dict(base, tuned_saved=["b"])) == "mixed"
