@@ -1,6 +1,6 @@
 """Filters of the experiment role: judging an arm on the control node.
 
-Thin wrappers over ``module_utils/experiment/checks.py`` and ``snapshot.py`` (unit-tested
+Thin wrappers over ``module_utils/experiment/checks.py``, ``condition.py`` and ``snapshot.py`` (unit-tested
 there), so the role's tasks hold no Jinja programs: each verdict is one filter call.
 """
 from pathlib import Path
@@ -11,10 +11,10 @@ MODULE_UTILS = str(Path(__file__).resolve().parent.parent / "module_utils")  # t
 if MODULE_UTILS not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(MODULE_UTILS)
 
-from ansible.module_utils.bench import sampling  # noqa: E402
 from ansible.module_utils.engine_log import decode_steps, engram_cache, memory_ledger  # noqa: E402
-from ansible.module_utils.experiment import campaign, graded_tasks, checks as experiment_checks, estimate, evidence as experiment_evidence, nodes, quality, snapshot, verify  # noqa: E402
-from ansible.module_utils.host import meminfo, nvidia_smi  # noqa: E402
+from ansible.module_utils.experiment import condition as experiment_condition  # noqa: E402
+from ansible.module_utils.experiment import campaign, graded_tasks, checks as experiment_checks, estimate, evidence as experiment_evidence, nodes, quality, snapshot  # noqa: E402
+from ansible.module_utils.host import nvidia_smi  # noqa: E402
 
 
 def dsv41_stage_b_estimate(hosts, record_root=None, window_minutes=0, fleet=None):
@@ -86,42 +86,25 @@ def dsv41_driver_versions(outputs):
 
 def dsv41_experiment_evidence(evidence, logs, ranks, profiles=None):
     """Failure messages of an arm's named checks and its must / must-not lines on every rank (empty = pass)."""
-    return (experiment_evidence.named_failures((evidence or {}).get("checks") or [], logs or {}, ranks or {})
-            + experiment_checks.evidence_failures(evidence, logs or {}, ranks or {}, profiles))
+    return experiment_condition.evidence_failures(evidence, logs, ranks, profiles)
 
 
 def dsv41_experiment_same_lines(logs, ranks, definition):
     """{id: {host: [lines]}}: what every ``same_as_baseline`` line of the definition (shared and each arm's)
     matches in each rank's latest boot, recorded for every condition so each arm is compared with the baseline
     of the same run (module_utils/experiment/checks.py: same_lines)."""
-    specs, seen = [], set()
-    for arm in (definition or {}).get("arms") or []:
-        for spec in ((arm.get("evidence") or {}).get("same_as_baseline") or []):
-            if spec["id"] not in seen:
-                seen.add(spec["id"])
-                specs.append(spec)
-    return experiment_checks.same_lines(specs, logs or {}, ranks or {})
+    return experiment_condition.same_lines(logs, ranks, definition)
 
 
 def dsv41_experiment_same_failures(evidence, lines, conditions, ranks):
     """Failure messages of the ranks whose ``same_as_baseline`` lines differ from the baseline's of this run."""
-    specs = (evidence or {}).get("same_as_baseline") or []
-    if not specs:
-        return []
-    base = ((conditions or {}).get("baseline") or {}).get("same_lines")
-    return experiment_checks.same_as_baseline_failures(specs, lines or {}, base if base is not None else {}, ranks or {})
+    return experiment_condition.same_failures(evidence, lines, conditions, ranks)
 
 
 def dsv41_memory_cost_failures(ledger, conditions, headroom_gib, name="the arm"):
     """With memory.cost_within_headroom: the ranks where the arm costs more memory than its stated headroom
     against the baseline of this run (module_utils/engine_log/memory_ledger.py: cost_failures)."""
-    base = ((conditions or {}).get("baseline") or {}).get("memory")
-    if not headroom_gib:
-        return []
-    if not base:
-        return ["memory: the baseline's ledger was not recorded; %s's cost against its stated headroom %.2f GiB "
-                "cannot be shown" % (name, float(headroom_gib))]
-    return memory_ledger.cost_failures(ledger or {}, base, float(headroom_gib), name, "the baseline")
+    return experiment_condition.memory_cost_failures(ledger, conditions, headroom_gib, name)
 
 
 def dsv41_experiment_preconditions(requires, facts):
@@ -151,37 +134,25 @@ def dsv41_experiment_correctness(checks, results, run_logs=None, conditions=None
     and ``condition`` (the name judged) give the checks that compare with the baseline its figures;
     ``mixed``: this condition's mixed greedy/sampled results; ``probes``: its logprob probe (``proposal``) and
     greedy probe under the cap (``capped``)."""
-    baseline = None
-    if condition not in (None, "baseline"):
-        baseline = (conditions or {}).get("baseline") or {}
-    return experiment_checks.correctness_failures(checks or [], results or [], run_logs, baseline, mixed or [], probes or {})
+    return experiment_condition.correctness(checks, results, run_logs, conditions, condition, mixed, probes)
 
 
 def dsv41_experiment_proposal(results, bins=None):
     """{workload: PIT uniformity figures} of a condition's logprob probe (module_utils/experiment/verify.py), for the
     record; {} when no probe was sent."""
-    if not results:
-        return {}
-    return verify.proposal_failures(results, bins=bins or verify.DEFAULT_BINS)[1]
+    return experiment_condition.proposal(results, bins)
 
 
 def dsv41_experiment_capped_probe(results, logs, ranks):
     """{"results", "steps"} of a condition's greedy probe for the capped-block check: the probe's decode_bench
     results and, per workload, rank 0's mean committed tokens per step while it ran ({} without rank 0's log)."""
-    if not results:
-        return {}
-    heads = [h for h, r in (ranks or {}).items() if int(r) == 0 and h in (logs or {})]
-    steps = verify.probe_steps(logs[heads[0]], results) if heads else {}
-    return {"results": results, "steps": steps}
+    return experiment_condition.capped_probe(results, logs, ranks)
 
 
 def dsv41_experiment_distribution(results, conditions, condition, bins=None):
     """{workload: chi-square figures} of a sampled condition against the run's baseline (the record's
     table); {} for the baseline itself or when nothing was sampled."""
-    base = ((conditions or {}).get("baseline") or {}).get("results")
-    if condition == "baseline" or not base:
-        return {}
-    return sampling.distribution_failures(results or [], base, bins=bins or sampling.DEFAULT_BINS)[1]
+    return experiment_condition.distribution(results, conditions, condition, bins)
 
 
 # The value a switch is evaluated at when it is unset and an arm needs it forwarded: its off value.
@@ -229,14 +200,13 @@ def dsv41_experiment_needs_profile(evidence):
 def dsv41_experiment_exposed_failures(exposed, arm_us, conditions, ranks):
     """Ranks whose exposed time (profile traces) did not fall below the baseline's, when the definition asks.
     ``conditions`` is the run's conditions so far (the baseline's ``exposed_us`` is read from it)."""
-    baseline_us = ((conditions or {}).get("baseline") or {}).get("exposed_us")
-    return experiment_checks.exposed_failures(exposed, arm_us, baseline_us, ranks or {})
+    return experiment_condition.exposed_failures(exposed, arm_us, conditions, ranks)
 
 
 def dsv41_experiment_exposed_by_host(profiles):
     """{host: exposed us or None} from {host: engine_profile_trace result, or {} where not profiled}.
     (Jinja's ``map(attribute=..., default=none)`` has no default at all, so the None is made here.)"""
-    return dict((host, (result or {}).get("exposed_us")) for host, result in (profiles or {}).items())
+    return experiment_condition.exposed_by_host(profiles)
 
 
 def dsv41_experiment_phase_seconds(clock):
@@ -260,29 +230,30 @@ def dsv41_experiment_round_metrics(results, logs, ranks):
 def dsv41_experiment_decode_steps(logs, ranks, benchmarked=()):
     """Committed tokens per step and step time of a condition, from rank 0's Decode batch lines: at C1, C2, C4
     and at every concurrency the condition's benchmark ran (``benchmarked``; more slots adds C8)."""
-    return decode_steps.condition_steps(logs or {}, ranks or {}, sorted({1, 2, 4} | set(int(c) for c in benchmarked or ())))
-
-
-def _mem_available_gib(text):
-    if not text:
-        return None
-    value = meminfo.parse_meminfo(text).get("MemAvailable")
-    return None if value is None else round(value / float(1 << 30), 2)
+    return experiment_condition.benchmark_steps(logs, ranks, benchmarked)
 
 
 def dsv41_memory_ledger(logs, ranks, meminfo_before=None, meminfo_after=None):
     """{host: ledger} of a condition: rank_ledger of each rank's latest boot (module_utils/engine_log/memory_ledger.py)
     with the host's MemAvailable (GiB) read before the restart and after the boot (/proc/meminfo texts)."""
-    out = memory_ledger.fleet_ledger(logs or {}, ranks or {})
-    for host, led in out.items():
-        led["mem_available_before_gib"] = _mem_available_gib((meminfo_before or {}).get(host))
-        led["mem_available_after_gib"] = _mem_available_gib((meminfo_after or {}).get(host))
-    return out
+    return experiment_condition.ledger(logs, ranks, meminfo_before, meminfo_after)
 
 
 def dsv41_memory_floor_failures(ledger, floor_gib):
     """Failure messages of the ranks that keep less than floor_gib for serving (empty = pass)."""
     return memory_ledger.floor_failures(ledger or {}, floor_gib)
+
+
+def dsv41_by_host(hostvars, hosts, path, default=None):
+    """{host: value at the dotted ``path`` of each host's variables} in the order of ``hosts`` (``default`` where
+    a step is missing): module_utils/experiment/condition.py's by_host."""
+    return experiment_condition.by_host(hostvars, hosts, path, default)
+
+
+def dsv41_experiment_condition_record(condition, **inputs):
+    """{"condition", "arm_checks"}: a measured condition's entry of experiment_conditions and of
+    experiment_arm_checks, from its named inputs (module_utils/experiment/condition.py: condition_record)."""
+    return experiment_condition.condition_record(condition, **inputs)
 
 
 class FilterModule:
@@ -324,4 +295,6 @@ class FilterModule:
             "dsv41_experiment_round_metrics": dsv41_experiment_round_metrics,
             "dsv41_experiment_probe_plan": dsv41_experiment_probe_plan,
             "dsv41_experiment_node_facts": dsv41_experiment_node_facts,
+            "dsv41_by_host": dsv41_by_host,
+            "dsv41_experiment_condition_record": dsv41_experiment_condition_record,
         }
