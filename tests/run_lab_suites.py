@@ -120,10 +120,13 @@ def checkout_copy(dest):
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             check=True, stdout=subprocess.PIPE).stdout.decode().split("\0")
     if dest.exists():
-        # keep the copy's lab state (ssh keys, generated checkpoints) so a second run starts warm
-        for child in dest.iterdir():
-            if child.name not in ("lab", ".git"):
-                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        # Keep the copy's lab state (lab/.state: ssh keys, generated checkpoints) so a second run starts warm,
+        # and nothing else: a stand-in file left from another revision would change the lab image under test.
+        stale = [c for c in dest.iterdir() if c.name not in ("lab", ".git")]
+        if (dest / "lab").is_dir():
+            stale += [c for c in (dest / "lab").iterdir() if c.name != ".state"]
+        for child in stale:
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     for rel in filter(None, listed):
         src = ROOT / rel
         if not src.exists() and not src.is_symlink():
