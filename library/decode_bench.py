@@ -339,8 +339,9 @@ plan:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bench import decode as db
-from ansible.module_utils.bench import client, inputs, record, summary
+from ansible.module_utils.bench import client, inputs, summary
 from ansible.module_utils.bench.progress import BenchProgress
+from ansible.module_utils.base.secrets import redact
 from ansible.module_utils.base.host_label import host_label
 
 
@@ -435,9 +436,9 @@ def run_module():
         result.pop("msg", None)
         module.fail_json(msg=client.redact("%s: failed repetitions left too few measured rounds: %s"
                                        % (label, "; ".join(result["incomplete"])), p["api_key"]),
-                         **record.redact_data(result, [p["api_key"]] if p["api_key"] else []))
+                         **redact(result, [p["api_key"]] if p["api_key"] else []))
     # Same redaction as the raw file, on the data before Ansible encodes it.
-    module.exit_json(**record.redact_data(result, [p["api_key"]] if p["api_key"] else []))
+    module.exit_json(**redact(result, [p["api_key"]] if p["api_key"] else []))
 
 
 def main():

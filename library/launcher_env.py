@@ -178,7 +178,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.base.host_label import host_label
-from ansible.module_utils.launcher import env as E
+from ansible.module_utils.launcher.env import converge_env, rollback_env
 from ansible.module_utils.envfile import shell
 from ansible.module_utils.base.secrets import secret_values
 
@@ -215,11 +215,11 @@ def run_module():
     base = dict(os.environ)
     try:
         if p["state"] == "present":
-            result = E.converge_env(p["path"], p["settings"], api_key=p["api_key"], notes=p["notes"],
+            result = converge_env(p["path"], p["settings"], api_key=p["api_key"], notes=p["notes"],
                                     run_id=p["run_id"], mode=mode, base=base, check_mode=module.check_mode,
                                     remove_keys=p["remove_keys"])
         else:
-            result = E.rollback_env(p["path"], run_id=p["rollback_run"], base=base, check_mode=module.check_mode,
+            result = rollback_env(p["path"], run_id=p["rollback_run"], base=base, check_mode=module.check_mode,
                                     extra_secrets=[p["api_key"]] if p["api_key"] else ())
     except shell.EnvError as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False, path=p["path"])

@@ -121,7 +121,7 @@ launcher:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.launcher import edit as E
+from ansible.module_utils.launcher import edit
 from ansible.module_utils.launcher.sandbox import LaunchError
 from ansible.module_utils.base.host_label import host_label
 
@@ -148,13 +148,13 @@ def present(params, check_mode):
     env = _env(params["launcher"], params["env_text"])
     via = params["via"]
     if via == "auto":
-        via = "env" if E.extra_env_passthrough(params["launcher"], env, **kw) else "script"
+        via = "env" if edit.extra_env_passthrough(params["launcher"], env, **kw) else "script"
     target = _env_path(params["launcher"]) if via == "env" else params["launcher"]
 
     def make_plan():
         if via == "env":
-            return E.plan_env(params["launcher"], values, target, **kw)
-        return E.plan(params["launcher"], values, env, **kw)
+            return edit.plan_env(params["launcher"], values, target, **kw)
+        return edit.plan(params["launcher"], values, env, **kw)
 
     plan = make_plan()
     result = {"launcher": params["launcher"], "edited": target, "added": plan["added"], "diff_text": plan["diff"],
@@ -163,12 +163,12 @@ def present(params, check_mode):
         result["diff"] = {"before": plan["text"], "after": plan["new_text"], "before_header": target,
                           "after_header": target}
     if result["changed"] and not check_mode:
-        result["backup"] = E.write(target, plan["new_text"])
+        result["backup"] = edit.write(target, plan["new_text"])
         # the file as written, evaluated once more: if it does not forward, it is put back
         again = make_plan()
         if again["new_text"] != again["text"]:
-            E.rollback(params["launcher"], result["backup"])
-            raise E.EditRefused("%s: as written it does not forward %s; it was restored from %s"
+            edit.rollback(params["launcher"], result["backup"])
+            raise edit.EditRefused("%s: as written it does not forward %s; it was restored from %s"
                                 % (target, ", ".join(sorted(again["added"])), result["backup"]))
     return result
 
@@ -195,11 +195,12 @@ def main():
         module.fail_json(msg="%s: no such launcher script" % p["launcher"], changed=False)
     try:
         if p["state"] == "rollback":
-            changed, backup, diff = E.rollback(p["launcher"], p["backup"], module.check_mode, _env_path(p["launcher"]))
+            changed, backup, diff = edit.rollback(p["launcher"], p["backup"], module.check_mode,
+                                                  _env_path(p["launcher"]))
             module.exit_json(changed=changed, backup=backup, diff_text=diff, added={}, launcher=p["launcher"],
-                             edited=backup[:backup.rindex(E.BACKUP_INFIX)])
+                             edited=backup[:backup.rindex(edit.BACKUP_INFIX)])
         result = present(p, module.check_mode)
-    except (E.EditRefused, LaunchError) as exc:
+    except (edit.EditRefused, LaunchError) as exc:
         module.fail_json(msg=str(exc), changed=False)
     module.exit_json(**result)
 

@@ -262,7 +262,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.base.host_label import host_label
-from ansible.module_utils.launcher import check as L
+from ansible.module_utils.launcher import check
 from ansible.module_utils.envfile import parse, shell
 from ansible.module_utils.launcher import rules, values
 from ansible.module_utils.launcher.effective import (effective_launch, effects_record, key_effects, launch_record,
@@ -311,22 +311,22 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
     # Each key no container receives is found out by evaluating again (key_effects: a launch per trial). An
     # earlier evaluation's answer for the same key and value on the same launcher files (known_effects, e.g. the
     # experiment's reading at its start) still holds: only the other keys are evaluated.
-    wanted = L.unreceived_keys(settings, launch)
-    declared = L.declared_keys(settings)
+    wanted = check.unreceived_keys(settings, launch)
+    declared = check.declared_keys(settings)
     fingerprint = launcher_fingerprint(launcher, kw["worker_homes"], kw["head"])
     effects = reusable_effects(known_effects, fingerprint, declared, wanted)
     fresh = [k for k in wanted if k not in effects]
     if fresh:
         effects.update(key_effects(launcher, text, fresh, env_values, base=launch, **kw))
-    fwd = L.forwarding(settings, launch, effects)
-    findings, notes = L.check_launch(settings, launch, env_values, tp_size=tp_size,
+    fwd = check.forwarding(settings, launch, effects)
+    findings, notes = check.check_launch(settings, launch, env_values, tp_size=tp_size,
                                      validated=frozenset(validated or ()), packed=packed, timing=timing,
                                      varied=frozenset(varied or ()),
                                      path_exists=_probe(worker_files))
     errors = [f["message"] for f in findings if f["level"] == "error"]
     gaps = fwd["gaps"]
     base.update({
-        "forward_lists": {"head": L.received(launch, "head"), "worker": L.received(launch, "worker")},
+        "forward_lists": {"head": check.received(launch, "head"), "worker": check.received(launch, "worker")},
         "unforwarded": fwd["unforwarded"], "forwarding_gaps": fwd["gaps"], "no_effect": fwd["no_effect"],
         "overridden": fwd["overridden"], "launcher_reads": fwd["launcher_reads"], "notes": notes,
         "errors": errors,

@@ -14,6 +14,8 @@ import hashlib
 import os
 import stat
 
+from ansible.module_utils.base.safe_open import OPEN_SAFE
+
 __metaclass__ = type
 
 DEFAULT_LIMIT = 16 << 20     # an adapter or a hook is kilobytes; a unit file less
@@ -32,10 +34,10 @@ def _kind(mode):
 
 
 def _open(path):
-    """An fd of ``path`` if it is a regular file (no symlink followed, no blocking), else ProbeReadError;
-    None when it does not exist."""
+    """An fd of ``path`` if it is a regular file (opened as :func:`safe_open.open_read` opens, and naming what
+    else it found), else ProbeReadError; None when it does not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | OPEN_SAFE)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             return None

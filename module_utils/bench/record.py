@@ -12,8 +12,7 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 
-from ansible.module_utils.base.secrets import redact as redact_data
-from ansible.module_utils.bench.client import redact
+from ansible.module_utils.base.secrets import redact, redact_text
 
 __metaclass__ = type
 
@@ -54,8 +53,8 @@ def write_raw(path, raw, api_key=None):
     ``\\`` appears escaped in the text (``\\"``) and would not match there. The text is checked
     again afterwards (the key in any escaped form left is replaced too).
     """
-    safe = redact_data(raw, [api_key] if api_key else [])
-    text = redact(json.dumps(safe, indent=1, sort_keys=False, default=str), api_key)
+    keys = [api_key] if api_key else []
+    text = redact_text(json.dumps(redact(raw, keys), indent=1, sort_keys=False, default=str), keys)
     d = os.path.dirname(os.path.abspath(path))
     if d and not os.path.isdir(d):
         os.makedirs(d)

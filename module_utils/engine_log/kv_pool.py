@@ -35,6 +35,26 @@ def _first(*values):
     return None
 
 
+def page_size_of(server_args):
+    """(page size, "server_args" or "default"): the boot marker's page_size when it is a positive integer,
+    else SGLang's default."""
+    page_size = _int_or_none((server_args or {}).get("page_size"))
+    if page_size is None or page_size < 1:
+        return DEFAULT_PAGE_SIZE, "default"
+    return page_size, "server_args"
+
+
+def clamp_of(allocated, requested, page_size):
+    """(the request rounded down to a page, whether the pool is clamped); (None, None) when either token count
+    is unknown. The engine allocates whole pages: a request of 3,000,000 gives 2,999,808, which is rounding;
+    only a pool smaller than the rounded request is a clamp (the report's 750,000 -> 491,520)."""
+    allocated, requested = _int_or_none(allocated), _int_or_none(requested)
+    if allocated is None or requested is None:
+        return None, None
+    rounded = requested // page_size * page_size
+    return rounded, allocated < rounded
+
+
 def evaluate(facts, requested_tokens=None):
     """Turn :class:`boot_facts.BootFacts` into the ``kv_pool`` module result (without ``changed``).
 
@@ -59,14 +79,8 @@ def evaluate(facts, requested_tokens=None):
         requested, requested_from = int(sargs["max_total_tokens"]), "server_args"
     else:
         requested, requested_from = None, None
-    page_size = _int_or_none(sargs.get("page_size"))
-    page_from = "server_args" if page_size else "default"
-    if not page_size or page_size < 1:
-        page_size = DEFAULT_PAGE_SIZE
-    # The engine allocates whole pages: a request of 3,000,000 gives 2,999,808 (rounding). Only
-    # less than the request rounded down to a page is a clamp (the report's 750,000 -> 491,520).
-    rounded = None if requested is None else requested // page_size * page_size
-    clamped = None if rounded is None else allocated < rounded
+    page_size, page_from = page_size_of(sargs)
+    rounded, clamped = clamp_of(allocated, requested, page_size)
     return {
         "source": facts.source,
         "boots_seen": facts.boots_seen,

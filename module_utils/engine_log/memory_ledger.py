@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
+from ansible.module_utils.engine_log.kv_pool import clamp_of, page_size_of
 from ansible.module_utils.engine_log.scan import scan_text
 
 __metaclass__ = type
@@ -41,10 +42,7 @@ def rank_ledger(text, source="<log>"):
     allocated = pool.get("full")
     if allocated is None and d["max_total"]:
         allocated = d["max_total"].get("max_total_num_tokens")
-    page = (d["server_args"] or {}).get("page_size") or 256
-    clamped = None
-    if allocated is not None and isinstance(requested, int):
-        clamped = allocated < (requested // page) * page
+    _rounded, clamped = clamp_of(allocated, requested, page_size_of(d["server_args"])[0])
     # every graph pass captured to its end, nothing fatal: the boot got past its memory phases (workers
     # print no max_total_num_tokens line and no Ready line of their own)
     captured = bool(d["graphs"]) and all(g.get("end") for g in d["graphs"].values()) and not d["fatal"]

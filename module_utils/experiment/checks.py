@@ -4,7 +4,7 @@
 One subject: turning what the roles gathered on every rank (latest-boot texts, the launcher's forward
 lists, the image's adapters, packed state, memory, the validation ledger, the benchmark's results)
 into failure messages that name the host, the rank and the missing thing. An empty list is a pass.
-The filters in ``filter_plugins/experiment.py`` call these; the unit tests call them directly.
+The filters in ``filter_plugins/experiment_filters.py`` call these; the unit tests call them directly.
 """
 from __future__ import absolute_import, division, print_function
 

@@ -281,15 +281,16 @@ def accept_length_table(conditions, order):
     for name in order:
         steps = (conditions.get(name) or {}).get("decode_steps") or {}
         for key in sorted((k for k in steps if k[:1] == "C" and k[1:].isdigit()), key=lambda k: int(k[1:])):
-            st, b = steps.get(key) or {}, base.get(key) or {}
-            if not st.get("lines"):
+            mine_steps, base_steps = steps.get(key) or {}, base.get(key) or {}
+            if not mine_steps.get("lines"):
                 continue
-            mine = (st.get("committed_tokens_per_step") or {}).get("median")
-            theirs = (b.get("committed_tokens_per_step") or {}).get("median") if b.get("lines") else None
+            mine = (mine_steps.get("committed_tokens_per_step") or {}).get("median")
+            theirs = ((base_steps.get("committed_tokens_per_step") or {}).get("median")
+                      if base_steps.get("lines") else None)
             rows.append("| %s | %s | %s | %s | %s | %d |" % (
                 name, key, "-" if mine is None else "%.2f" % mine, "-" if theirs is None else "%.2f" % theirs,
                 "-" if name == "baseline" or mine is None or theirs is None else "%+.2f" % (mine - theirs),
-                st.get("lines") or 0))
+                mine_steps.get("lines") or 0))
     if not rows:
         return []
     return ["", "## Acceptance: rank 0's accept length per concurrency, beside the baseline's", "",

@@ -11,7 +11,7 @@ import yaml
 from labhelpers import LAB_INVENTORY, ROOT, env, playbook
 
 sys.path.insert(0, str(ROOT / "filter_plugins"))
-import fleet  # noqa: E402  (filter plugin under test, from the repo)
+import fleet_filters as fleet  # noqa: E402  (filter plugin under test, from the repo)
 
 # Inventory validation and structure: seconds each, so all of it runs in `make test` (conftest.py).
 pytestmark = pytest.mark.smoke

@@ -31,3 +31,13 @@ def test_module_utils_tests_mirror_the_packages():
     assert len(packages) >= 10 and set(tested) <= set(packages)
     assert all(os.path.getsize(ROOT / "module_utils" / p / "__init__.py") == 0 for p in packages), \
         "package __init__.py files stay empty: every name is imported from its defining file"
+
+
+def test_filter_plugin_files_share_one_suffix_and_no_name_with_a_module():
+    """The tests import filter plugins and modules by file name from one import path: a filter file named like a
+    module (library/engram_pack.py) or the engine stand-in would shadow it, so every filter file ends _filters."""
+    filters = sorted(p.stem for p in (ROOT / "filter_plugins").glob("*.py"))
+    assert len(filters) >= 12
+    assert [f for f in filters if not f.endswith("_filters")] == []
+    modules = {p.stem for p in (ROOT / "library").glob("*.py")}
+    assert modules and not modules & set(filters)

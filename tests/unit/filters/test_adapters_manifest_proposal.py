@@ -6,7 +6,7 @@ import re
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from adapters import adapters_manifest_proposal
+from adapters_filters import adapters_manifest_proposal
 
 SRC = "/srv/dsv41-fleet/adapters"
 A, B, C = "a" * 64, "b" * 64, "c" * 64

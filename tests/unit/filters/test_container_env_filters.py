@@ -1,7 +1,7 @@
-"""filter_plugins/container_env.py: the logic the container_env role's tasks use."""
+"""filter_plugins/container_env_filters.py: the logic the container_env role's tasks use."""
 import pytest
 
-import container_env as F
+import container_env_filters as F
 from ansible.module_utils import _internal as module_utils_internal
 
 

@@ -1,11 +1,11 @@
-"""Filters of the drift playbook (filter_plugins/drift.py)."""
+"""Filters of the drift playbook (filter_plugins/drift_filters.py)."""
 import json
 import os
 import stat
 
 import pytest
 
-import drift
+import drift_filters as drift
 
 
 def test_env_split_puts_secret_names_and_the_api_key_aside():

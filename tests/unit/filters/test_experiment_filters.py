@@ -1,8 +1,8 @@
-"""filter_plugins/experiment.py: dsv41_by_host (the play's {host: value}) and dsv41_experiment_condition_record."""
+"""filter_plugins/experiment_filters.py: dsv41_by_host (the play's {host: value}) and dsv41_experiment_condition_record."""
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-import experiment as filters
+import experiment_filters as filters
 from test_experiment_checks import FENCE, RANKS, boot
 from test_experiment_condition import HOSTS, _condition, _definition, _inputs
 

@@ -1,9 +1,9 @@
-"""Inventory validation, launcher .env parsing and writing, redaction (filter_plugins/fleet.py)."""
+"""Inventory validation, launcher .env parsing and writing, redaction (filter_plugins/fleet_filters.py)."""
 import copy
 
 import pytest
 
-import fleet
+import fleet_filters as fleet
 
 
 GOOD_HOSTVARS = {
@@ -170,3 +170,13 @@ def test_table_aligns_columns():
 def test_ansible_user_must_be_the_login_user():
     found = errors(lambda hv: hv["spark2"].update(ansible_user="root"))
     assert "spark2: ansible_user='root' differs from dsv41_login_user='zurih'" in found
+
+
+def test_meminfo_gib_reads_each_host_s_slurped_meminfo():
+    import base64
+    slurped = base64.b64encode(b"MemTotal:       127535604 kB\nMemAvailable:    66002000 kB\n").decode()
+    no_field = base64.b64encode(b"MemTotal:       127535604 kB\n").decode()
+    got = fleet.dsv41_meminfo_gib({"spark1": slurped, "spark2": no_field, "spark3": ""})
+    assert got == {"spark1": round(66002000 * 1024 / (1 << 30), 3), "spark2": None, "spark3": None}
+    assert fleet.dsv41_meminfo_gib({"spark1": slurped}, "MemTotal") == {"spark1": 121.627}
+    assert fleet.FilterModule().filters()["dsv41_meminfo_gib"] is fleet.dsv41_meminfo_gib

@@ -1,5 +1,5 @@
-"""filter_plugins/launch.py: which launcher settings move a rank's /engram, and the advice built on it."""
-import launch
+"""filter_plugins/launch_filters.py: which launcher settings move a rank's /engram, and the advice built on it."""
+import launch_filters as launch
 
 
 EFFECTS = {"ENGRAM_DIR": {"effect": True, "engram_ranks": ["0"]},
@@ -37,7 +37,7 @@ def test_launch_lines_show_each_container_in_order():
 
 
 def test_worker_homes_keep_what_every_worker_of_a_user_has():
-    from launch import dsv41_worker_homes
+    from launch_filters import dsv41_worker_homes
     found = {"results": [
         {"item": "spark2", "files": [{"path": "/home/zurih/.ssh", "isdir": True},
                                      {"path": "/home/zurih/.ssh/authorized_keys", "isdir": False},
@@ -56,7 +56,7 @@ def test_worker_homes_keep_what_every_worker_of_a_user_has():
 
 
 def test_worker_homes_from_one_find_per_host():
-    from launch import dsv41_worker_homes
+    from launch_filters import dsv41_worker_homes
     per_host = {"spark2": {"files": [{"path": "/home/zurih/nccl-2.30.7", "isdir": True}]},
                 "spark3": {"files": [{"path": "/home/zurih/nccl-2.30.7", "isdir": True}]}}
     hostvars = {"spark2": {"ansible_user": "zurih"}, "spark3": {"ansible_user": "zurih"}}

@@ -19,7 +19,7 @@ from ansible.module_utils.launcher import rules
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "filter_plugins"))
-import fleet  # noqa: E402  (the preflight's inventory rules, filter_plugins/fleet.py)
+import fleet_filters as fleet  # noqa: E402  (the preflight's inventory rules, filter_plugins/fleet_filters.py)
 
 INVENTORY = ROOT / "inventory"
 FLEETS = sorted(p for p in INVENTORY.iterdir() if p.is_dir() and (p / "hosts.yml").is_file())

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "library"))
 sys.path.insert(0, str(ROOT / "filter_plugins"))
 import adapter_registry  # noqa: E402
-import adapters as F  # noqa: E402
+import adapters_filters as F  # noqa: E402
 
 REPORT_HOOK = ROOT / "lab" / "seed" / "sitecustomize-report.py"   # the hook as the report found it
 PORTED_HOOK = ROOT / "lab" / "seed" / "adapters" / "sitecustomize.py"  # + the retention adapter (stage B)

@@ -137,7 +137,7 @@ def test_step_profile_of_each_rank_names_the_engram_share_of_its_compute_stream(
 
 
 def test_the_benchmark_role_s_profile_filters_keep_every_rank_and_name_a_missing_trace():
-    import benchmark as bf
+    import benchmark_filters as bf
     prof = {"traces": 1, "compute_us": 40500.0, "side_us": 0.0, "exposed_us": {"engram": 2500.0},
             "exposed_share_pct": {"engram": 6.17}, "top": [["moe_b12x_dense", 30000.0], ["engram_gather", 2500.0]]}
     results = [

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT / "library"))
 sys.path.insert(0, str(ROOT / "filter_plugins"))
 import adapter_registry  # noqa: E402
-import adapters as F  # noqa: E402
+import adapters_filters as F  # noqa: E402
 
 HOOKS = Path(__file__).resolve().parents[2] / "fixtures" / "hooks"
 REAL = Path(os.environ.get("HOOK_EXEC_REAL_DIR", "/tmp/hooks-real"))

@@ -567,7 +567,7 @@ def test_a_quality_probe_keeps_each_distinct_answer_whole_and_a_timing_run_does_
 
 
 def test_bench_rows_filter_formats_each_condition():
-    import benchmark as bf
+    import benchmark_filters as bf
     row = {"workload": "prose", "concurrency": 4, "requests": 40, "distinct_outputs": 1, "ttft_ms_median": 81.26,
            "aggregate_tok_s": {"median": 12.345, "min": 11.0, "max": 13.0, "stdev": 0.5},
            "per_stream_tok_s": {"median": 3.1}}

@@ -9,7 +9,7 @@ import pytest
 from ansible.module_utils.bench import client, inputs, record
 from ansible.module_utils.experiment import evidence as ev
 from ansible.module_utils.bench import sampling as sc
-import experiment as filters
+import experiment_filters as filters
 
 from test_decode_bench import bench, engine, prompt_files  # noqa: F401  (fixtures)
 
@@ -145,7 +145,8 @@ def test_word_counts_are_pairs_so_a_word_named_like_a_secret_survives_redaction(
     reqs = [{"prompt_id": "p0", "text": "key token key"}, {"prompt_id": "p1", "text": "x"}]
     counts = dbs.word_counts(reqs, keep=1)
     assert counts == [["key", 2], ["(other)", 2]]
-    assert record.redact_data({"answer_word_counts": counts}, "sk-1") == {"answer_word_counts": counts}
+    from ansible.module_utils.base.secrets import redact
+    assert redact({"answer_word_counts": counts}, ["sk-1"]) == {"answer_word_counts": counts}
     # and the check reads pairs as it reads a mapping
     assert sc._by_workload([{"workload": "w", "concurrency": 1, "answer_word_counts": counts}]) == {
         "w": {"key": 2, "(other)": 2}}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import ckpt_factory
-import drift as drift_filters
+import drift_filters as drift_filters
 import engine_logs
 import fleet_snapshot
 from ansible.module_utils.drift import compare, snapshot as drift_snapshot

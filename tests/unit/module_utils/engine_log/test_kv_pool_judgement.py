@@ -1,6 +1,7 @@
 """module_utils/engine_log/kv_pool.py, called directly: the KV pool of the latest boot, clamp or page rounding."""
 import pytest
 
+from ansible.module_utils.engine_log import kv_pool
 from ansible.module_utils.engine_log.kv_pool import DEFAULT_PAGE_SIZE, KINDS, below_min_message, evaluate
 from ansible.module_utils.engine_log.lines import EngineLogError
 from ansible.module_utils.engine_log.scan import scan_text
@@ -104,3 +105,29 @@ def test_below_min_message_gives_the_figures():
         "spark1 rank 0: KV pool 491,520 tokens < min_tokens 600,000 (requested 750,000, available_bytes=1.04 GB)")
     res["requested_tokens"] = None
     assert "(requested unknown, available_bytes=1.04 GB)" in below_min_message("spark1", res, 600000)
+
+
+@pytest.mark.parametrize("allocated, requested, page, expected", [
+    (491520, 750000, 256, (749824, True)),       # the report's clamp
+    (2999808, 3000000, 256, (2999808, False)),   # page rounding is not a clamp
+    (3000000, 3000000, 256, (2999808, False)),   # a pool above the rounded request
+    (None, 750000, 256, (None, None)),
+    (491520, None, 256, (None, None)),
+    (491520, True, 256, (None, None)),           # a bool is no token count
+])
+def test_clamp_of_tells_a_clamp_from_page_rounding(allocated, requested, page, expected):
+    assert kv_pool.clamp_of(allocated, requested, page) == expected
+
+
+@pytest.mark.parametrize("server_args, expected", [
+    ({"page_size": 64}, (64, "server_args")), ({"page_size": "64"}, (64, "server_args")),
+    ({}, (256, "default")), (None, (256, "default")), ({"page_size": 0}, (256, "default")),
+    ({"page_size": -1}, (256, "default")), ({"page_size": "x"}, (256, "default")),
+])
+def test_page_size_of_falls_back_to_the_engine_default(server_args, expected):
+    assert kv_pool.page_size_of(server_args) == expected
+
+
+def test_the_memory_ledger_judges_a_clamp_with_the_same_rule():
+    from ansible.module_utils.engine_log import memory_ledger
+    assert memory_ledger.clamp_of is kv_pool.clamp_of

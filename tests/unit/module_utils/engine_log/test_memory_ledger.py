@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from ansible.module_utils.engine_log import memory_ledger as ml
-import experiment as filters
+import experiment_filters as filters
 
 ROOT = Path(__file__).resolve().parents[4]
 REPORT_LOG = (ROOT / "lab" / "seed" / "dsv41.log").read_text()   # the report's rank-0 log, two boots

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from ansible.module_utils.experiment import schema as es
-import experiment as filters
+import experiment_filters as filters
 
 ROOT = Path(__file__).resolve().parents[4]
 RANKS = {"spark1": 0, "spark2": 1, "spark3": 2}

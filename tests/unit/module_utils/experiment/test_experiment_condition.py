@@ -6,7 +6,7 @@ import pytest
 
 from ansible.module_utils.experiment import condition as ec
 from test_experiment_checks import FENCE, RANKS, arm, boot
-import experiment as filters
+import experiment_filters as filters
 
 HOSTS = ["spark1", "spark2", "spark3"]
 ENTRY_KEYS = ["settings", "labels", "hook", "image_ids", "results", "decode_steps", "engram_cache", "telemetry",

@@ -274,7 +274,7 @@ def test_stage_b_is_the_image_rebuild_and_four_boots_at_the_fleet_boot():
 
 
 def test_the_stage_b_filter_takes_this_fleet_s_recorded_boots_only(tmp_path):
-    import experiment as f
+    import experiment_filters as f
     _boot_record(tmp_path, "20261201T000000Z-stage_c_fence", HOSTS, 700.0)
     _boot_record(tmp_path, "20261202T000000Z-stage_c_fence", HOSTS, 720.0)
     _boot_record(tmp_path, "20261203T000000Z-lab", ["lab1", "lab2", "lab3"], 15.0)   # another fleet's run

@@ -1,7 +1,7 @@
 """What every node of a condition ran, for the record (module_utils/experiment/nodes.py, filter)."""
 import json
 
-import experiment as filters
+import experiment_filters as filters
 from ansible.module_utils.experiment import nodes as en
 from ansible.module_utils.experiment import record as er
 

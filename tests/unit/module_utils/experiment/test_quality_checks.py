@@ -1,7 +1,7 @@
 """Quality checks (module_utils/experiment/quality.py) through the experiment's correctness filter and directly."""
 import pytest
 
-import experiment as filters
+import experiment_filters as filters
 from ansible.module_utils.bench import summary as dbs
 from ansible.module_utils.experiment import quality as q
 

@@ -13,7 +13,7 @@ from ansible.module_utils.bench import decode as db
 from ansible.module_utils.bench import client, inputs
 from ansible.module_utils.experiment import schema as es
 from ansible.module_utils.experiment import verify as vc
-import experiment as filters
+import experiment_filters as filters
 
 from test_decode_bench import engine, prompt_files  # noqa: F401  (fixtures)
 

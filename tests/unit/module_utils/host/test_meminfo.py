@@ -1,7 +1,7 @@
 """/proc/meminfo: one parser (module_utils/host/meminfo.py) behind the contention module and the dsv41_meminfo filter."""
 from ansible.module_utils.host import meminfo
 
-import fleet
+import fleet_filters as fleet
 
 MEMINFO = """MemTotal:       125523316 kB
 MemFree:         2315012 kB

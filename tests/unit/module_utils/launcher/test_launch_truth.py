@@ -82,7 +82,7 @@ def test_a_rank_not_running_or_missing():
 
 def test_the_filter_reads_the_registered_inspections_of_the_restart():
     import json
-    import launch
+    import launch_filters as launch
     pred, run = fleet(c1=running(1, env={"DSV41_CACHE_GIB": "4"}), c2=None)
     hostvars = dict(("spark%d" % (r + 1), {"dsv41_rank": r}) for r in range(3))
     containers = {"results": [

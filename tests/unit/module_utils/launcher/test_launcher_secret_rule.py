@@ -10,7 +10,7 @@ from ansible.module_utils.launcher import values
 from ansible.module_utils.launcher import env as E
 from ansible.module_utils.base import secrets as S
 
-import fleet
+import fleet_filters as fleet
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 

@@ -4,6 +4,7 @@ The inventory is validated on the control node before any task reaches a host, s
 here as plain Python (unit-tested in tests/unit/filters/test_fleet_filters.py) and the preflight role fails
 in one task with every problem listed.
 """
+import base64
 import posixpath
 import re
 from pathlib import Path
@@ -146,6 +147,16 @@ def dsv41_meminfo(text):
     return parse_meminfo(str(text))
 
 
+def dsv41_meminfo_gib(contents, field="MemAvailable"):
+    """{host: GiB of ``field``} from {host: /proc/meminfo as ansible.builtin.slurp returns it (base64)}; None for a
+    host whose reading is missing or has no such line."""
+    out = {}
+    for host, content in (contents or {}).items():
+        value = parse_meminfo(base64.b64decode(content).decode("utf-8", "replace")).get(field) if content else None
+        out[host] = None if value is None else dsv41_bytes_gib(value)
+    return out
+
+
 def dsv41_table(rows, columns):
     """Render a list of dicts as a fixed-width text table (one string per line) for play output."""
     header = [title for _, title in columns]
@@ -213,6 +224,7 @@ class FilterModule:
             "dsv41_inventory_errors": dsv41_inventory_errors,
             "dsv41_bytes_gib": dsv41_bytes_gib,
             "dsv41_meminfo": dsv41_meminfo,
+            "dsv41_meminfo_gib": dsv41_meminfo_gib,
             "dsv41_table": dsv41_table,
             "dsv41_env_parse": dsv41_env_parse,
             "dsv41_env_render": dsv41_env_render,
