@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 
+from ansible.module_utils.base.process_wait import wait_gone
 from ansible.module_utils.launcher.broker import Broker
 from ansible.module_utils.launcher.stubs import ANSWERED, BASH_ENV, GUARDED, INSIDE, RECORDED, STUB
 
@@ -55,6 +56,7 @@ __metaclass__ = type
 
 DEFAULT_TIMEOUT = 60
 DEFAULT_MAX_CALLS = 2000
+NAMESPACE_WAIT = 10                       # s: a killed sandbox's pid namespace empties in milliseconds
 MAX_FILE_BYTES = 8 * 1024 * 1024          # larger files (images, weights, logs) are not copied
 MAX_TREE_BYTES = 256 * 1024 * 1024
 SKIP_DIRS = frozenset([".git", "logs", "__pycache__", ".venv", "node_modules"])
@@ -156,6 +158,34 @@ def _copy_checkout(src, dst):
 
     shutil.copytree(src, dst, symlinks=True, ignore=ignore)
     return sorted(skipped)
+
+
+def _read_child_pid(fd):
+    """The ``child-pid`` bwrap wrote on its --info-fd (read to its end, then closed), or None."""
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    try:
+        pid = json.loads(b"".join(chunks).decode("utf-8", "replace")).get("child-pid")
+    except (ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 1 else None
+
+
+def _running(pid):
+    """Whether ``pid`` is a process that has not ended (a zombie has ended: its pid namespace is empty)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            stat_line = fh.read()
+    except OSError:
+        return False
+    return stat_line[stat_line.rfind(b")") + 2:][:1] not in (b"Z", b"X", b"")
 
 
 def _shebang_flags(path):
@@ -303,8 +333,9 @@ class Sandbox(object):
                 "LC_ALL": "C.UTF-8", "TERM": "dumb", "SHELL": self.bash,
                 "BASH_ENV": os.path.join(INSIDE, "lib", "bash_env.sh")}
 
-    def bwrap_argv(self, argv):
-        """bwrap's arguments: the order matters (later mounts go over earlier ones)."""
+    def bwrap_argv(self, argv, info_fd=None):
+        """bwrap's arguments: the order matters (later mounts go over earlier ones). ``info_fd``: where bwrap
+        writes the pid of the sandbox's first process (the init of its pid namespace)."""
         # (no --hostname: a container host's seccomp filter refuses sethostname; the hostname stand-in answers
         # the head's name, and ranks are told apart by the ssh stand-in, not by the kernel's hostname)
         args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
@@ -333,6 +364,8 @@ class Sandbox(object):
                      "--ro-bind", os.path.join(self.root, "local-bin-view"), self.local_bin]
         for path in self.overmounts:
             args += ["--ro-bind", os.path.join(self.root, "lib", "stub.py"), path]
+        if info_fd is not None:
+            args += ["--info-fd", str(info_fd)]
         args += ["--chdir", self.checkout, "--"]
         return args + list(argv)
 
@@ -372,9 +405,15 @@ class Sandbox(object):
 
     def _run(self, script, args, timeout):
         path = os.path.join(self.checkout, script)
-        argv = self.bwrap_argv([self.bash] + _shebang_flags(os.path.join(self.sco, script)) + [path] + list(args))
-        proc = subprocess.Popen(argv, env=self.environment(), cwd="/", stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        info_read, info_write = os.pipe()
+        try:
+            argv = self.bwrap_argv([self.bash] + _shebang_flags(os.path.join(self.sco, script)) + [path]
+                                   + list(args), info_fd=info_write)
+            proc = subprocess.Popen(argv, env=self.environment(), cwd="/", stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                    pass_fds=(info_write,))
+        finally:
+            os.close(info_write)
         timed_out = False
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -382,7 +421,8 @@ class Sandbox(object):
             timed_out = True
             self._kill(proc.pid)
             out, err = proc.communicate()
-        self._kill(proc.pid)             # the pid namespace is gone with bwrap; its session too
+        self._kill(proc.pid)             # bwrap's session
+        self._wait_namespace_gone(_read_child_pid(info_read))
         err = err.decode("utf-8", "replace")
         if proc.returncode and err.startswith("bwrap: Can't mount proc") and PROC_FRESH.get(self.bwrap, True):
             return {"no_proc": True}
@@ -393,6 +433,14 @@ class Sandbox(object):
                 "stdout": out.decode("utf-8", "replace"), "stderr": err,
                 "violation": self._read("violation"), "unanswered": self._read("unanswered"),
                 "calls": self._calls()}
+
+    @staticmethod
+    def _wait_namespace_gone(init_pid, wait=NAMESPACE_WAIT):
+        """Return once the sandbox's pid namespace is empty: its init ends every process in it before it becomes
+        a zombie, but when bwrap itself was killed (a timed-out launcher) the init dies after bwrap, and a
+        process of the launcher could still be running a moment after the evaluation has returned."""
+        if init_pid is not None:
+            wait_gone(lambda: _running(init_pid), wait)
 
     @staticmethod
     def _kill(pgid):

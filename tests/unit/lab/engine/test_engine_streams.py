@@ -158,6 +158,8 @@ def test_seed_log_lines_are_engine_lines(lab):
         with request(port, "/v1/chat/completions", CHAT, key="k") as r:
             json.load(r)
         proc.wait_for("Engram layer=14 lookups=")
+        # the access line is written after the response has gone: wait for it, not for the client
+        proc.wait_for('"POST /v1/chat/completions HTTP/1.1" 200 OK')
     finally:
         proc.stop()
     engine = shapes(proc.text())

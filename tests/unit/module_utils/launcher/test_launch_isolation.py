@@ -3,6 +3,7 @@ launcher constructs that escaped the former DEBUG-trap guard change nothing on t
 process, whichever way they run (a worker string, sh -c, bash -lc, bash -p, env -i, an absolute path,
 a redirection, a $(...) line in the .env). Each case evaluates the launcher for real on this host."""
 import os
+import sys
 
 import pytest
 
@@ -184,3 +185,79 @@ def test_a_workers_own_tests_see_what_was_read_in_its_home(tmp_path):
     assert [m["source"] for m in got["containers"][0]["mounts"]] == ["/home/zurih/nccl-2.30.7"]
     with pytest.raises(S.LaunchError):      # nothing read there: the worker's own model check fails, named
         R.effective_launch(str(co / "start.sh"), head="spark1", home=str(home), user="mia", expected_ranks=2)
+
+
+def test_a_launcher_killed_at_its_timeout_leaves_no_process_once_the_evaluation_returns(tmp_path):
+    """bwrap killed at the timeout dies before its pid namespace's init: the evaluation waits for the init (the
+    pid bwrap gives on --info-fd), so the launcher's background processes are gone when it returns."""
+    marker = "%s-timeout" % TAG
+    co = tmp_path / "co"
+    co.mkdir()
+    (co / "start.sh").write_text("#!/usr/bin/env bash\n"
+                                 "bash -c 'trap \"\" TERM; while :; do :; done' %s-bg &\n"
+                                 "exec bash -c 'while :; do :; done' %s-fg\n" % (marker, marker))
+    with pytest.raises(S.LaunchError, match="did not finish within 1 s"):
+        S.evaluate(str(co / "start.sh"), timeout=1, docker_client=False)
+    assert _processes_named(marker) == []
+
+
+def _processes_named(word):
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                continue
+            if word in cmd:
+                found.append(cmd)
+    return found
+
+
+def test_the_namespace_init_pid_is_read_from_bwraps_info_fd_and_a_zombie_counts_as_ended(tmp_path):
+    r, w = os.pipe()
+    os.write(w, b'{\n    "child-pid": 4242\n}\n')
+    os.close(w)
+    assert S._read_child_pid(r) == 4242
+    for text in (b"", b"not json", b'{"child-pid": true}', b'{"child-pid": 1}', b"[]"):
+        r, w = os.pipe()
+        os.write(w, text)
+        os.close(w)
+        assert S._read_child_pid(r) is None, text
+    assert S._running(os.getpid()) is True
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    import time
+    deadline = time.monotonic() + 10
+    while S._running(pid) and time.monotonic() < deadline:     # a zombie until it is waited for
+        time.sleep(0.01)
+    assert S._running(pid) is False
+    os.waitpid(pid, 0)
+    assert S._running(pid) is False
+
+
+def test_a_background_process_slow_to_die_is_gone_when_the_evaluation_returns(tmp_path, monkeypatch):
+    """bwrap returns the launcher's exit status as soon as the launcher ends, while its pid namespace's init is
+    still killing what the launcher left running; a process holding much memory takes a while to die. The
+    evaluation waits for the init, so nothing of the launcher runs once it has returned."""
+    marker = "%s-slow" % TAG
+    co = tmp_path / "co"
+    co.mkdir()
+    (co / "start.sh").write_text(
+        "#!/usr/bin/env bash\n"
+        "%s -c 'import os, time; b = b\"x\" * (1 << 30); open(\"/tmp/held\", \"w\").close(); time.sleep(600)' "
+        "%s >/dev/null 2>&1 &\n"
+        "while [ ! -e /tmp/held ]; do :; done\n"
+        "docker run -d --name dsv41-head -e NODE_RANK=0 img run\n" % (sys.executable, marker))
+    waited, real_wait = [], S.Sandbox._wait_namespace_gone
+
+    def wait(init_pid, *args):
+        waited.append(init_pid)
+        return real_wait(init_pid, *args)
+    monkeypatch.setattr(S.Sandbox, "_wait_namespace_gone", staticmethod(wait))
+    S.evaluate(str(co / "start.sh"), timeout=60, docker_client=False)
+    assert _processes_named(marker) == []
+    # the wait was on the namespace's init, which had ended by then
+    assert len(waited) == 1 and waited[0] and not S._running(waited[0])
