@@ -1,5 +1,6 @@
 # -*- coding: utf-8 -*-
-"""Waiting, for a bounded time, for a process that was asked to stop (standard library only)."""
+"""Waiting, for a bounded time, for a process that was asked to stop, and reading its state from /proc
+(standard library only)."""
 from __future__ import absolute_import, division, print_function
 
 import time
@@ -16,3 +17,18 @@ def wait_gone(alive, wait, step=0.05):
             return False
         time.sleep(step)
     return True
+
+
+def proc_stat(pid):
+    """(state letter, start time in clock ticks since boot) from /proc/PID/stat, or None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    # Field 2 (the command) is parenthesised and may itself contain spaces or ")": split after the last ")".
+    fields = raw[raw.rfind(b")") + 2:].split()
+    try:
+        return fields[0].decode("ascii", "replace"), int(fields[19])  # fields 3 and 22 of proc(5)
+    except (IndexError, ValueError):
+        return None

@@ -14,6 +14,7 @@ import stat
 import time
 
 from ansible.module_utils.base.host_label import host_label
+from ansible.module_utils.base.process_wait import proc_stat
 from ansible.module_utils.base.safe_open import OPEN_SAFE, open_read
 from ansible.module_utils.engram.shard_format import EngramPackError, file_kind, is_int, os_error_text
 
@@ -24,27 +25,12 @@ _clock = time.monotonic
 LOCK_NAME = ".engram-pack.lock"
 
 
-def _proc_stat(pid):
-    """(state letter, start time in clock ticks since boot) from /proc/PID/stat, or None."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return None
-    # Field 2 (the command) is parenthesised and may itself contain spaces or ")": split after the last ")".
-    fields = raw[raw.rfind(b")") + 2:].split()
-    try:
-        return fields[0].decode("ascii", "replace"), int(fields[19])  # fields 3 and 22 of proc(5)
-    except (IndexError, ValueError):
-        return None
-
-
 def process_start_ticks(pid):
     """Start time of ``pid`` (clock ticks since boot), or None where /proc cannot tell.
 
     Recorded next to a pid so that a later reader can tell the process from a newer one that
     reused its number."""
-    stat = _proc_stat(pid)
+    stat = proc_stat(pid)
     return stat[1] if stat else None
 
 
@@ -61,7 +47,7 @@ def pid_alive(pid, start_ticks=None):
         return False
     except PermissionError:
         pass  # it exists but belongs to another user
-    stat = _proc_stat(pid)
+    stat = proc_stat(pid)
     if stat is None:
         # No /proc entry although the signal test passed: it exited in between, or there is no
         # procfs at all (then the signal test is all there is).

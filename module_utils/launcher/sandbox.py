@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 
-from ansible.module_utils.base.process_wait import wait_gone
+from ansible.module_utils.base.process_wait import proc_stat, wait_gone
 from ansible.module_utils.launcher.broker import Broker
 from ansible.module_utils.launcher.stubs import ANSWERED, BASH_ENV, GUARDED, INSIDE, RECORDED, STUB
 
@@ -180,12 +180,8 @@ def _read_child_pid(fd):
 
 def _running(pid):
     """Whether ``pid`` is a process that has not ended (a zombie has ended: its pid namespace is empty)."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
-            stat_line = fh.read()
-    except OSError:
-        return False
-    return stat_line[stat_line.rfind(b")") + 2:][:1] not in (b"Z", b"X", b"")
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
 
 
 def _shebang_flags(path):

@@ -1,9 +1,11 @@
-"""module_utils/base/process_wait.py: waiting a bounded time for a process that was asked to stop."""
+"""module_utils/base/process_wait.py: waiting a bounded time for a process that was asked to stop; its state."""
+import os
+import shutil
 import signal
 import subprocess
 import time
 
-from ansible.module_utils.base.process_wait import wait_gone
+from ansible.module_utils.base.process_wait import proc_stat, wait_gone
 
 
 def test_a_process_already_gone_is_not_waited_for():
@@ -33,3 +35,17 @@ def test_a_real_process_stopped_by_sigterm():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_proc_stat_reads_state_and_start_past_a_command_name_with_a_parenthesis(tmp_path):
+    odd = tmp_path / "a) b ) c"            # /proc/PID/stat shows the command as "(a) b ) c)"
+    shutil.copy("/bin/sleep", odd)
+    child = subprocess.Popen([str(odd), "30"])
+    try:
+        state, start = proc_stat(child.pid)
+        assert state in ("R", "S") and start >= proc_stat(os.getpid())[1]
+    finally:
+        child.kill()
+        child.wait()
+    assert proc_stat(child.pid) is None     # reaped: no /proc entry
+    assert proc_stat(2 ** 22 + 1) is None  # above pid_max

@@ -17,6 +17,7 @@ import engram_pack
 import engram_plan
 from ansible.module_utils.engram import packer as engram_packer, lock as pack_lock, plan as pack_plan, progress as pack_progress, safetensors_index
 from ansible.module_utils.engram import shard_format, provenance as shard_provenance
+from ansible.module_utils.base import process_wait
 from ansible.module_utils.engram.packer import pack_layer
 from ansible.module_utils.engram.shard_format import EngramFormatError, EngramPackError, partial_name, shard_name
 
@@ -479,7 +480,7 @@ def test_pid_alive_tells_reused_pids_and_zombies_apart():
     assert not pack_lock.pid_alive(me, pack_lock.process_start_ticks(me) + 1)  # same number, another process
     child = subprocess.Popen(["true"])
     deadline = time.monotonic() + 10
-    while pack_lock._proc_stat(child.pid)[0] != "Z" and time.monotonic() < deadline:
+    while process_wait.proc_stat(child.pid)[0] != "Z" and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not pack_lock.pid_alive(child.pid)  # exited, not yet reaped
     child.wait()
