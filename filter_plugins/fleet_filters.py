@@ -17,7 +17,7 @@ if MODULE_UTILS not in ansible.module_utils.__path__:
 
 from ansible.module_utils.base import secrets  # noqa: E402
 from ansible.module_utils.fleet import records  # noqa: E402
-from ansible.module_utils.host.meminfo import parse_meminfo  # noqa: E402
+from ansible.module_utils.host.meminfo import field_gib, parse_meminfo  # noqa: E402
 from ansible.module_utils.envfile import parse, render, shell  # noqa: E402
 
 # Per-host variables every rank host must define, with the check each value must pass.
@@ -150,11 +150,8 @@ def dsv41_meminfo(text):
 def dsv41_meminfo_gib(contents, field="MemAvailable"):
     """{host: GiB of ``field``} from {host: /proc/meminfo as ansible.builtin.slurp returns it (base64)}; None for a
     host whose reading is missing or has no such line."""
-    out = {}
-    for host, content in (contents or {}).items():
-        value = parse_meminfo(base64.b64decode(content).decode("utf-8", "replace")).get(field) if content else None
-        out[host] = None if value is None else dsv41_bytes_gib(value)
-    return out
+    return {host: field_gib(base64.b64decode(content).decode("utf-8", "replace") if content else "", field, 3)
+            for host, content in (contents or {}).items()}
 
 
 def dsv41_table(rows, columns):

@@ -201,7 +201,8 @@ def preconditions(requires, facts):
     need = requires.get("memory_headroom_gib_per_rank")
     if need:
         mem = facts.get("mem_available_gib") or {}
-        short = ["%s %.2f GiB" % (h, v) for h, v in sorted(mem.items()) if v is None or v < need]
+        short = ["%s %s" % (h, "no figure" if v is None else "%.2f GiB" % v) for h, v in sorted(mem.items())
+                 if v is None or v < need]
         if short or not mem:
             out.append("memory headroom %.2f GiB per rank required; short: %s" % (need, ", ".join(short) or "no figure"))
     headroom = requires.get("capture_headroom")

@@ -134,20 +134,13 @@ def benchmark_steps(logs, ranks, benchmarked=()):
                                         sorted({1, 2, 4} | set(int(c) for c in benchmarked or ())))
 
 
-def _mem_available_gib(text):
-    if not text:
-        return None
-    value = meminfo.parse_meminfo(text).get("MemAvailable")
-    return None if value is None else round(value / float(1 << 30), 2)
-
-
 def ledger(logs, ranks, meminfo_before=None, meminfo_after=None):
     """{host: ledger} of a condition: rank_ledger of each rank's latest boot (memory_ledger.fleet_ledger) with the
     host's MemAvailable (GiB) read before the restart and after the boot (/proc/meminfo texts)."""
     out = memory_ledger.fleet_ledger(logs or {}, ranks or {})
     for host, led in out.items():
-        led["mem_available_before_gib"] = _mem_available_gib((meminfo_before or {}).get(host))
-        led["mem_available_after_gib"] = _mem_available_gib((meminfo_after or {}).get(host))
+        led["mem_available_before_gib"] = meminfo.field_gib((meminfo_before or {}).get(host))
+        led["mem_available_after_gib"] = meminfo.field_gib((meminfo_after or {}).get(host))
     return out
 
 

@@ -30,6 +30,12 @@ def parse_meminfo(text):
     return out
 
 
+def field_gib(text, field="MemAvailable", digits=2):
+    """GiB of one field of meminfo text, rounded; None when the text is empty or has no such line."""
+    value = parse_meminfo(text).get(field) if text else None
+    return None if value is None else round(value / float(GIB), digits)
+
+
 def memory_facts(meminfo):
     """MemTotal and MemAvailable of a parsed meminfo, in bytes and GiB (None when missing)."""
     total, avail = meminfo.get("MemTotal"), meminfo.get("MemAvailable")

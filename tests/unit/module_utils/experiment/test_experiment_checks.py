@@ -550,3 +550,11 @@ def test_the_forward_probe_gives_per_layer_budgets_a_valid_off_value():
     d = es.load_text((ROOT / "experiments" / "stage_i_drm.yml").read_text(), "drm", "stage_i_drm")
     probe = filters.dsv41_forward_probe({"DSV41_CACHE_GIB": "0"}, d)
     assert probe["DSV41_CACHE_LAYER_GIB"] == "1:0,14:0" and probe["DSV41_ENGRAM_DRM_NODE"] == "0"
+
+
+def test_a_rank_without_a_memavailable_reading_is_short_and_named():
+    facts = {"features": ["folded_fence"], "forwarded": {"head": ["DSV41_FOLDED_FENCE"], "worker": ["DSV41_FOLDED_FENCE"]},
+             "packed": dict((h, True) for h in RANKS), "mem_available_gib": {"spark1": 3.0, "spark2": None, "spark3": 3.0},
+             "ledger": [{"name": "stage_a", "image_digest": "sha256:ab"}], "image_digest": "sha256:ab"}
+    assert filters.dsv41_experiment_preconditions(dict(arm()["requires"], stages_passed=["A"], packed=True), facts) == [
+        "memory headroom 0.50 GiB per rank required; short: spark2 no figure"]

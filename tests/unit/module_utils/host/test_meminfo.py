@@ -29,3 +29,10 @@ def test_memory_facts_in_bytes_and_gib():
 
 def test_the_filter_is_the_same_parser():
     assert fleet.dsv41_meminfo(MEMINFO) == meminfo.parse_meminfo(MEMINFO)
+
+
+def test_field_gib_of_meminfo_text():
+    from ansible.module_utils.host.meminfo import field_gib
+    text = "MemTotal:       127535604 kB\nMemAvailable:    66002000 kB\n"
+    assert field_gib(text) == 62.94 and field_gib(text, "MemTotal", 3) == 121.627
+    assert field_gib(text, "SwapTotal") is None and field_gib("") is None and field_gib(None) is None
