@@ -219,6 +219,7 @@ Latency model of the chat endpoint (real sleeps, all divided by LAB_ENGINE_SPEED
   committed by speculative sampling from the draft at T * tau (the draft's logits: the target's plus noise).
   ``logprobs: true`` (+ ``top_logprobs: N``) adds ``logprobs.content`` [{token, logprob, bytes, top_logprobs}]
   to the response's choice, and streamed to each chunk with the tokens it carries: the tempered distribution
-  before top-k and top-p, as SGLang reports it (a fixed answer: needle, graded task, reports each token certain);
+  before top-k and top-p, as SGLang reports it (a fixed answer: needle, graded task, reports each token certain;
+  LAB_ENGINE_NO_LOGPROBS=1: none, as a build that ignores the request's logprobs);
   completion length = min(max tokens, natural), natural = 64 + hash % 961 (+256 with thinking).
 """

@@ -170,7 +170,7 @@ def make_handler(engine: Engine | None):
 
                 def logprobs_at(i, word):
                     """The logprobs.content entry of the token committed at position i (when asked)."""
-                    if not body.get("logprobs"):
+                    if not plan["logprobs"]:
                         return None
                     dists = plan.get("dists")
                     return logprob_entry(word, dists[i] if dists and i < len(dists) else None, plan["vocab"],
@@ -213,7 +213,7 @@ def make_handler(engine: Engine | None):
                         out = [chunk({"role": "assistant", "content": ""})] if first else []
                         for field, ws, lps in pieces:
                             piece = chunk({field: ("" if first else " ") + " ".join(ws)})
-                            if body.get("logprobs"):
+                            if plan["logprobs"]:
                                 piece["choices"][0]["logprobs"] = {"content": lps}
                             out.append(piece)
                             first = False
@@ -249,7 +249,7 @@ def make_handler(engine: Engine | None):
                         message["reasoning_content"] = " ".join(out[:plan["reasoning"]])
                     choice = {"index": 0, "message": message,
                               "finish_reason": "abort" if plan["cut"] else plan["finish"]}
-                    if body.get("logprobs"):
+                    if plan["logprobs"]:
                         choice["logprobs"] = {"content": [logprobs_at(i, w) for i, w in enumerate(out)]}
                     self.send_json(200, {
                         "id": rid, "object": "chat.completion", "created": created, "model": model,

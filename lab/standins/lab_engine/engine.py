@@ -109,7 +109,7 @@ class Engine:
         # draft temperature acts only on a folded proposal; block verification only on sampled rows
         tau = adapter_on("draft_tau") and folded and temperature > 0
         verify = adapter_on("block_verify") and temperature > 0
-        want_logprobs = bool(body.get("logprobs"))
+        want_logprobs = bool(body.get("logprobs")) and not knobs.on("LAB_ENGINE_NO_LOGPROBS")
         top_n = int(body.get("top_logprobs") or 0) if want_logprobs else 0
         dists = None        # the reported (tempered) distribution at each position, when logprobs are asked
         if temperature > 0:
@@ -187,7 +187,7 @@ class Engine:
         if needle is not None or graded is not None:
             dists = None if dists is None else [None] * len(words)     # a fixed answer: every token certain
         return {"words": words, "prompt_tokens": count_prompt_tokens(messages), "accept": min(accept, 0.95),
-                "vocab": vocab, "dists": dists, "top_logprobs": top_n, "cap": verify_cap(),
+                "vocab": vocab, "dists": dists, "logprobs": want_logprobs, "top_logprobs": top_n, "cap": verify_cap(),
                 "cap_rng": random.Random(h ^ 0x3C6EF372),
                 "finish": "length" if n_out < natural else "stop", "rng": rng,
                 "reasoning": min(THINKING_TOKENS, n_out) if thinking else 0,

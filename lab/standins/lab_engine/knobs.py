@@ -106,6 +106,9 @@ KNOBS = (
          "every n-th chat request is aborted gracefully after about half its tokens: a chunk with "
          "``finish_reason: \"abort\"``, then the usage chunk (tokens so far) and ``[DONE]``; not streamed: 200 "
          "with ``finish_reason: \"abort\"`` and usage. 0: off"),
+    Knob("LAB_ENGINE_NO_LOGPROBS", False,
+         "1: a build that ignores the request's ``logprobs`` and ``top_logprobs``: no ``logprobs`` in the "
+         "message or in any streamed chunk (the answer itself is unchanged)"),
     Knob("LAB_ENGINE_SPEC_USAGE", False,
          "1: a newer build's usage: ``completion_tokens_details`` with the speculative counts "
          "``accepted_prediction_tokens`` (draft tokens committed) and ``rejected_prediction_tokens`` (draft "

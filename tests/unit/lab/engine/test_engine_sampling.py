@@ -163,3 +163,28 @@ def test_the_cap_only_removes_acceptances_and_the_dead_rows_fault_commits_them(l
     assert [t for t, _ in got["fault"]] != [t for t, _ in got["uncapped"]], "dead rows commit the draft's guesses"
     assert sum(accepted("fault")) > sum(accepted("uncapped"))
     assert sum(got["fault_accept"]) > sum(got["uncapped_accept"])
+
+
+def test_a_build_that_ignores_logprobs_answers_alike_without_them_and_the_proposal_check_names_it(lab):
+    from ansible.module_utils.experiment import verify as vc
+    answers = {}
+    for name, env in (("with", {}), ("without", {"LAB_ENGINE_NO_LOGPROBS": "1"})):
+        port, proc = head_with(lab, env)
+        try:
+            with request(port, "/v1/chat/completions", LOGPROBS) as r:
+                choice = json.load(r)["choices"][0]
+            events = sse_events(port, {**LOGPROBS, "stream": True})
+        finally:
+            proc.stop()
+        streamed = [c for ev in events[:-1] for c in ev.get("choices") or [] if "logprobs" in c]
+        answers[name] = (choice["message"]["content"], "logprobs" in choice, bool(streamed))
+    assert answers["with"][1:] == (True, True) and answers["without"][1:] == (False, False)
+    assert answers["without"][0] == answers["with"][0], "the answer does not depend on the logprobs"
+    # what the proposal check makes of such answers (decode_bench records logprobs None when none came back)
+    requests = [{"greedy": False, "prompt_id": "p0", "workload": "prose", "text": answers["without"][0],
+                 "logprobs": None, "settings": {"top_logprobs": 20}}]
+    pit = vc.condition_pits(requests, LOGPROBS)
+    assert (pit["requests"], pit["without_logprobs"]) == (1, 1)
+    failures, _ = vc.proposal_failures([{"workload": "prose", "proposal_pit": pit, "settings": {"top_logprobs": 20}}])
+    assert failures == ["proposal_distribution: prose: the engine returned no logprobs for any of 1 sampled "
+                        "request(s) (asked logprobs: true, top_logprobs: 20); the proposal cannot be tested"]
