@@ -146,7 +146,7 @@ def test_word_counts_are_pairs_so_a_word_named_like_a_secret_survives_redaction(
     counts = dbs.word_counts(reqs, keep=1)
     assert counts == [["key", 2], ["(other)", 2]]
     from ansible.module_utils.base.secrets import redact
-    assert redact({"answer_word_counts": counts}, ["sk-1"]) == {"answer_word_counts": counts}
+    assert redact({"answer_word_counts": counts}, "sk-1") == {"answer_word_counts": counts}
     # and the check reads pairs as it reads a mapping
     assert sc._by_workload([{"workload": "w", "concurrency": 1, "answer_word_counts": counts}]) == {
         "w": {"key": 2, "(other)": 2}}
