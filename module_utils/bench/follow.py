@@ -16,7 +16,7 @@ import time
 from ansible.module_utils.bench.progress import (measured_rounds, planned_rounds, read_progress, round_lines,
                                                         status_line)
 from ansible.module_utils.engram.follow import job_started, read_async_job, stop_packer, wrapper_failure
-from ansible.module_utils.engram.lock import pid_alive
+from ansible.module_utils.base.process_wait import pid_alive
 from ansible.module_utils.engram.progress import eta_text
 
 # The async wrapper kills a job at its limit on its next 5 s check: a benchmark still alive this long past

@@ -8,7 +8,7 @@ round and turns it into lines.
 
 The record (``version`` 1): ``run_id`` (chosen by the caller, so a follower tells this job's record from
 an earlier one at the same path), ``label`` (the condition: baseline or an arm), ``host``, ``pid`` and
-``pid_start`` (``pack_lock.pid_alive``), ``state`` (running, done, failed), ``started`` and ``updated``
+``pid_start`` (``base/process_wait.pid_alive``), ``state`` (running, done, failed), ``started`` and ``updated``
 (epoch seconds), ``plan`` (one entry per workload x concurrency: rounds and requests), ``units_done`` and
 ``units_total`` (a unit is one request slot of a stream, so a C4 round counts as much as a C1 round: each
 stream sends its requests one after the other), ``current`` (the round running: workload, concurrency,
@@ -22,7 +22,8 @@ import os
 import threading
 import time
 
-from ansible.module_utils.engram.lock import process_start_ticks, read_json_file
+from ansible.module_utils.base.process_wait import process_start_ticks
+from ansible.module_utils.engram.lock import read_json_file
 from ansible.module_utils.engram.progress import eta_text
 
 PROGRESS_VERSION = 1

@@ -23,7 +23,8 @@ import signal
 import time
 
 from ansible.module_utils.base.process_wait import wait_gone
-from ansible.module_utils.engram.lock import dest_lock, pid_alive, utc_text
+from ansible.module_utils.base.process_wait import pid_alive
+from ansible.module_utils.engram.lock import dest_lock, utc_text
 from ansible.module_utils.engram.progress import RUNNING_STATES, eta_text, read_progress
 from ansible.module_utils.base.host_label import host_label as this_host
 from ansible.module_utils.engram.shard_format import EngramPackError, fsync_dir

@@ -14,48 +14,15 @@ import stat
 import time
 
 from ansible.module_utils.base.host_label import host_label
-from ansible.module_utils.base.process_wait import proc_stat
+from ansible.module_utils.base.process_wait import process_start_ticks
 from ansible.module_utils.base.safe_open import OPEN_SAFE, open_read
-from ansible.module_utils.engram.shard_format import EngramPackError, file_kind, is_int, os_error_text
+from ansible.module_utils.engram.shard_format import EngramPackError, file_kind, os_error_text
 
 # Clock of the lock wait (replaced by a fake clock in tests).
 _clock = time.monotonic
 
 
 LOCK_NAME = ".engram-pack.lock"
-
-
-def process_start_ticks(pid):
-    """Start time of ``pid`` (clock ticks since boot), or None where /proc cannot tell.
-
-    Recorded next to a pid so that a later reader can tell the process from a newer one that
-    reused its number."""
-    stat = proc_stat(pid)
-    return stat[1] if stat else None
-
-
-def pid_alive(pid, start_ticks=None):
-    """Whether ``pid`` still runs, and (when ``start_ticks`` is known) is the same process.
-
-    A zombie (exited, not yet reaped by its parent) counts as gone: it holds no files or locks.
-    """
-    if not is_int(pid) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists but belongs to another user
-    stat = proc_stat(pid)
-    if stat is None:
-        # No /proc entry although the signal test passed: it exited in between, or there is no
-        # procfs at all (then the signal test is all there is).
-        return not os.path.isdir("/proc/self")
-    state, started = stat
-    if state == "Z":
-        return False
-    return start_ticks is None or started == start_ticks
 
 
 def read_json_file(path):

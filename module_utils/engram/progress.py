@@ -11,7 +11,8 @@ import json
 import os
 import time
 
-from ansible.module_utils.engram.lock import read_json_file, process_start_ticks
+from ansible.module_utils.base.process_wait import process_start_ticks
+from ansible.module_utils.engram.lock import read_json_file
 from ansible.module_utils.base.host_label import host_label
 from ansible.module_utils.base.safe_open import OPEN_SAFE
 from ansible.module_utils.engram.shard_format import (

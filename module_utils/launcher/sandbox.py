@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 
-from ansible.module_utils.base.process_wait import proc_stat, wait_gone
+from ansible.module_utils.base.process_wait import pid_alive, wait_gone
 from ansible.module_utils.launcher.broker import Broker
 from ansible.module_utils.launcher.stubs import ANSWERED, BASH_ENV, GUARDED, INSIDE, RECORDED, STUB
 
@@ -176,12 +176,6 @@ def _read_child_pid(fd):
     except (ValueError, AttributeError):
         return None
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 1 else None
-
-
-def _running(pid):
-    """Whether ``pid`` is a process that has not ended (a zombie has ended: its pid namespace is empty)."""
-    stat = proc_stat(pid)
-    return stat is not None and stat[0] not in ("Z", "X")
 
 
 def _shebang_flags(path):
@@ -436,7 +430,7 @@ class Sandbox(object):
         a zombie, but when bwrap itself was killed (a timed-out launcher) the init dies after bwrap, and a
         process of the launcher could still be running a moment after the evaluation has returned."""
         if init_pid is not None:
-            wait_gone(lambda: _running(init_pid), wait)
+            wait_gone(lambda: pid_alive(init_pid), wait)     # a zombie init has ended: the namespace is empty
 
     @staticmethod
     def _kill(pgid):

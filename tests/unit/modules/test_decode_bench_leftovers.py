@@ -7,10 +7,10 @@ import time
 
 import decode_bench_leftovers
 from modrun import run_module
+from ansible.module_utils.base import process_wait
 from ansible.module_utils.bench import follow
 from ansible.module_utils.bench import progress as bp
 from ansible.module_utils.experiment import record as rec_md
-from ansible.module_utils.engram import lock
 from test_decode_bench import engine, prompt_files  # noqa: F401 (fixtures)
 from test_decode_bench_wait import async_bench  # noqa: F401 (fixture)
 
@@ -49,14 +49,14 @@ def test_a_benchmark_left_running_is_stopped_and_its_finished_rounds_kept(tmp_pa
         # check mode: reported, nothing stopped
         check = run_module(decode_bench_leftovers.main, {"directory": str(work), "run": RUN, "host_label": "spark2"},
                            check_mode=True)
-        assert check["changed"] is True and lock.pid_alive(pid, start)
+        assert check["changed"] is True and process_wait.pid_alive(pid, start)
         (entry,) = check["benchmarks"]
         assert (entry["label"], entry["running"], entry["stopped"]) == ("baseline", True, False)
         assert check["lines"][0].startswith("spark2 benchmark baseline is still running (pid %d): it would be "
                                             "stopped with SIGTERM; " % pid)
         # the real run stops it and keeps every round it had finished
         out = run_module(decode_bench_leftovers.main, {"directory": str(work), "run": RUN, "host_label": "spark2"})
-        assert out["changed"] is True and not lock.pid_alive(pid, start)
+        assert out["changed"] is True and not process_wait.pid_alive(pid, start)
         (entry,) = out["benchmarks"]
         assert entry["running"] and entry["stopped"] and entry["plan_rounds"] == 6
         kinds = [(r["kind"], r["number"]) for r in entry["rounds"]]
@@ -69,12 +69,12 @@ def test_a_benchmark_left_running_is_stopped_and_its_finished_rounds_kept(tmp_pa
         again = run_module(decode_bench_leftovers.main, {"directory": str(work), "run": RUN, "host_label": "spark2"})
         assert again["changed"] is False and not again["benchmarks"][0]["running"]
     finally:
-        if lock.pid_alive(pid, start):
+        if process_wait.pid_alive(pid, start):
             os.kill(pid, 9)
 
 
 def test_other_runs_planted_names_and_recycled_pids_are_left_alone(tmp_path):
-    me, my_start = os.getpid(), lock.process_start_ticks(os.getpid())
+    me, my_start = os.getpid(), process_wait.process_start_ticks(os.getpid())
     # a record of another run in the same directory, one named like this run's but carrying another run id
     _record(tmp_path, "20261204T000000Z-stage_d_wo_a-baseline.progress.json", "20261204T000000Z-stage_d_wo_a-baseline",
             me, my_start)
@@ -116,7 +116,7 @@ def test_the_interrupted_record_lists_the_cut_off_benchmark_s_repetitions_unjudg
 
 
 def test_a_benchmark_of_another_user_is_named_not_forced(tmp_path, monkeypatch):
-    me, my_start = os.getpid(), lock.process_start_ticks(os.getpid())
+    me, my_start = os.getpid(), process_wait.process_start_ticks(os.getpid())
     _record(tmp_path, "%s-baseline.progress.json" % RUN, RUN + "-baseline", me, my_start)
 
     def denied(pid, sig):
@@ -135,7 +135,7 @@ def test_a_record_broken_on_disk_counts_what_it_can_and_never_raises(tmp_path):
     nothing: the rollback still lists the record and its good rounds instead of failing on it."""
     me = os.getpid()
     path = _record(tmp_path, "%s-baseline.progress.json" % RUN, RUN + "-baseline", me,
-                   lock.process_start_ticks(me) + 1, state="failed",
+                   process_wait.process_start_ticks(me) + 1, state="failed",
                    rounds=[{"workload": "code", "concurrency": 1, "kind": "measured", "number": 1, "of": 5,
                             "aggregate_tok_s": 25.86, "per_stream_tok_s": 25.86, "wall_s": 79.2, "failed": True},
                            "garbage"])

@@ -19,11 +19,11 @@ import ckpt_factory
 import decode_bench
 import decode_bench_wait
 from modrun import run_module
+from ansible.module_utils.base import process_wait
 from ansible.module_utils.bench import decode as db
 from ansible.module_utils.bench import inputs
 from ansible.module_utils.bench import follow
 from ansible.module_utils.bench import progress as bp
-from ansible.module_utils.engram import lock
 from test_decode_bench import KEY, engine, prompt_files  # noqa: F401 (fixtures)
 
 ME = os.getpid()
@@ -168,7 +168,7 @@ def _job(tmp_path, data, age=0.0):
 def _record(tmp_path, alive=True, **fields):
     """A progress record with this process as the benchmark (alive), or a gone one (same pid, other start)."""
     record = {"version": 1, "run_id": "run-1", "label": "baseline", "host": "spark2", "pid": ME,
-              "pid_start": lock.process_start_ticks(ME) + (0 if alive else 1), "state": "running",
+              "pid_start": process_wait.process_start_ticks(ME) + (0 if alive else 1), "state": "running",
               "started": time.time() - 30, "updated": time.time(), "plan": PLAN, "units_done": 8,
               "units_total": 48, "rounds": [dict(_round(), workload="prose", concurrency=1, kind="warmup",
                                                  number=1, of=1, at=time.time() - 5, elapsed_s=25, eta_s=125)],
@@ -231,7 +231,7 @@ def test_wrapper_timeout_and_lost_jobs(tmp_path):
 def test_past_its_time_limit_it_is_stopped(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        progress = _record(tmp_path, pid=child.pid, pid_start=lock.process_start_ticks(child.pid),
+        progress = _record(tmp_path, pid=child.pid, pid_start=process_wait.process_start_ticks(child.pid),
                            started=time.time() - 700)
         out = _follow(_job(tmp_path, RUNNING_JOB), progress, time_limit=600)
         assert (out["state"], out["failed"], out["changed"]) == ("timed_out", True, True)
@@ -335,7 +335,7 @@ def async_bench(tmp_path, monkeypatch, engine, prompt_files):  # noqa: F811
     yield start
     for job in jobs:
         record = bp.read_progress(job["progress"])
-        if record and lock.pid_alive(record["pid"], record["pid_start"]):
+        if record and process_wait.pid_alive(record["pid"], record["pid_start"]):
             os.kill(record["pid"], signal.SIGKILL)
 
 

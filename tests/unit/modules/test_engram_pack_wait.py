@@ -19,8 +19,9 @@ import ckpt_factory
 from modrun import run_module
 import engram_pack
 import engram_pack_wait
+from ansible.module_utils.base import process_wait
 from ansible.module_utils.engram import follow as fw
-from ansible.module_utils.engram import packer, lock, progress as pack_progress
+from ansible.module_utils.engram import packer, progress as pack_progress
 from ansible.module_utils.engram.shard_format import partial_name, shard_name
 
 HOST = os.uname().nodename
@@ -43,7 +44,7 @@ def _record(tmp_path, dest, alive=True, **fields):
     """A progress record as the packer writes it; ``alive`` makes its pid this process, else a
     process that is gone (this pid with another start time: what a reused pid looks like)."""
     record = {"version": 1, "run_id": "run-1", "host": HOST, "pid": ME,
-              "pid_start": lock.process_start_ticks(ME) + (0 if alive else 1), "layer": 1, "rank": 1,
+              "pid_start": process_wait.process_start_ticks(ME) + (0 if alive else 1), "layer": 1, "rank": 1,
               "tp_size": 3, "state": "packing", "path": os.path.join(dest, shard_name(1, 1, 3)),
               "partial_path": os.path.join(dest, partial_name(1, 1, 3)), "done_bytes": 6471680,
               "total_bytes": 16900096, "percent": 38.29, "mib_s": 1.03, "eta_s": 9.7, "max_mib_s": 1.0,
@@ -316,7 +317,7 @@ def async_pack(tmp_path, monkeypatch):
     yield start
     for job in started_jobs:  # a packer the test did not end (or a failed test left running)
         record = pack_progress.read_progress(job["progress"])
-        if record and lock.pid_alive(record["pid"], record["pid_start"]):
+        if record and process_wait.pid_alive(record["pid"], record["pid_start"]):
             os.kill(record["pid"], signal.SIGKILL)
 
 
@@ -401,7 +402,7 @@ def test_wrapper_time_limit(async_pack):
     count, out = _until_finished(job, rounds=400, time_limit=3)
     assert out["state"] == "timed_out" and out["failed"] is True, out
     assert ("killed at its async time limit" in out["msg"] or "Stopped it with SIGTERM" in out["msg"]), out["msg"]
-    assert _files(job["dest"]) == [] and not lock.pid_alive(out["pid"])
+    assert _files(job["dest"]) == [] and not process_wait.pid_alive(out["pid"])
 
 
 def test_packer_running_past_its_limit_is_stopped(tmp_path, dest):

@@ -462,7 +462,7 @@ def test_lock_of_a_killed_holder_is_reclaimed(ckpt, dest):
     holder.wait()
     with open(os.path.join(dest, ".engram-pack.lock")) as handle:
         assert json.load(handle)["pid"] == dead_pid  # the record outlived its holder
-    assert not pack_lock.pid_alive(dead_pid)
+    assert not process_wait.pid_alive(dead_pid)
     started = time.monotonic()
     result = pack_layer(ckpt, dest, 1, 0, 3, lock_timeout=0)
     assert time.monotonic() - started < 5
@@ -476,15 +476,15 @@ def test_lock_of_a_killed_holder_is_reclaimed(ckpt, dest):
 
 def test_pid_alive_tells_reused_pids_and_zombies_apart():
     me = os.getpid()
-    assert pack_lock.pid_alive(me) and pack_lock.pid_alive(me, pack_lock.process_start_ticks(me))
-    assert not pack_lock.pid_alive(me, pack_lock.process_start_ticks(me) + 1)  # same number, another process
+    assert process_wait.pid_alive(me) and process_wait.pid_alive(me, process_wait.process_start_ticks(me))
+    assert not process_wait.pid_alive(me, process_wait.process_start_ticks(me) + 1)  # same number, another process
     child = subprocess.Popen(["true"])
     deadline = time.monotonic() + 10
     while process_wait.proc_stat(child.pid)[0] != "Z" and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not pack_lock.pid_alive(child.pid)  # exited, not yet reaped
+    assert not process_wait.pid_alive(child.pid)  # exited, not yet reaped
     child.wait()
-    assert not pack_lock.pid_alive(child.pid) and not pack_lock.pid_alive(0) and not pack_lock.pid_alive(None)
+    assert not process_wait.pid_alive(child.pid) and not process_wait.pid_alive(0) and not process_wait.pid_alive(None)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

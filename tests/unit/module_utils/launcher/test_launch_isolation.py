@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from ansible.module_utils.base import process_wait
 from ansible.module_utils.launcher import effective as R
 from ansible.module_utils.launcher import sandbox as S
 
@@ -225,17 +226,17 @@ def test_the_namespace_init_pid_is_read_from_bwraps_info_fd_and_a_zombie_counts_
         os.write(w, text)
         os.close(w)
         assert S._read_child_pid(r) is None, text
-    assert S._running(os.getpid()) is True
+    assert process_wait.pid_alive(os.getpid()) is True
     pid = os.fork()
     if pid == 0:
         os._exit(0)
     import time
     deadline = time.monotonic() + 10
-    while S._running(pid) and time.monotonic() < deadline:     # a zombie until it is waited for
+    while process_wait.pid_alive(pid) and time.monotonic() < deadline:     # a zombie until it is waited for
         time.sleep(0.01)
-    assert S._running(pid) is False
+    assert process_wait.pid_alive(pid) is False
     os.waitpid(pid, 0)
-    assert S._running(pid) is False
+    assert process_wait.pid_alive(pid) is False
 
 
 def test_a_background_process_slow_to_die_is_gone_when_the_evaluation_returns(tmp_path, monkeypatch):
@@ -260,4 +261,4 @@ def test_a_background_process_slow_to_die_is_gone_when_the_evaluation_returns(tm
     S.evaluate(str(co / "start.sh"), timeout=60, docker_client=False)
     assert _processes_named(marker) == []
     # the wait was on the namespace's init, which had ended by then
-    assert len(waited) == 1 and waited[0] and not S._running(waited[0])
+    assert len(waited) == 1 and waited[0] and not process_wait.pid_alive(waited[0])
