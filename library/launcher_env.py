@@ -216,11 +216,11 @@ def run_module():
     try:
         if p["state"] == "present":
             result = converge_env(p["path"], p["settings"], api_key=p["api_key"], notes=p["notes"],
-                                    run_id=p["run_id"], mode=mode, base=base, check_mode=module.check_mode,
-                                    remove_keys=p["remove_keys"])
+                                  run_id=p["run_id"], mode=mode, base=base, check_mode=module.check_mode,
+                                  remove_keys=p["remove_keys"])
         else:
             result = rollback_env(p["path"], run_id=p["rollback_run"], base=base, check_mode=module.check_mode,
-                                    extra_secrets=[p["api_key"]] if p["api_key"] else ())
+                                  extra_secrets=[p["api_key"]] if p["api_key"] else ())
     except shell.EnvError as exc:
         module.fail_json(msg="%s: %s" % (who, exc), changed=False, path=p["path"])
     module.exit_json(**result)

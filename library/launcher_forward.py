@@ -169,7 +169,7 @@ def present(params, check_mode):
         if again["new_text"] != again["text"]:
             edit.rollback(params["launcher"], result["backup"])
             raise edit.EditRefused("%s: as written it does not forward %s; it was restored from %s"
-                                % (target, ", ".join(sorted(again["added"])), result["backup"]))
+                                   % (target, ", ".join(sorted(again["added"])), result["backup"]))
     return result
 
 

@@ -320,9 +320,9 @@ def evaluate(settings, launcher, tp_size, validated=(), packed=False, timing=Fal
         effects.update(key_effects(launcher, text, fresh, env_values, base=launch, **kw))
     fwd = check.forwarding(settings, launch, effects)
     findings, notes = check.check_launch(settings, launch, env_values, tp_size=tp_size,
-                                     validated=frozenset(validated or ()), packed=packed, timing=timing,
-                                     varied=frozenset(varied or ()),
-                                     path_exists=_probe(worker_files))
+                                         validated=frozenset(validated or ()), packed=packed, timing=timing,
+                                         varied=frozenset(varied or ()),
+                                         path_exists=_probe(worker_files))
     errors = [f["message"] for f in findings if f["level"] == "error"]
     gaps = fwd["gaps"]
     base.update({

@@ -402,6 +402,9 @@ class Sandbox(object):
             proc = subprocess.Popen(argv, env=self.environment(), cwd="/", stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                     pass_fds=(info_write,))
+        except BaseException:
+            os.close(info_read)
+            raise
         finally:
             os.close(info_write)
         timed_out = False
